@@ -1,0 +1,22 @@
+/* cpu_backend.h - create the CPU implementation of the backend interface.
+ *
+ * isa: "auto" (best the CPU supports), "scalar", "avx2" or "avx512"; asking for an
+ * ISA the CPU lacks is an error.  n_threads: 0 = one per online core.
+ *
+ * Ownership: the caller owns the returned backend and frees it with
+ * be->ops->destroy(be) (or v4_backend_destroy).
+ * Thread: create/destroy and every op from one thread at a time.
+ */
+#ifndef V4_CPU_BACKEND_H
+#define V4_CPU_BACKEND_H
+
+#include "../../config/error.h"
+#include "../backend.h"
+
+v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err);
+/* The ISA the backend actually uses ("scalar", "avx2", "avx512"). */
+const char *v4_cpu_backend_isa(const v4_backend *be);
+/* Which ISAs this CPU supports (for tests that run every path). */
+int v4_cpu_isa_supported(const char *isa);
+
+#endif

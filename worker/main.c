@@ -1,0 +1,49 @@
+/* main.c - the v4fleet binary: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} subcommand;
+
+static const subcommand commands[] = {
+    {"logits", v4_cmd_logits, "feed token ids one position at a time, write f32 logits (+ trace)"},
+    {"generate", v4_cmd_generate, "greedy generation from prompt token ids"},
+    {"mkmodel", v4_cmd_mkmodel, "write a synthetic V4 checkpoint (tiny|small)"},
+    {"inspect", v4_cmd_inspect, "print a checkpoint's config and tensor/byte summary"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: v4fleet COMMAND [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\nRun 'v4fleet COMMAND --help' for the options of one command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) {
+            if (!commands[i].fn) {
+                fprintf(stderr, "v4fleet: command '%s' is not built into this binary\n", argv[1]);
+                return 2;
+            }
+            return commands[i].fn(argc - 1, argv + 1);
+        }
+    fprintf(stderr, "v4fleet: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
