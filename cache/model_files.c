@@ -1,0 +1,33 @@
+/* model_files.c - see model_files.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bind_weights.h"
+#include "model_files.h"
+
+int v4_model_open(const char *dir, v4_model_files *m, v4_error *err)
+{
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (v4_config_load(path, &m->cfg, err))
+        return -1;
+    if (v4_ckpt_open(dir, &m->ck, err))
+        return -1;
+    if (v4_weights_bind(&m->cfg, m->ck, &m->w, err)) {
+        v4_ckpt_close(m->ck);
+        m->ck = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void v4_model_close(v4_model_files *m)
+{
+    if (!m)
+        return;
+    v4_weights_free(&m->w);
+    if (m->ck)
+        v4_ckpt_close(m->ck);
+    m->ck = NULL;
+}

@@ -1,0 +1,185 @@
+/* attention.c - one attention sub-layer for a batch of sequences (spec §5.3).
+ *
+ * Query: wq_a -> q_norm (= qr, also the indexer's input) -> wq_b -> per-head RMS in
+ * BF16 arithmetic -> RoPE on the last rope dims.  Window KV: wkv -> kv_norm -> RoPE
+ * -> FP8 simulation of the non-rope dims -> ring slot pos % window.  Compressed KV:
+ * CSA layers run the lightning indexer, then both layer types advance the main
+ * compressor.  Attention: one softmax with a per-head sink logit over the candidate
+ * list (window oldest -> newest, then compressed entries: HCA ascending, CSA in
+ * indexer order), processed in chunks of 64 like the reference kernel.  Output:
+ * inverse RoPE, grouped low-rank wo_a (BF16 GEMM on dequantized FP8), then wo_b.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ops.h"
+
+/* q_h <- q_h * rsqrt(mean(q_h^2) + eps), every op rounded to bf16. */
+static void head_rms_bf16(float *q, int n, float eps)
+{
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        ss += (double)v4_bf16(q[i] * q[i]);
+    float ms = v4_bf16((float)ss / (float)n);
+    float den = v4_bf16(ms + eps);
+    float g = v4_bf16(v4_rsqrtf(den));
+    for (int i = 0; i < n; i++)
+        q[i] = v4_bf16(q[i] * g);
+}
+
+/* One head over the candidate list cand[0..L) (NULL = masked slot). */
+static void sparse_attn_head(const float *q, const float *const *cand, int L, int hd,
+                             float scale, float sink, float *o)
+{
+    float acc[1024];
+    float m = -INFINITY, l = 0.0f;
+    for (int d = 0; d < hd; d++)
+        acc[d] = 0.0f;
+    for (int c0 = 0; c0 < L; c0 += 64) {
+        int c1 = c0 + 64 < L ? c0 + 64 : L;
+        float s[64], p[64];
+        float rowmax = -INFINITY;
+        for (int c = c0; c < c1; c++) {
+            if (!cand[c]) {
+                s[c - c0] = -INFINITY;
+                continue;
+            }
+            s[c - c0] = v4_dot(q, cand[c], hd) * scale;
+            if (s[c - c0] > rowmax)
+                rowmax = s[c - c0];
+        }
+        float mnew = rowmax > m ? rowmax : m;
+        if (mnew == -INFINITY)
+            continue;           /* nothing valid yet */
+        float f = v4_expf(m - mnew);
+        double psum = 0.0;
+        for (int c = c0; c < c1; c++) {
+            p[c - c0] = cand[c] ? v4_expf(s[c - c0] - mnew) : 0.0f;
+            psum += p[c - c0];
+        }
+        l = l * f + (float)psum;
+        for (int d = 0; d < hd; d++) {
+            double a = (double)(acc[d] * f);
+            for (int c = c0; c < c1; c++)
+                if (cand[c])
+                    a += (double)v4_bf16(p[c - c0]) * (double)cand[c][d];
+            acc[d] = (float)a;
+        }
+        m = mnew;
+    }
+    l = l + v4_expf(sink - m);
+    for (int d = 0; d < hd; d++)
+        o[d] = v4_bf16(acc[d] / l);
+}
+
+/* Candidate list of sequence s at its current position; returns its length. */
+static int candidates(v4_ctx *c, const v4_layer_w *lw, v4_layer_state *L, int pos, int b)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int win = cfg->window, hd = cfg->head_dim;
+    const float **cand = c->s.cand;
+    int n = 0;
+    if (pos >= win - 1) {
+        int s = pos % win;
+        for (int i = s + 1; i < win; i++)
+            cand[n++] = L->win + (size_t)i * hd;
+        for (int i = 0; i <= s; i++)
+            cand[n++] = L->win + (size_t)i * hd;
+    } else {
+        for (int i = 0; i <= pos; i++)
+            cand[n++] = L->win + (size_t)i * hd;
+        while (n < win)
+            cand[n++] = NULL;
+    }
+    if (lw->ratio == 4) {
+        const int *sel = c->s.csel + (size_t)b * cfg->index_topk;
+        for (int i = 0; i < c->s.ncsel[b]; i++)
+            cand[n++] = L->comp + (size_t)sel[i] * hd;
+    } else if (lw->ratio) {
+        for (int j = 0; j < L->n_comp; j++)
+            cand[n++] = L->comp + (size_t)j * hd;
+    }
+    return n;
+}
+
+int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *const *tr)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const v4_layer_w *lw = &c->w->layers[layer];
+    v4_scratch *S = &c->s;
+    v4_backend *be = c->be;
+    const int dim = cfg->dim, H = cfg->n_heads, hd = cfg->head_dim, rd = cfg->rope_head_dim;
+    const int ql = cfg->q_lora_rank, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const int ih = cfg->index_n_heads, id = cfg->index_head_dim;
+    const float eps = cfg->norm_eps;
+    const float *freqs = lw->ratio ? c->freqs_comp : c->freqs_swa;
+
+    /* batched projections */
+    v4_linear(be, &lw->wq_a, V4_LIN_QUANT, n, S->x, dim, S->qa, ql);
+    for (int b = 0; b < n; b++)
+        v4_rmsnorm(S->qa + (size_t)b * ql, lw->q_norm, ql, eps, S->qa + (size_t)b * ql);
+    v4_linear(be, &lw->wq_b, V4_LIN_QUANT, n, S->qa, ql, S->q, H * hd);
+    v4_linear(be, &lw->wkv, V4_LIN_QUANT, n, S->x, dim, S->kv, hd);
+    if (lw->ratio) {
+        int cw = lw->comp.wkv.rows;
+        v4_linear(be, &lw->comp.wkv, V4_LIN_EXACT, n, S->x, dim, S->ckv, cw);
+        v4_linear(be, &lw->comp.wgate, V4_LIN_EXACT, n, S->x, dim, S->csc, cw);
+    }
+    if (lw->ratio == 4) {
+        v4_linear(be, &lw->idx_wq_b, V4_LIN_QUANT, n, S->qa, ql, S->iq, ih * id);
+        v4_linear(be, &lw->idx_weights_proj, V4_LIN_EXACT, n, S->x, dim, S->iw, ih);
+        v4_linear(be, &lw->idx_comp.wkv, V4_LIN_EXACT, n, S->x, dim, S->ikv, 2 * id);
+        v4_linear(be, &lw->idx_comp.wgate, V4_LIN_EXACT, n, S->x, dim, S->isc, 2 * id);
+    }
+
+    const float scale = (float)pow((double)hd, -0.5);
+    for (int b = 0; b < n; b++) {
+        v4_seq *s = seqs[b];
+        v4_layer_state *L = &s->L[layer];
+        v4_trace *t = tr ? tr[b] : NULL;
+        const int pos = s->pos;
+        float *q = S->q + (size_t)b * H * hd, *kv = S->kv + (size_t)b * hd;
+
+        for (int h = 0; h < H; h++) {
+            head_rms_bf16(q + (size_t)h * hd, hd, eps);
+            v4_rope(q + (size_t)h * hd + hd - rd, rd / 2, freqs, pos, 0);
+        }
+        v4_rmsnorm(kv, lw->kv_norm, hd, eps, kv);
+        v4_rope(kv + hd - rd, rd / 2, freqs, pos, 0);
+        v4_fp8_sim(kv, hd - rd, 64);
+        if (t && t->q)
+            memcpy(t->q + (size_t)layer * H * hd, q, sizeof(float) * (size_t)H * hd);
+        if (t && t->kv)
+            memcpy(t->kv + (size_t)layer * hd, kv, sizeof(float) * (size_t)hd);
+
+        if (lw->ratio == 4)
+            v4_indexer(c, layer, s, b, t);
+        memcpy(L->win + (size_t)(pos % cfg->window) * hd, kv, sizeof(float) * (size_t)hd);
+        if (lw->ratio) {
+            int cw = lw->comp.wkv.rows;
+            if (v4_compressor_step(&lw->comp, &L->cs, pos, S->ckv + (size_t)b * cw,
+                                   S->csc + (size_t)b * cw, freqs, rd, eps, 0,
+                                   L->comp + (size_t)L->n_comp * hd))
+                L->n_comp++;
+        }
+
+        int nc = candidates(c, lw, L, pos, b);
+        float *o = S->o + (size_t)b * H * hd;
+        for (int h = 0; h < H; h++) {
+            sparse_attn_head(q + (size_t)h * hd, S->cand, nc, hd, scale, lw->attn_sink[h],
+                             o + (size_t)h * hd);
+            v4_rope(o + (size_t)h * hd + hd - rd, rd / 2, freqs, pos, 1);
+        }
+    }
+
+    /* grouped low-rank output projection */
+    const int gin = H * hd / G;
+    for (int g = 0; g < G; g++) {
+        v4_mat wg = v4_mat_rows(&lw->wo_a, g * ol, ol);
+        v4_linear(be, &wg, V4_LIN_EXACT, n, S->o + (size_t)g * gin, H * hd, S->z + (size_t)g * ol, G * ol);
+    }
+    v4_round_bf16(S->z, n * G * ol);
+    v4_linear(be, &lw->wo_b, V4_LIN_QUANT, n, S->z, G * ol, S->out, dim);
+    return 0;
+}

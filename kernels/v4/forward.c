@@ -1,0 +1,209 @@
+/* forward.c - one decode step of DeepSeek-V4, top to bottom (spec §5.1-5.2).
+ *
+ *   X[0..hc) = embed[token]                      hc identical BF16 streams
+ *   for each layer:
+ *       u = hc_pre(X); a = attention(RMSNorm(u)); X = hc_post(a, X)
+ *       u = hc_pre(X); f = moe(RMSNorm(u));       X = hc_post(f, X)
+ *   h = RMSNorm(hc_head(X)); logits = head . h   (f32)
+ *
+ * Each step runs a batch of sequences, each at its own position; every weight is
+ * read once per step for the whole batch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ops.h"
+
+uint32_t v4_checksum_bf16(const float *x, int n)
+{
+    uint32_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += (uint32_t)(i + 1) * (uint32_t)v4_bf16_bits(x[i]);
+    return s;
+}
+
+uint32_t v4_checksum_f32(const float *x, int n)
+{
+    uint32_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += (uint32_t)(i + 1) * v4_f32_bits(x[i]);
+    return s;
+}
+
+static void scratch_free(v4_scratch *s)
+{
+    float **f[] = {&s->X, &s->mixes, &s->pre, &s->post, &s->comb, &s->x, &s->out, &s->qa,
+                   &s->q, &s->kv, &s->o, &s->z, &s->ckv, &s->csc, &s->iq, &s->iw, &s->ikv,
+                   &s->isc, &s->score, &s->gate, &s->route_w, &s->ex_x, &s->ex_g, &s->ex_u,
+                   &s->ex_h, &s->ex_o, &s->ex_wt, &s->y, &s->hid};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        free(*f[i]);
+        *f[i] = NULL;
+    }
+    free(s->sel); free(s->csel); free(s->ncsel); free(s->route); free(s->ex_rows);
+    free((void *)s->cand);
+}
+
+static int scratch_alloc(v4_scratch *s, const v4_config *cfg, int B)
+{
+    const size_t hc = cfg->hc_mult, dim = cfg->dim, H = cfg->n_heads, hd = cfg->head_dim;
+    const size_t mix = (2 + hc) * hc, K = cfg->n_act_experts, I = cfg->moe_inter;
+    const size_t ih = cfg->index_n_heads, id = cfg->index_head_dim;
+    int ok = 1;
+#define A(p, n) ok &= ((p) = calloc((size_t)(n) + 1, sizeof *(p))) != NULL
+    A(s->X, B * hc * dim); A(s->mixes, B * mix); A(s->pre, B * hc); A(s->post, B * hc);
+    A(s->comb, B * hc * hc); A(s->x, B * dim); A(s->out, B * dim); A(s->y, B * dim);
+    A(s->hid, B * dim); A(s->qa, B * (size_t)cfg->q_lora_rank); A(s->q, B * H * hd);
+    A(s->o, B * H * hd); A(s->kv, B * hd);
+    A(s->z, B * (size_t)cfg->o_groups * cfg->o_lora_rank);
+    A(s->ckv, B * 2 * hd); A(s->csc, B * 2 * hd); A(s->iq, B * ih * id); A(s->iw, B * ih);
+    A(s->ikv, B * 2 * id); A(s->isc, B * 2 * id);
+    A(s->gate, B * (size_t)cfg->n_routed_experts); A(s->route, B * K); A(s->route_w, B * K);
+    A(s->ex_x, B * K * dim); A(s->ex_g, B * K * I); A(s->ex_u, B * K * I);
+    A(s->ex_h, B * K * I); A(s->ex_o, B * K * dim); A(s->ex_rows, B * K); A(s->ex_wt, B * K);
+    A(s->sel, K + (size_t)cfg->index_topk); A(s->csel, B * (size_t)cfg->index_topk);
+    A(s->ncsel, (size_t)B);
+#undef A
+    return ok ? 0 : -1;
+}
+
+int v4_ctx_reserve(v4_ctx *c, int entries, v4_error *err)
+{
+    if (entries <= c->s.cap_entries)
+        return 0;
+    float *score = realloc(c->s.score, sizeof(float) * (size_t)entries);
+    if (score)
+        c->s.score = score;
+    const float **cand = realloc((void *)c->s.cand, sizeof(float *) * ((size_t)entries + c->w->cfg.window));
+    if (cand)
+        c->s.cand = cand;
+    if (!score || !cand)
+        return v4_err_set(err, V4_ERR_NOMEM, "v4_ctx_reserve", "out of memory for %d entries", entries);
+    c->s.cap_entries = entries;
+    return 0;
+}
+
+v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_error *err)
+{
+    if (max_batch < 1) {
+        v4_err_set(err, V4_ERR_INVALID, "v4_ctx_create", "max_batch must be >= 1");
+        return NULL;
+    }
+    v4_ctx *c = calloc(1, sizeof *c);
+    if (!c || scratch_alloc(&c->s, &w->cfg, max_batch)) {
+        if (c) {
+            scratch_free(&c->s);
+            free(c);
+        }
+        v4_err_set(err, V4_ERR_NOMEM, "v4_ctx_create", "out of memory");
+        return NULL;
+    }
+    c->w = w;
+    c->be = be;
+    c->max_batch = max_batch;
+    const v4_config *cfg = &w->cfg;
+    v4_rope_freqs(c->freqs_swa, cfg->rope_head_dim, cfg->rope_theta, 1.0, 0, 0, 0);
+    v4_rope_freqs(c->freqs_comp, cfg->rope_head_dim, cfg->compress_rope_theta, cfg->rope_factor,
+                  cfg->original_seq_len, cfg->beta_fast, cfg->beta_slow);
+    return c;
+}
+
+void v4_ctx_free(v4_ctx *c)
+{
+    if (!c)
+        return;
+    scratch_free(&c->s);
+    free(c);
+}
+
+static int check_inputs(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, v4_error *err)
+{
+    const v4_config *cfg = &c->w->cfg;
+    if (n < 1 || n > c->max_batch)
+        return v4_err_set(err, V4_ERR_INVALID, "v4_step", "batch of %d sequences (max %d)", n, c->max_batch);
+    int need = 0;
+    for (int b = 0; b < n; b++) {
+        if (tokens[b] < 0 || tokens[b] >= cfg->vocab_size)
+            return v4_err_set(err, V4_ERR_RANGE, "v4_step",
+                              "token id %d out of range [0, %d) (batch row %d)", tokens[b], cfg->vocab_size, b);
+        if (seqs[b]->w != c->w)
+            return v4_err_set(err, V4_ERR_INVALID, "v4_step", "sequence %d belongs to another model", b);
+        if (seqs[b]->pos >= seqs[b]->max_len)
+            return v4_err_set(err, V4_ERR_RANGE, "v4_step",
+                              "sequence %d is full (%d positions)", b, seqs[b]->max_len);
+        for (int j = 0; j < b; j++)
+            if (seqs[j] == seqs[b])
+                return v4_err_set(err, V4_ERR_INVALID, "v4_step", "sequence appears twice in one batch");
+        if (seqs[b]->max_len > need)
+            need = seqs[b]->max_len;
+    }
+    return v4_ctx_reserve(c, need, err);
+}
+
+static void trace_streams(v4_ctx *c, int layer, int sub, int n, v4_trace *const *tr)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int hd = cfg->hc_mult * cfg->dim;
+    for (int b = 0; b < n && tr; b++) {
+        v4_trace *t = tr[b];
+        if (!t)
+            continue;
+        const float *X = c->s.X + (size_t)b * hd;
+        if (t->checksum)
+            t->checksum[layer * 2 + sub] = v4_checksum_bf16(X, hd);
+        if (t->streams)
+            memcpy(t->streams + ((size_t)layer * 2 + sub) * hd, X, sizeof(float) * hd);
+        if (t->sub_out)
+            memcpy(t->sub_out + ((size_t)layer * 2 + sub) * cfg->dim, c->s.out + (size_t)b * cfg->dim,
+                   sizeof(float) * cfg->dim);
+    }
+}
+
+static void norm_rows(v4_ctx *c, const float *w, int n)
+{
+    const v4_config *cfg = &c->w->cfg;
+    for (int b = 0; b < n; b++)
+        v4_rmsnorm(c->s.x + (size_t)b * cfg->dim, w, cfg->dim, cfg->norm_eps, c->s.x + (size_t)b * cfg->dim);
+}
+
+int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
+            float *logits, v4_trace *const *tr, v4_error *err)
+{
+    if (check_inputs(c, seqs, tokens, n, err))
+        return -1;
+    const v4_weights *w = c->w;
+    const v4_config *cfg = &w->cfg;
+    const int hc = cfg->hc_mult, dim = cfg->dim;
+
+    for (int b = 0; b < n; b++) {
+        const uint16_t *row = (const uint16_t *)w->embed.w + (size_t)tokens[b] * dim;
+        for (int j = 0; j < hc; j++)
+            for (int i = 0; i < dim; i++)
+                c->s.X[((size_t)b * hc + j) * dim + i] = v4_bf16_from_bits(row[i]);
+    }
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const v4_layer_w *lw = &w->layers[l];
+        v4_hc_pre(c, &lw->hc_attn_fn, lw->hc_attn_scale, lw->hc_attn_base, n);
+        norm_rows(c, lw->attn_norm, n);
+        v4_attention(c, l, seqs, n, tr);
+        v4_hc_post(c, n);
+        trace_streams(c, l, 0, n, tr);
+
+        v4_hc_pre(c, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, n);
+        norm_rows(c, lw->ffn_norm, n);
+        v4_moe(c, l, tokens, n, tr);
+        v4_hc_post(c, n);
+        trace_streams(c, l, 1, n, tr);
+    }
+    v4_hc_head(c, n);
+    norm_rows(c, w->norm, n);
+    if (logits)
+        v4_linear(c->be, &w->head, V4_LIN_EXACT, n, c->s.x, dim, logits, cfg->vocab_size);
+    for (int b = 0; b < n; b++) {
+        if (tr && tr[b] && tr[b]->hidden)
+            memcpy(tr[b]->hidden, c->s.x + (size_t)b * dim, sizeof(float) * dim);
+        seqs[b]->pos++;
+    }
+    return 0;
+}

@@ -1,0 +1,65 @@
+/* indexer.c - the lightning indexer of CSA layers (spec §5.5).
+ *
+ * It scores every complete compressed block j of the sequence with
+ * score_j = bf16(sum_h bf16(relu(bf16(q_h . K_j)) * w_h)) and keeps the top
+ * index_topk (highest score first, ties to the lower j).  Queries come from the
+ * q_norm output (qr) through wq_b, get RoPE, a Hadamard rotation and FP4
+ * quantize-dequantize; keys come from the indexer's own compressor (rotate=1).
+ * The batched projections (wq_b, weights_proj, compressor wkv/wgate) were done by
+ * attention.c; this file does the per-sequence part.
+ */
+#include <math.h>
+
+#include "internal.h"
+#include "ops.h"
+
+void v4_indexer(v4_ctx *c, int layer, v4_seq *s, int b, v4_trace *tr)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const v4_layer_w *lw = &c->w->layers[layer];
+    v4_layer_state *L = &s->L[layer];
+    const int ih = cfg->index_n_heads, id = cfg->index_head_dim, rd = cfg->rope_head_dim;
+    const int pos = s->pos;
+    float *q = c->s.iq + (size_t)b * ih * id;
+
+    for (int h = 0; h < ih; h++) {
+        float *qh = q + (size_t)h * id;
+        v4_rope(qh + id - rd, rd / 2, c->freqs_comp, pos, 0);
+        v4_hadamard(qh, id);
+        v4_fp4_sim(qh, id, 32);
+    }
+    if (v4_compressor_step(&lw->idx_comp, &L->ics, pos, c->s.ikv + (size_t)b * 2 * id,
+                           c->s.isc + (size_t)b * 2 * id, c->freqs_comp, rd, cfg->norm_eps, 1,
+                           L->idx_keys + (size_t)L->n_idx * id))
+        L->n_idx++;
+
+    const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
+    float wh[1024];
+    for (int h = 0; h < ih; h++)
+        wh[h] = v4_bf16(v4_bf16(c->s.iw[(size_t)b * ih + h]) * wscale);
+
+    const int n = L->n_idx;
+    float *score = c->s.score;
+    for (int j = 0; j < n; j++) {
+        const float *K = L->idx_keys + (size_t)j * id;
+        double acc = 0.0;
+        for (int h = 0; h < ih; h++) {
+            float d = v4_bf16(v4_dot(q + (size_t)h * id, K, id));
+            if (d < 0.0f)
+                d = 0.0f;
+            acc += (double)v4_bf16(d * wh[h]);
+        }
+        score[j] = v4_bf16((float)acc);
+    }
+    int k = n < cfg->index_topk ? n : cfg->index_topk;
+    int *sel = c->s.csel + (size_t)b * cfg->index_topk;
+    v4_topk(score, n, k, sel);
+    c->s.ncsel[b] = k;
+    if (tr && tr->index_ids) {
+        int32_t *dst = tr->index_ids + (size_t)layer * cfg->index_topk;
+        for (int i = 0; i < cfg->index_topk; i++)
+            dst[i] = i < k ? sel[i] : -1;
+    }
+    if (tr && tr->index_count)
+        tr->index_count[layer] = k;
+}

@@ -1,0 +1,87 @@
+/* internal.h - state and scratch shared by the files of the decode path
+ * (the .c files of kernels/v4).  Not a public header. */
+#ifndef V4_INTERNAL_H
+#define V4_INTERNAL_H
+
+#include "model.h"
+
+/* Compressor running state: kv and gate scores of the last c*r tokens, [c*r][c*d]. */
+typedef struct v4_comp_state {
+    float *kv, *sc;
+    int rows, width;
+} v4_comp_state;
+
+typedef struct v4_layer_state {
+    float *win;              /* [window][head_dim] ring buffer, slot = pos % window */
+    float *comp;             /* [cap][head_dim] compressed entries */
+    int n_comp;
+    v4_comp_state cs;
+    float *idx_keys;         /* [cap][index_head_dim] (CSA) */
+    int n_idx;
+    v4_comp_state ics;
+    int cap;                 /* capacity of comp / idx_keys in entries */
+} v4_layer_state;
+
+struct v4_seq {
+    const v4_weights *w;
+    int pos;
+    int max_len;
+    v4_layer_state *L;
+};
+
+/* Scratch for one step of up to max_batch sequences.  Sizes in floats. */
+typedef struct v4_scratch {
+    float *X;        /* [B][hc][dim] residual streams */
+    float *mixes;    /* [B][mix] */
+    float *pre, *post, *comb;   /* [B][hc], [B][hc], [B][hc][hc] */
+    float *x;        /* [B][dim] sub-layer input after the norm */
+    float *out;      /* [B][dim] sub-layer output */
+    float *qa;       /* [B][q_lora] */
+    float *q;        /* [B][H*hd] */
+    float *kv;       /* [B][hd] */
+    float *o;        /* [B][H*hd] attention output */
+    float *z;        /* [B][groups*o_lora] */
+    float *ckv, *csc;   /* [B][2*hd] compressor projections */
+    float *iq;       /* [B][ih*id] indexer queries */
+    float *iw;       /* [B][ih] indexer head weights */
+    float *ikv, *isc;   /* [B][2*id] indexer compressor projections */
+    float *score;    /* [cap_entries] indexer scores of one sequence */
+    int *sel;        /* [max(topk, n_act)] */
+    int *csel;       /* [B][index_topk] indexer selections */
+    int *ncsel;      /* [B] */
+    const float **cand;  /* [window + cap_entries] attention candidate keys */
+    float *gate;     /* [B][n_routed] */
+    int *route;      /* [B][n_act] */
+    float *route_w;  /* [B][n_act] */
+    float *ex_x, *ex_g, *ex_u, *ex_h, *ex_o;   /* [B][...] expert batch buffers */
+    int *ex_rows;    /* [B] */
+    float *ex_wt;    /* [B] */
+    float *y;        /* [B][dim] MoE f32 accumulator */
+    float *hid;      /* [B][dim] */
+    int cap_entries; /* sized for the longest sequence seen */
+} v4_scratch;
+
+struct v4_ctx {
+    const v4_weights *w;
+    v4_backend *be;
+    int max_batch;
+    v4_scratch s;
+    float freqs_swa[64], freqs_comp[64];   /* RoPE tables (rope_dim/2 <= 64) */
+};
+
+/* mhc.c */
+void v4_hc_pre(v4_ctx *c, const v4_mat *fn, const float *scale, const float *base, int n);
+void v4_hc_post(v4_ctx *c, int n);
+void v4_hc_head(v4_ctx *c, int n);
+
+/* attention.c / compressor.c / indexer.c / moe.c */
+int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *const *tr);
+int v4_compressor_step(const v4_compressor_w *cw, v4_comp_state *st, int pos,
+                       const float *kvp, const float *sc, const float *freqs,
+                       int rope_dim, float eps, int rotate, float *out);
+void v4_indexer(v4_ctx *c, int layer, v4_seq *s, int b, v4_trace *tr);
+void v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *tr);
+
+int v4_ctx_reserve(v4_ctx *c, int entries, v4_error *err);
+
+#endif

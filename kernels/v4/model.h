@@ -1,0 +1,74 @@
+/* model.h - the DeepSeek-V4 decode path: public interface.
+ *
+ * Three objects, after antirez's engine/session split:
+ *   v4_weights (weights.h)  the loaded model, read-only, shared by everything;
+ *   v4_seq                  one sequence's mutable state: window ring buffers,
+ *                           compressed KV entries, indexer keys, compressor state,
+ *                           and its position; created, reset and freed independently;
+ *   v4_ctx                  a forward context: the backend, scratch buffers for up to
+ *                           max_batch sequences per step.  One per worker thread.
+ *
+ * v4_step() advances n sequences by one token each (each at its own position) and
+ * writes their f32 logits.  Weight-touching products run once per step for the
+ * whole batch through the backend; per-sequence work (attention, compressors,
+ * routing) loops over the sequences.
+ *
+ * Ownership: v4_seq_create/v4_ctx_create return objects the caller frees with
+ * v4_seq_free/v4_ctx_free.  Both borrow the v4_weights (and v4_ctx the backend),
+ * which must outlive them.  Traces are caller-owned.
+ * Thread: a v4_ctx and the sequences passed to it are used by one thread at a time;
+ * different contexts may run concurrently over the same weights.
+ */
+#ifndef V4_MODEL_H
+#define V4_MODEL_H
+
+#include <stdint.h>
+
+#include "../../config/error.h"
+#include "../backend.h"
+#include "weights.h"
+
+typedef struct v4_seq v4_seq;
+typedef struct v4_ctx v4_ctx;
+
+/* Per-step observation of one sequence (all optional; NULL arrays are skipped).
+ * Layout per layer l: route_ids[l*n_act + k], route_w[...]; index_ids[l*index_topk + k]
+ * with index_count[l] (-1 for layers without an indexer); checksum[l*2 + {0,1}] =
+ * fingerprint of the residual streams after the attention / MoE sub-layer.
+ * Debug dumps (if non-NULL): q[l][n_heads][head_dim], kv[l][head_dim],
+ * sub_out[l][2][dim], streams[l][2][hc][dim]. */
+typedef struct v4_trace {
+    int32_t *route_ids;
+    float *route_w;
+    int32_t *index_ids;
+    int32_t *index_count;
+    uint32_t *checksum;
+    float *q, *kv, *sub_out, *streams;
+    float *hidden;          /* [dim] final normed hidden state */
+} v4_trace;
+
+v4_seq *v4_seq_create(const v4_weights *w, int max_len, v4_error *err);
+void v4_seq_reset(v4_seq *s);
+void v4_seq_free(v4_seq *s);
+int v4_seq_pos(const v4_seq *s);            /* next position to be decoded */
+int v4_seq_capacity(const v4_seq *s);
+/* Read-only views of the caches (for tests): window ring [window][head_dim],
+ * compressed entries [n][head_dim], indexer keys [n][index_head_dim]. */
+const float *v4_seq_window(const v4_seq *s, int layer);
+const float *v4_seq_compressed(const v4_seq *s, int layer, int *n);
+const float *v4_seq_index_keys(const v4_seq *s, int layer, int *n);
+
+v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_error *err);
+void v4_ctx_free(v4_ctx *c);
+
+/* Feed tokens[i] to seqs[i] at its current position, for i < n (n <= max_batch);
+ * logits: [n][vocab] f32 (may be NULL); traces: NULL or n pointers (each may be NULL).
+ * Fails (state unchanged) on a bad token id or a full sequence. */
+int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
+            float *logits, v4_trace *const *traces, v4_error *err);
+
+/* The bit-exactness fingerprint: sum_i (i+1) * bf16bits(x_i) mod 2^32. */
+uint32_t v4_checksum_bf16(const float *x, int n);
+uint32_t v4_checksum_f32(const float *x, int n);
+
+#endif

@@ -1,0 +1,120 @@
+/* moe.c - the mixture-of-experts sub-layer (spec §5.6).
+ *
+ * Router: z = gate . x in f32, s = sqrt(softplus(z)).  Hash layers take the experts
+ * from tid2eid[token]; the others the top-k of s + bias (the bias only selects).
+ * Weights = s[sel] / sum(s[sel]) * routed_scaling_factor.
+ * Expert e: g = w1 x, u = w3 x (BF16), u clamped to +-limit and g to <= limit,
+ * h = silu(g) * u * weight, out = w2 bf16(h).  The sub-layer output is the f32 sum of
+ * the routed experts in ascending expert id, then the shared expert, rounded to BF16.
+ *
+ * Batching: each expert's weights are read once per step for all sequences routed to
+ * it (gathered rows); the ascending-id order per sequence is kept because experts are
+ * visited in ascending id.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ops.h"
+
+static float sqrt_softplus(float z)
+{
+    float sp = z > 20.0f ? z : (float)log1p((double)v4_expf(z));
+    return (float)sqrt((double)sp);
+}
+
+static void route(v4_ctx *c, int layer, int b, int32_t token, v4_trace *t)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const v4_layer_w *lw = &c->w->layers[layer];
+    const int E = cfg->n_routed_experts, K = cfg->n_act_experts;
+    float *z = c->s.gate + (size_t)b * E;
+    int *sel = c->s.route + (size_t)b * K;
+    float *wt = c->s.route_w + (size_t)b * K;
+    float biased[1024];
+    for (int e = 0; e < E; e++)
+        z[e] = sqrt_softplus(z[e]);            /* z now holds the scores s */
+    if (lw->tid2eid) {
+        for (int k = 0; k < K; k++)
+            sel[k] = lw->tid2eid[(size_t)token * K + k];
+    } else {
+        for (int e = 0; e < E; e++)
+            biased[e] = z[e] + lw->gate_bias[e];
+        v4_topk(biased, E, K, sel);
+    }
+    double sum = 0.0;
+    for (int k = 0; k < K; k++)
+        sum += z[sel[k]];
+    float fs = (float)sum;
+    for (int k = 0; k < K; k++)
+        wt[k] = (z[sel[k]] / fs) * cfg->route_scale;
+    if (t && t->route_ids)
+        for (int k = 0; k < K; k++) {
+            t->route_ids[layer * K + k] = sel[k];
+            t->route_w[layer * K + k] = wt[k];
+        }
+}
+
+/* out[m][dim] = expert(x rows) for m gathered rows; wt = NULL for the shared expert. */
+static void expert_forward(v4_ctx *c, const v4_expert_w *ex, int m, const float *wt)
+{
+    const v4_config *cfg = &c->w->cfg;
+    v4_scratch *S = &c->s;
+    const int dim = cfg->dim, I = cfg->moe_inter;
+    const float lim = cfg->swiglu_limit;
+    v4_linear(c->be, &ex->w1, V4_LIN_QUANT, m, S->ex_x, dim, S->ex_g, I);
+    v4_linear(c->be, &ex->w3, V4_LIN_QUANT, m, S->ex_x, dim, S->ex_u, I);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < I; i++) {
+            float g = S->ex_g[(size_t)r * I + i], u = S->ex_u[(size_t)r * I + i];
+            if (lim > 0.0f) {
+                if (u > lim) u = lim;
+                if (u < -lim) u = -lim;
+                if (g > lim) g = lim;
+            }
+            float h = v4_siluf(g) * u;
+            if (wt)
+                h = wt[r] * h;
+            S->ex_h[(size_t)r * I + i] = v4_bf16(h);
+        }
+    v4_linear(c->be, &ex->w2, V4_LIN_QUANT, m, S->ex_h, I, S->ex_o, dim);
+}
+
+void v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *tr)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const v4_layer_w *lw = &c->w->layers[layer];
+    v4_scratch *S = &c->s;
+    const int dim = cfg->dim, E = cfg->n_routed_experts, K = cfg->n_act_experts;
+
+    v4_linear(c->be, &lw->gate, V4_LIN_EXACT, n, S->x, dim, S->gate, E);
+    for (int b = 0; b < n; b++)
+        route(c, layer, b, tokens[b], tr ? tr[b] : NULL);
+    memset(S->y, 0, sizeof(float) * (size_t)n * dim);
+
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int b = 0; b < n; b++)
+            for (int k = 0; k < K; k++)
+                if (S->route[b * K + k] == e) {
+                    S->ex_rows[m] = b;
+                    S->ex_wt[m] = S->route_w[b * K + k];
+                    memcpy(S->ex_x + (size_t)m * dim, S->x + (size_t)b * dim, sizeof(float) * dim);
+                    m++;
+                }
+        if (!m)
+            continue;
+        expert_forward(c, &lw->experts[e], m, S->ex_wt);
+        for (int r = 0; r < m; r++) {
+            float *y = S->y + (size_t)S->ex_rows[r] * dim;
+            const float *o = S->ex_o + (size_t)r * dim;
+            for (int i = 0; i < dim; i++)
+                y[i] = y[i] + o[i];
+        }
+    }
+    memcpy(S->ex_x, S->x, sizeof(float) * (size_t)n * dim);
+    expert_forward(c, &lw->shared, n, NULL);
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < dim; i++)
+            S->out[(size_t)b * dim + i] = v4_bf16(S->y[(size_t)b * dim + i] + S->ex_o[(size_t)b * dim + i]);
+}
