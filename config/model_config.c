@@ -119,7 +119,7 @@ static int get_llong(const reader *r, const json_t *obj, const char *parent, con
 static int get_int(const reader *r, const json_t *obj, const char *parent, const char *key,
                    int required, int dflt, int *out)
 {
-    long long x;
+    long long x = 0;
     if (get_llong(r, obj, parent, key, required, dflt, &x) < 0)
         return -1;
     if (x < INT_MIN || x > INT_MAX) {
@@ -153,7 +153,7 @@ static int get_double(const reader *r, const json_t *obj, const char *parent, co
 static int get_float(const reader *r, const json_t *obj, const char *parent, const char *key,
                      int required, double dflt, float *out)
 {
-    double x;
+    double x = 0.0;
     if (get_double(r, obj, parent, key, required, dflt, &x) < 0)
         return -1;
     if (!isfinite(x) || fabs(x) > FLT_MAX) {
