@@ -19,7 +19,7 @@
 
 static float sqrt_softplus(float z)
 {
-    float sp = z > 20.0f ? z : (float)log1p((double)v4_expf(z));
+    float sp = z > 20.0f ? z : (float)log1p(exp((double)z));
     return (float)sqrt((double)sp);
 }
 

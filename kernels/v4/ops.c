@@ -41,7 +41,7 @@ void v4_rope(float *v, int npairs, const float *freqs, int pos, int inverse)
     float fp = (float)pos;
     for (int i = 0; i < npairs; i++) {
         float ang = fp * freqs[i];
-        double c = cos((double)ang), s = sin((double)ang);
+        double c = (float)cos((double)ang), s = (float)sin((double)ang);
         if (inverse)
             s = -s;
         double a = v[2 * i], b = v[2 * i + 1];

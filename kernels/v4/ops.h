@@ -28,6 +28,7 @@ void v4_rmsnorm(const float *x, const float *w, int n, float eps, float *y);
 void v4_round_bf16(float *x, int n);
 
 /* Interleaved-pair rotation of v[0..2*npairs) by angle f32(f32(pos) * freqs[i]);
+ * cos and sin are rounded to f32 (rule 4);
  * the rotation is evaluated in double and rounded to f32, then bf16.  inverse
  * rotates by the negative angle. */
 void v4_rope(float *v, int npairs, const float *freqs, int pos, int inverse);

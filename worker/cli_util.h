@@ -1,0 +1,28 @@
+/* cli_util.h - small helpers shared by the subcommands: option parsing of the
+ * common engine flags, reading a JSON array of token ids, printing an error.
+ * Ownership: arrays returned through out-parameters are malloc'd; the caller frees.
+ * Thread: main thread only. */
+#ifndef V4_CLI_UTIL_H
+#define V4_CLI_UTIL_H
+
+#include <stdint.h>
+
+#include "../config/error.h"
+#include "../kernels/backend.h"
+
+typedef struct v4_engine_opts {
+    const char *model;      /* --model DIR */
+    int threads;            /* --threads N (0 = all cores) */
+    const char *isa;        /* --isa auto|scalar|avx2|avx512 */
+} v4_engine_opts;
+
+/* Consume argv[*i] (and its value) if it is a common engine flag; returns 1 if
+ * consumed, 0 if not ours, -1 on a missing/bad value (message printed). */
+int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd);
+/* Read a JSON array of integers in [0, limit) (limit <= 0: no upper bound). */
+int v4_read_ids_json(const char *path, int32_t **ids, int *n, int limit, v4_error *err);
+/* One line "v4fleet CMD: WHERE: MESSAGE" on stderr. */
+void v4_print_error(const char *cmd, const v4_error *err);
+v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err);
+
+#endif
