@@ -90,9 +90,21 @@ size_t v4_ckpt_n_shards(const v4_ckpt *ck);
 const char *v4_ckpt_shard_path(const v4_ckpt *ck, size_t i);
 const char *v4_ckpt_dir(const v4_ckpt *ck);
 
-/* Find a tensor and check dtype and shape (ndim dims; pass -1 for a dim to skip it).
- * Errors name the tensor, expected and actual dtype/shape. */
+/* Find a tensor and check dtype and shape (ndim dims; pass -1 for a dim to skip it;
+ * ndim < 0 skips the shape check, dt == V4_DT_INVALID skips the dtype check).
+ * Errors name the tensor, expected and actual dtype/shape; err->where = shard path. */
 const v4_tensor *v4_ckpt_expect(const v4_ckpt *ck, const char *name, v4_dtype dt,
                                 int ndim, const int64_t *shape, v4_error *err);
+
+/* Paging hints for one tensor's bytes (madvise on the page-aligned range); best
+ * effort: returns 0, or -1 when the kernel refused the hint (err filled). */
+typedef enum v4_advice {
+    V4_ADVISE_NORMAL = 0,
+    V4_ADVISE_WILLNEED,     /* start reading it in now (prefetch)                */
+    V4_ADVISE_DONTNEED,     /* drop the pages; they are re-read from the file    */
+    V4_ADVISE_SEQUENTIAL,
+    V4_ADVISE_RANDOM,
+} v4_advice;
+int v4_ckpt_advise(const v4_ckpt *ck, const v4_tensor *t, v4_advice adv, v4_error *err);
 
 #endif
