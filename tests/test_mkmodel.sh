@@ -7,7 +7,8 @@
 # same headers; refusal to overwrite a non-empty dir, --force; and (with python3) a
 # structural check of every shard: header format, contiguous offsets, index <-> shard
 # agreement, total_size, headers/index identical to the golden tiny model's, config
-# equal to the golden config, no NaN codes, finite floats, distinct tid2eid ids.
+# equal to the golden config, no NaN codes, finite floats, distinct tid2eid ids;
+# and, when the logits command is built in, usable logits from the decode engine.
 # Exit 77 = skipped.
 set -u
 BIN=${V4_BIN:-}
@@ -118,6 +119,30 @@ else
         n=$(od -An -tu8 -N8 "$f" | tr -d ' ')
         check "$(basename "$f") header length $n % 8 == 0" test $((n % 8)) -eq 0
     done
+fi
+
+# The weights must give usable logits: run the decode engine (when it is built in)
+# over 24 positions and check finite logits, a sane spread and a varying argmax.
+if command -v python3 >/dev/null 2>&1 && "$BIN" logits --help >/dev/null 2>&1; then
+    python3 -c 'import json, random; r = random.Random(3); print(json.dumps([r.randrange(4096) for _ in range(24)]))' \
+        > "$WORK/tokens.json"
+    check "logits on the tiny model" "$BIN" logits --model "$WORK/b" --tokens "$WORK/tokens.json" \
+        --out "$WORK/logits.bin"
+    check "logits finite, spread, varied argmax" python3 - "$WORK/logits.bin" <<'EOF'
+import math, struct, sys
+b = open(sys.argv[1], 'rb').read(); V = 4096; n = len(b) // (4 * V)
+am = []; ok = n == 24
+for p in range(n):
+    l = struct.unpack('<%df' % V, b[p * V * 4:(p + 1) * V * 4])
+    if not all(math.isfinite(x) for x in l): ok = False; print('  non-finite logits at', p)
+    m = sum(l) / V; sd = math.sqrt(sum((x - m) ** 2 for x in l) / V)
+    if not 0.1 < sd < 100: ok = False; print('  logit std %g at %d' % (sd, p))
+    am.append(l.index(max(l)))
+print('  %d positions, %d distinct argmax' % (n, len(set(am))))
+sys.exit(0 if ok and len(set(am)) >= n // 2 else 1)
+EOF
+else
+    echo "note: logits command or python3 not available, engine check skipped"
 fi
 
 [ $fail -eq 0 ] && echo "test_mkmodel: all checks passed" || echo "test_mkmodel: FAILED"

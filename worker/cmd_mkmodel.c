@@ -16,10 +16,12 @@
  * (name, dtype, shape, how to initialize it); the plan gives every file's size, the
  * total, and the bytes one decode token reads, which are printed before anything is
  * written.  Each shard is then streamed through cache/st_writer (header first, data
- * in 4 MiB chunks, ".NAME.tmp" + fsync + rename).  config.json is written after the
- * shards and the index last, so a directory with an index is always complete; with
- * --force the old index is deleted before anything else is touched.  Progress goes to
- * stderr every 5% for checkpoints of 64 MiB or more.
+ * in 4 MiB chunks, ".NAME.tmp" + fsync + rename).  The index is written after the
+ * shards and config.json last, so a directory with a config.json (what scripts test
+ * for) or an index is complete; with --force the old config.json and index are
+ * deleted before anything else is touched.  The preset is checked with
+ * v4_config_validate() and the written config.json is parsed back before writing.
+ * Progress goes to stderr every 5% for checkpoints of 64 MiB or more.
  *
  * Determinism: every tensor has its own xoshiro256** stream seeded from splitmix64 of
  * (--seed, FNV-1a of the tensor's base name), and per-block choices (FP8 block
@@ -73,6 +75,7 @@
 #include "../cache/st_writer.h"
 #include "../config/model_config.h"
 #include "../kernels/codec.h"
+#include "cli_util.h"
 #include "commands.h"
 
 #define CHUNK_BYTES (4u << 20)
@@ -849,12 +852,29 @@ static char *index_json(const plan *p)
     return text;
 }
 
+/* config.json text, checked by parsing it back (NULL + err on failure). */
+static char *config_json(const v4_config *c, v4_error *err)
+{
+    char *text = v4_config_to_json(c);
+    v4_config back;
+    if (!text) {
+        v4_err_set(err, V4_ERR_NOMEM, "config.json", "cannot build JSON");
+        return NULL;
+    }
+    if (v4_config_parse(text, "config.json (written)", &back, err)) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* Write text (owned, freed here; NULL = the builder failed and set err, or OOM). */
 static int write_text(const char *dir, const char *name, char *text, int sync, v4_error *err)
 {
     char path[4096];
     int rc;
     if (!text)
-        rc = v4_err_set(err, V4_ERR_NOMEM, name, "cannot build JSON");
+        rc = err->code ? -1 : v4_err_set(err, V4_ERR_NOMEM, name, "cannot build JSON");
     else if (join_path(path, sizeof path, dir, name))
         rc = v4_err_set(err, V4_ERR_INVALID, dir, "output path too long");
     else
@@ -896,13 +916,23 @@ static int mkdir_p(const char *dir, v4_error *err)
     return 0;
 }
 
-/* Count entries (other than . and ..); with del, unlink ours, index first. */
+/* Unlink DIR/name if it exists. */
+static int remove_if_there(const char *dir, const char *name, v4_error *err)
+{
+    char path[4096];
+    if (!join_path(path, sizeof path, dir, name) && unlink(path) && errno != ENOENT)
+        return v4_err_set(err, V4_ERR_IO, path, "cannot remove: %s", strerror(errno));
+    return 0;
+}
+
+/* Count entries (other than . and ..); with del, unlink ours, the config.json and
+ * the index first (so that the directory stops looking like a checkpoint). */
 static int scan_dir(const char *dir, int del, int *count, v4_error *err)
 {
     char path[4096];
-    if (del && !join_path(path, sizeof path, dir, "model.safetensors.index.json") &&
-        unlink(path) && errno != ENOENT)
-        return v4_err_set(err, V4_ERR_IO, path, "cannot remove: %s", strerror(errno));
+    if (del && (remove_if_there(dir, "config.json", err) ||
+                remove_if_there(dir, "model.safetensors.index.json", err)))
+        return -1;
     DIR *d = opendir(dir);
     if (!d)
         return v4_err_set(err, V4_ERR_IO, dir, "cannot open directory: %s", strerror(errno));
@@ -1120,9 +1150,9 @@ static int generate(const opts *o, const plan *p, const v4_config *c, v4_error *
     }
     free(g.buf);
     if (!rc)
-        rc = write_text(o->out, "config.json", v4_config_to_json(c), o->sync, err);
-    if (!rc)
         rc = write_text(o->out, "model.safetensors.index.json", index_json(p), o->sync, err);
+    if (!rc)
+        rc = write_text(o->out, "config.json", config_json(c, err), o->sync, err);
     if (!rc)
         printf("mkmodel: wrote %s in %.1f s\n", o->out, seconds_since(&pg.t0));
     return rc;
@@ -1145,8 +1175,8 @@ int v4_cmd_mkmodel(int argc, char **argv)
     }
     v4_error err = {0};
     plan p;
-    if (plan_build(&p, &cfg, &err)) {
-        fprintf(stderr, "mkmodel: %s: %s\n", err.where, err.msg);
+    if (v4_config_validate(&cfg, o.preset, &err) || plan_build(&p, &cfg, &err)) {
+        v4_print_error("mkmodel", &err);
         return 1;
     }
     int rc = prepare_dir(o.out, o.force, &err);
@@ -1156,7 +1186,7 @@ int v4_cmd_mkmodel(int argc, char **argv)
     }
     plan_free(&p);
     if (rc) {
-        fprintf(stderr, "mkmodel: %s: %s\n", err.where, err.msg);
+        v4_print_error("mkmodel", &err);
         return 1;
     }
     return 0;
