@@ -72,4 +72,12 @@ typedef struct v4_weights {
 
 void v4_weights_free(v4_weights *w);
 
+/* Byte accounting (for benchmarks and the expert cache): bytes of one matrix as
+ * stored (weights + scales), of one expert (w1 + w3 + w2), and of the weights every
+ * decode step reads regardless of routing (all matrices except the routed experts
+ * and the embedding table, plus one embedding row). */
+uint64_t v4_mat_bytes(const v4_mat *m);
+uint64_t v4_expert_bytes(const v4_expert_w *e);
+uint64_t v4_step_trunk_bytes(const v4_weights *w);
+
 #endif
