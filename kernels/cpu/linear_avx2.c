@@ -357,6 +357,7 @@ void v4_rows_fp4_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
 #define XSUB 8                  /* 4-row subtiles per tile (independent chains) */
 #define XROWS (XSUB * 4)        /* 32 rows */
 #define XCOLS 16                /* columns transposed per step */
+#define XPF (8 * XCOLS)         /* prefetch distance in elements (8 steps ahead) */
 
 /* buf[(j * XSUB + s) * 4 + lane] = w[row s*4+lane][j0 + j] as double */
 
@@ -407,6 +408,8 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
                 const float *p = w + (size_t)rows[s * 4 + i] * K + j0 + g;
                 if (c == 4) {
                     m[i] = _mm_loadu_ps(p);
+                    if (g == 0)
+                        _mm_prefetch((const char *)(p + XPF), _MM_HINT_T0);
                 } else {
                     float t[4] = {0};
                     if (c > 0)
@@ -427,6 +430,8 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
             const uint16_t *p = (const uint16_t *)W->w + (size_t)row * K + j0;
             if (cw == XCOLS) {
                 r[i] = _mm256_loadu_si256((const __m256i *)p);
+                if ((j0 / XCOLS) % 2 == 0)
+                    _mm_prefetch((const char *)(p + XPF), _MM_HINT_T0);
             } else {
                 uint16_t t[XCOLS] = {0};
                 memcpy(t, p, sizeof(uint16_t) * (size_t)cw);
@@ -438,6 +443,8 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
             __m128i bytes;
             if (cw == XCOLS) {
                 bytes = _mm_loadu_si128((const __m128i *)p);
+                if ((j0 / XCOLS) % 4 == 0)
+                    _mm_prefetch((const char *)(p + XPF), _MM_HINT_T0);
             } else {
                 uint8_t t[XCOLS] = {0};
                 memcpy(t, p, (size_t)cw);
@@ -452,12 +459,14 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
     tr16_to_buf(r, buf, s);
 }
 
+/* acc[s] (4 rows each) += sum over j < cw, in column order, of buf[j][s] * xd[j]:
+ * each lane is one row's scalar double sequence. */
 V4_INLINE void exact_fma(const double *buf, const double *xd, int cw, double *acc, const int NS)
 {
     __m256d a[XSUB];
 #pragma GCC unroll 8
     for (int s = 0; s < NS; s++)
-        a[s] = _mm256_load_pd(acc + s * 4);
+        a[s] = _mm256_load_pd(acc + (size_t)s * 4);
     for (int j = 0; j < cw; j++) {
         const __m256d xb = _mm256_set1_pd(xd[j]);
 #pragma GCC unroll 8
@@ -466,7 +475,22 @@ V4_INLINE void exact_fma(const double *buf, const double *xd, int cw, double *ac
     }
 #pragma GCC unroll 8
     for (int s = 0; s < NS; s++)
-        _mm256_store_pd(acc + s * 4, a[s]);
+        _mm256_store_pd(acc + (size_t)s * 4, a[s]);
+}
+
+/* dispatch on the number of subtiles (compile-time constants for the unrolling) */
+V4_INLINE void exact_fma_ns(const double *buf, const double *xd, int cw, double *acc, int ns)
+{
+    switch (ns) {
+    case 8: exact_fma(buf, xd, cw, acc, 8); break;
+    case 7: exact_fma(buf, xd, cw, acc, 7); break;
+    case 6: exact_fma(buf, xd, cw, acc, 6); break;
+    case 5: exact_fma(buf, xd, cw, acc, 5); break;
+    case 4: exact_fma(buf, xd, cw, acc, 4); break;
+    case 3: exact_fma(buf, xd, cw, acc, 3); break;
+    case 2: exact_fma(buf, xd, cw, acc, 2); break;
+    default: exact_fma(buf, xd, cw, acc, 1); break;
+    }
 }
 
 static void exact_tile(const v4_mat *W, int n, const float *x, int ldx, float *y, int ldy,
@@ -491,17 +515,7 @@ static void exact_tile(const v4_mat *W, int n, const float *x, int ldx, float *y
                 const float *xv = x + (size_t)(v0 + v) * ldx + j0;
                 for (int j = 0; j < cw; j++)
                     xd[j] = (double)xv[j];
-                double *a = acc + (size_t)v * XSUB * 4;
-                switch (ns) {
-                case 8: exact_fma(buf, xd, cw, a, 8); break;
-                case 7: exact_fma(buf, xd, cw, a, 7); break;
-                case 6: exact_fma(buf, xd, cw, a, 6); break;
-                case 5: exact_fma(buf, xd, cw, a, 5); break;
-                case 4: exact_fma(buf, xd, cw, a, 4); break;
-                case 3: exact_fma(buf, xd, cw, a, 3); break;
-                case 2: exact_fma(buf, xd, cw, a, 2); break;
-                default: exact_fma(buf, xd, cw, a, 1); break;
-                }
+                exact_fma_ns(buf, xd, cw, acc + (size_t)v * XSUB * 4, ns);
             }
         }
         for (int v = 0; v < nv; v++)

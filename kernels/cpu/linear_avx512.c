@@ -51,7 +51,7 @@
 #include "simd_x86.h"
 
 #define TILE 8          /* rows per QUANT tile (one ymm of float accumulators) */
-#define VGROUP 16       /* batch vectors handled per pass over a tile */
+#define VGROUP 16       /* EXACT: batch vectors per pass over a tile */
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -124,22 +124,22 @@ V4_INLINE __m512d e4m3x8_pd(const uint8_t *p)
     return _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(b, 49), _mm512_set1_epi64(E4M3_PD_MASK)));
 }
 
-/* R rows x V vectors of one 128-column block.  wr[r] and qv[v] point at the block.
- * out[v*R + r] = exact block sum * 2^-16. */
-V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const float *const *qv, const int V,
-                      double *out)
+/* R rows x V vectors of one 128-column block.  wr[r] points at the block's bytes,
+ * qd + v*128 at vector v's activations as doubles * 2^1000.  Result: out[g] lane i is
+ * the exact block sum * 2^-16 of (row, vector) = (f % R, f / R), f = 8g + i. */
+V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const double *qd, const int V,
+                      __m512d *out)
 {
     __m512d acc[16];
 #pragma GCC unroll 16
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm512_setzero_pd();
-    const __m512d pre = _mm512_set1_pd(0x1p1000);
 #pragma GCC unroll 2
     for (int c = 0; c < 128; c += 8) {
         __m512d q[4];
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
-            q[v] = _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(qv[v] + c)), pre);
+            q[v] = _mm512_load_pd(qd + v * 128 + c);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             __m512d w = e4m3x8_pd(wr[r] + c);
@@ -149,8 +149,8 @@ V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const float *const 
         }
     }
 #pragma GCC unroll 2
-    for (int g = 0; g < R * V; g += 8)
-        _mm512_storeu_pd(out + g, hsum8_pd(acc + g));
+    for (int g = 0; g < R * V / 8; g++)
+        out[g] = hsum8_pd(acc + 8 * g);
 }
 
 /* any (b & 0x7f) == 0x7f in 8 rows x 128 bytes */
@@ -166,76 +166,103 @@ V4_INLINE int fp8_has_nan(const uint8_t *const *wr)
     return k != 0;
 }
 
-V4_INLINE __m256 bf16_store_mask(float *dst, __m256 acc, int nr)
+V4_INLINE void bf16_store_mask(float *dst, __m256 acc, int nr)
 {
-    __m256 r = v4x_bf16_ps(acc);
-    _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nr) - 1), r);
-    return r;
+    _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nr) - 1), v4x_bf16_ps(acc));
+}
+
+typedef struct tile_ctx {
+    const uint8_t *wrow[TILE];      /* the tile's rows (clamped to valid rows) */
+    const uint8_t *srow[TILE];      /* their scale rows */
+    int rt, nr;
+} tile_ctx;
+
+/* One pass over an FP8 tile for V (1..4) vectors starting at v0; returns whether a
+ * NaN weight code was seen (checked on the first pass only). */
+V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, float *y, int ldy,
+                       const tile_ctx *t, int v0, const int V)
+{
+    const int K = W->cols, nkb = K / 128;
+    const int uniform = t->srow[0] == t->srow[TILE - 1];
+    const __m512d pre = _mm512_set1_pd(0x1p1000), post = _mm512_set1_pd(0x1p16);
+    double qd[4 * 128] __attribute__((aligned(64)));
+    __m256 acc[4];
+    int nan_seen = 0;
+    for (int v = 0; v < V; v++)
+        acc[v] = _mm256_setzero_ps();
+    for (int kb = 0; kb < nkb; kb++) {
+        const uint8_t *wr[TILE];
+        for (int i = 0; i < TILE; i++)
+            wr[i] = t->wrow[i] + (size_t)kb * 128;
+        if (v0 == 0) {
+            nan_seen |= fp8_has_nan(wr);
+            for (int i = 0; i < TILE; i++) {
+                _mm_prefetch((const char *)(wr[i] + 2 * 128), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr[i] + 2 * 128 + 64), _MM_HINT_T0);
+            }
+        }
+        for (int v = 0; v < V; v++) {
+            const float *q = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
+            for (int c = 0; c < 128; c += 8)
+                _mm512_store_pd(qd + v * 128 + c, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(q + c)), pre));
+        }
+        __m512d P[4];                   /* P[v] lane i: row i of vector v */
+        if (V == 1) {
+            fp8_mk(wr, 8, qd, 1, P);
+        } else if (V == 2) {
+            fp8_mk(wr, 8, qd, 2, P);
+        } else if (V == 3) {
+            fp8_mk(wr, 8, qd, 2, P);
+            fp8_mk(wr, 8, qd + 256, 1, P + 2);
+        } else {
+            __m512d X[2], Y[2];         /* X[g] = [v 2g rows 0-3, v 2g+1 rows 0-3], Y: rows 4-7 */
+            fp8_mk(wr, 4, qd, 4, X);
+            fp8_mk(wr + 4, 4, qd, 4, Y);
+            for (int g = 0; g < 2; g++) {
+                P[2 * g] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(1, 0, 1, 0));
+                P[2 * g + 1] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+        }
+        __m256 sw;
+        if (uniform) {
+            sw = _mm256_set1_ps(v4x_e8m0(t->srow[0][kb]));
+        } else {
+            float s[TILE];
+            for (int i = 0; i < TILE; i++)
+                s[i] = v4x_e8m0(t->srow[i][kb]);
+            sw = _mm256_loadu_ps(s);
+        }
+        for (int v = 0; v < V; v++) {   /* the scalar epilogue, lane-wise */
+            __m256 pf = _mm512_cvtpd_ps(_mm512_mul_pd(P[v], post));
+            __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + kb]));
+            tt = _mm256_mul_ps(tt, sw);
+            acc[v] = _mm256_add_ps(acc[v], tt);
+        }
+    }
+    for (int v = 0; v < V; v++)
+        bf16_store_mask(y + (size_t)(v0 + v) * ldy + t->rt, acc[v], t->nr);
+    return nan_seen;
 }
 
 static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
                      float *y, int ldy, int rt, int nr)
 {
-    const uint8_t *w = W->w;
-    const int K = W->cols, nkb = K / 128, scols = (K + 127) / 128;
-    const uint8_t *wrow[TILE];
-    const uint8_t *srow[TILE];
+    const int K = W->cols, scols = (K + 127) / 128;
+    tile_ctx t = {.rt = rt, .nr = nr};
     for (int i = 0; i < TILE; i++) {
         int r = rt + imin(i, nr - 1);
-        wrow[i] = w + (size_t)r * K;
-        srow[i] = W->scale + (size_t)(r / 128) * scols;
+        t.wrow[i] = (const uint8_t *)W->w + (size_t)r * K;
+        t.srow[i] = W->scale + (size_t)(r / 128) * scols;
     }
-    const int uniform = srow[0] == srow[TILE - 1];
     int nan_seen = 0;
-    for (int v0 = 0; v0 < n; v0 += VGROUP) {
-        const int nv = imin(VGROUP, n - v0);
-        __m256 acc[VGROUP];
-        for (int v = 0; v < nv; v++)
-            acc[v] = _mm256_setzero_ps();
-        double part[VGROUP * TILE] __attribute__((aligned(64)));
-        for (int kb = 0; kb < nkb; kb++) {
-            const uint8_t *wr[TILE];
-            for (int i = 0; i < TILE; i++)
-                wr[i] = wrow[i] + (size_t)kb * 128;
-            if (v0 == 0)
-                nan_seen |= fp8_has_nan(wr);
-            const float *qv[VGROUP];
-            for (int v = 0; v < nv; v++)
-                qv[v] = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
-            int v = 0;
-            for (; nv - v >= 4; v += 4) {
-                double t[16] __attribute__((aligned(64)));
-                for (int h = 0; h < 2; h++) {
-                    fp8_mk(wr + 4 * h, 4, qv + v, 4, t);
-                    for (int vv = 0; vv < 4; vv++)
-                        memcpy(part + (v + vv) * TILE + 4 * h, t + vv * 4, 4 * sizeof(double));
-                }
-            }
-            if (nv - v >= 2) {
-                fp8_mk(wr, 8, qv + v, 2, part + v * TILE);
-                v += 2;
-            }
-            if (nv - v == 1)
-                fp8_mk(wr, 8, qv + v, 1, part + v * TILE);
-            __m256 sw;
-            if (uniform) {
-                sw = _mm256_set1_ps(v4x_e8m0(srow[0][kb]));
-            } else {
-                float s[TILE];
-                for (int i = 0; i < TILE; i++)
-                    s[i] = v4x_e8m0(srow[i][kb]);
-                sw = _mm256_loadu_ps(s);
-            }
-            const __m512d post = _mm512_set1_pd(0x1p16);
-            for (int vv = 0; vv < nv; vv++) {
-                __m256 pf = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_load_pd(part + vv * TILE), post));
-                __m256 t = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + vv) * nkb + kb]));
-                t = _mm256_mul_ps(t, sw);
-                acc[vv] = _mm256_add_ps(acc[vv], t);
-            }
+    /* passes of up to 4 vectors; the tile's weights come from L1/L2 after the first */
+    for (int v0 = 0; v0 < n; v0 += 4) {
+        switch (imin(4, n - v0)) {
+        case 1: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 1); break;
+        case 2: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 2); break;
+        case 3: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 3); break;
+        default: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 4); break;
         }
-        for (int v = 0; v < nv; v++)
-            bf16_store_mask(y + (size_t)(v0 + v) * ldy + rt, acc[v], nr);
     }
     if (nan_seen)
         v4_rows_fp8_scalar(W, n, xq, xs, NULL, 0, y, ldy, rt, rt + nr);
@@ -257,23 +284,15 @@ void v4_rows_fp8_avx512(const v4_mat *W, int n, const float *xq, const float *xs
 #define FP4_MAGIC 12288.0f          /* 1.5 * 2^13: ulp 2^-10 on [2^13, 2^14) */
 #define FP4_MAGIC_BITS 0x46400000u
 
-/* R rows x V vectors of one 32-column block; wr[r] at the block's 16 bytes, qv[v] at
- * its 32 activations.  out[v*R + r] = exact block sum * 2^10 (int32). */
-V4_INLINE void fp4_mk(const uint8_t *const *wr, const int R, const float *const *qv, const int V,
-                      int32_t *out)
+/* R rows x V vectors of one 32-column block; wr[r] at the block's 16 bytes, qd + 32v
+ * = vector v's activations deinterleaved (16 even columns, then 16 odd).  Result:
+ * out[g] lane i = exact block sum * 2^10 of (row, vector) = (f % R, f / R), f = 8g+i. */
+V4_INLINE void fp4_mk(const uint8_t *const *wr, const int R, const float *qd, const int V,
+                      __m256i *out)
 {
     const __m512 lut = _mm512_setr_ps(0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                                       -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f);
     const __m512 magic = _mm512_set1_ps(FP4_MAGIC);
-    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    __m512 qe[4], qo[4];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; v++) {
-        __m512 a = _mm512_loadu_ps(qv[v]), b = _mm512_loadu_ps(qv[v] + 16);
-        qe[v] = _mm512_permutex2var_ps(a, ie, b);
-        qo[v] = _mm512_permutex2var_ps(a, io, b);
-    }
     /* each lane adds 2 biased terms: start at -2*bits(magic) (mod 2^32) */
     const __m512i init = _mm512_set1_epi32((int)(0u - 2u * FP4_MAGIC_BITS));
     __m512i acc[16];
@@ -288,88 +307,117 @@ V4_INLINE void fp4_mk(const uint8_t *const *wr, const int R, const float *const 
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++) {
             __m512i a = acc[v * R + r];
-            a = _mm512_add_epi32(a, _mm512_castps_si512(_mm512_fmadd_ps(qe[v], we, magic)));
-            a = _mm512_add_epi32(a, _mm512_castps_si512(_mm512_fmadd_ps(qo[v], wo, magic)));
+            a = _mm512_add_epi32(a, _mm512_castps_si512(_mm512_fmadd_ps(_mm512_load_ps(qd + 32 * v), we, magic)));
+            a = _mm512_add_epi32(a, _mm512_castps_si512(_mm512_fmadd_ps(_mm512_load_ps(qd + 32 * v + 16), wo, magic)));
             acc[v * R + r] = a;
         }
     }
 #pragma GCC unroll 2
-    for (int g = 0; g < R * V; g += 8)
-        _mm256_storeu_si256((__m256i *)(out + g), hsum8_epi32(acc + g));
+    for (int g = 0; g < R * V / 8; g++)
+        out[g] = hsum8_epi32(acc + 8 * g);
 }
 
 #define SBCHUNK 16      /* FP4 scale blocks whose scales are transposed at once */
 
+/* E8M0 scales of 8 rows x nb (<= 16) blocks starting at sb0 -> swt[block][row] */
+V4_INLINE void fp4_scales(const tile_ctx *t, int sb0, int nb, float swt[SBCHUNK][TILE])
+{
+    for (int h = 0; h < nb; h += 8) {
+        __m256 m[8];
+        const int cnt = imin(8, nb - h);
+        for (int i = 0; i < TILE; i++) {
+            __m128i b;
+            if (cnt == 8) {
+                b = _mm_loadl_epi64((const __m128i *)(t->srow[i] + sb0 + h));
+            } else {
+                uint8_t tmp[8] = {0};
+                memcpy(tmp, t->srow[i] + sb0 + h, (size_t)cnt);
+                b = _mm_loadl_epi64((const __m128i *)tmp);
+            }
+            m[i] = v4x_e8m0_ps(_mm256_cvtepu8_epi32(b));
+        }
+        v4x_transpose8_ps(m);
+        for (int j = 0; j < 8; j++)
+            _mm256_store_ps(swt[h + j], m[j]);
+    }
+}
+
+V4_INLINE void fp4_pass(const v4_mat *W, const float *xq, const float *xs, float *y, int ldy,
+                        const tile_ctx *t, int v0, const int V)
+{
+    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m256 post = _mm256_set1_ps(0x1p-10f);
+    float swt[SBCHUNK][TILE] __attribute__((aligned(32)));
+    float qd[4 * 32] __attribute__((aligned(64)));
+    __m256 acc[4];
+    for (int v = 0; v < V; v++)
+        acc[v] = _mm256_setzero_ps();
+    for (int sb0 = 0; sb0 < nsb; sb0 += SBCHUNK) {
+        const int nb = imin(SBCHUNK, nsb - sb0);
+        fp4_scales(t, sb0, nb, swt);
+        for (int b = 0; b < nb; b++) {
+            const int sb = sb0 + b;
+            const uint8_t *wr[TILE];
+            for (int i = 0; i < TILE; i++)
+                wr[i] = t->wrow[i] + (size_t)sb * 16;
+            if (v0 == 0 && sb % 4 == 0)
+                for (int i = 0; i < TILE; i++)
+                    _mm_prefetch((const char *)(wr[i] + 128), _MM_HINT_T0);
+            for (int v = 0; v < V; v++) {
+                const float *q = xq + (size_t)(v0 + v) * K + (size_t)sb * 32;
+                __m512 a = _mm512_loadu_ps(q), c = _mm512_loadu_ps(q + 16);
+                _mm512_store_ps(qd + 32 * v, _mm512_permutex2var_ps(a, ie, c));
+                _mm512_store_ps(qd + 32 * v + 16, _mm512_permutex2var_ps(a, io, c));
+            }
+            __m256i P[4];               /* P[v] lane i: row i of vector v */
+            if (V == 1) {
+                fp4_mk(wr, 8, qd, 1, P);
+            } else if (V == 2) {
+                fp4_mk(wr, 8, qd, 2, P);
+            } else if (V == 3) {
+                fp4_mk(wr, 8, qd, 2, P);
+                fp4_mk(wr, 8, qd + 64, 1, P + 2);
+            } else {
+                __m256i X[2], Y[2];
+                fp4_mk(wr, 4, qd, 4, X);
+                fp4_mk(wr + 4, 4, qd, 4, Y);
+                for (int g = 0; g < 2; g++) {
+                    P[2 * g] = _mm256_permute2x128_si256(X[g], Y[g], 0x20);
+                    P[2 * g + 1] = _mm256_permute2x128_si256(X[g], Y[g], 0x31);
+                }
+            }
+            const __m256 sw = _mm256_load_ps(swt[b]);
+            for (int v = 0; v < V; v++) {
+                __m256 pf = _mm256_mul_ps(_mm256_cvtepi32_ps(P[v]), post);
+                __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + sb / 4]));
+                tt = _mm256_mul_ps(tt, sw);
+                acc[v] = _mm256_add_ps(acc[v], tt);
+            }
+        }
+    }
+    for (int v = 0; v < V; v++)
+        bf16_store_mask(y + (size_t)(v0 + v) * ldy + t->rt, acc[v], t->nr);
+}
+
 static void fp4_tile(const v4_mat *W, int n, const float *xq, const float *xs,
                      float *y, int ldy, int rt, int nr)
 {
-    const uint8_t *w = W->w;
-    const int K = W->cols, nkb = K / 128, nsb = K / 32;
-    const uint8_t *wrow[TILE];
-    const uint8_t *srow[TILE];
+    const int K = W->cols, nsb = K / 32;
+    tile_ctx t = {.rt = rt, .nr = nr};
     for (int i = 0; i < TILE; i++) {
         int r = rt + imin(i, nr - 1);
-        wrow[i] = w + (size_t)r * (K / 2);
-        srow[i] = W->scale + (size_t)r * nsb;
+        t.wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
+        t.srow[i] = W->scale + (size_t)r * nsb;
     }
-    for (int v0 = 0; v0 < n; v0 += VGROUP) {
-        const int nv = imin(VGROUP, n - v0);
-        __m256 acc[VGROUP];
-        for (int v = 0; v < nv; v++)
-            acc[v] = _mm256_setzero_ps();
-        int32_t part[VGROUP * TILE] __attribute__((aligned(64)));
-        float swt[SBCHUNK][TILE] __attribute__((aligned(32)));
-        for (int sb0 = 0; sb0 < nsb; sb0 += SBCHUNK) {
-            const int nb = imin(SBCHUNK, nsb - sb0);
-            /* scales of 8 rows x nb blocks, transposed to [block][row] */
-            for (int h = 0; h < nb; h += 8) {
-                __m256 m[8];
-                const int cnt = imin(8, nb - h);
-                for (int i = 0; i < TILE; i++) {
-                    uint8_t tmp[8] = {0};
-                    memcpy(tmp, srow[i] + sb0 + h, (size_t)cnt);
-                    m[i] = v4x_e8m0_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)tmp)));
-                }
-                v4x_transpose8_ps(m);
-                for (int j = 0; j < 8; j++)
-                    _mm256_store_ps(swt[h + j], m[j]);
-            }
-            for (int b = 0; b < nb; b++) {
-                const int sb = sb0 + b;
-                const uint8_t *wr[TILE];
-                for (int i = 0; i < TILE; i++)
-                    wr[i] = wrow[i] + (size_t)sb * 16;
-                const float *qv[VGROUP];
-                for (int v = 0; v < nv; v++)
-                    qv[v] = xq + (size_t)(v0 + v) * K + (size_t)sb * 32;
-                int v = 0;
-                for (; nv - v >= 4; v += 4) {
-                    int32_t t[16] __attribute__((aligned(64)));
-                    for (int h = 0; h < 2; h++) {
-                        fp4_mk(wr + 4 * h, 4, qv + v, 4, t);
-                        for (int vv = 0; vv < 4; vv++)
-                            memcpy(part + (v + vv) * TILE + 4 * h, t + vv * 4, 4 * sizeof(int32_t));
-                    }
-                }
-                if (nv - v >= 2) {
-                    fp4_mk(wr, 8, qv + v, 2, part + v * TILE);
-                    v += 2;
-                }
-                if (nv - v == 1)
-                    fp4_mk(wr, 8, qv + v, 1, part + v * TILE);
-                const __m256 sw = _mm256_load_ps(swt[b]);
-                const __m256 post = _mm256_set1_ps(0x1p-10f);
-                for (int vv = 0; vv < nv; vv++) {
-                    __m256i pi = _mm256_load_si256((const __m256i *)(part + vv * TILE));
-                    __m256 pf = _mm256_mul_ps(_mm256_cvtepi32_ps(pi), post);
-                    __m256 t = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + vv) * nkb + sb / 4]));
-                    t = _mm256_mul_ps(t, sw);
-                    acc[vv] = _mm256_add_ps(acc[vv], t);
-                }
-            }
+    for (int v0 = 0; v0 < n; v0 += 4) {
+        switch (imin(4, n - v0)) {
+        case 1: fp4_pass(W, xq, xs, y, ldy, &t, v0, 1); break;
+        case 2: fp4_pass(W, xq, xs, y, ldy, &t, v0, 2); break;
+        case 3: fp4_pass(W, xq, xs, y, ldy, &t, v0, 3); break;
+        default: fp4_pass(W, xq, xs, y, ldy, &t, v0, 4); break;
         }
-        for (int v = 0; v < nv; v++)
-            bf16_store_mask(y + (size_t)(v0 + v) * ldy + rt, acc[v], nr);
     }
 }
 
@@ -389,6 +437,7 @@ void v4_rows_fp4_avx512(const v4_mat *W, int n, const float *xq, const float *xs
 #define XSUB 8                  /* 8-row subtiles per EXACT tile (independent chains) */
 #define XROWS (XSUB * 8)        /* 64 rows */
 #define XCOLS 32                /* columns transposed per step */
+#define XPF (4 * XCOLS)         /* prefetch distance in elements (4 steps ahead) */
 
 /* buf layout: buf[(j * XSUB + s) * 8 + lane] = w[row s*8+lane][j0 + j] as double */
 
@@ -455,8 +504,12 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
             __m256 m[8];
             int c = cw - g;
             __mmask8 k = c >= 8 ? 0xff : c <= 0 ? 0 : (__mmask8)((1u << c) - 1);
-            for (int i = 0; i < 8; i++)
-                m[i] = _mm256_maskz_loadu_ps(k, w + (size_t)rows[s * 8 + i] * K + j0 + g);
+            for (int i = 0; i < 8; i++) {
+                const float *p = w + (size_t)rows[s * 8 + i] * K + j0 + g;
+                m[i] = _mm256_maskz_loadu_ps(k, p);
+                if (g % 16 == 0)
+                    _mm_prefetch((const char *)(p + XPF), _MM_HINT_T0);
+            }
             v4x_transpose8_ps(m);
             for (int j = 0; j < 8; j++)
                 _mm512_store_pd(buf + ((size_t)(g + j) * XSUB + s) * 8, _mm512_cvtps_pd(m[j]));
@@ -466,9 +519,17 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
     __m512i r[8];
     if (W->type == V4_W_BF16) {
         const uint16_t *w = W->w;
-        __mmask32 k = cw >= 32 ? 0xffffffffu : (__mmask32)((1u << cw) - 1);
-        for (int i = 0; i < 8; i++)
-            r[i] = _mm512_maskz_loadu_epi16(k, w + (size_t)rows[s * 8 + i] * K + j0);
+        if (cw == XCOLS) {
+            for (int i = 0; i < 8; i++) {
+                const uint16_t *p = w + (size_t)rows[s * 8 + i] * K + j0;
+                r[i] = _mm512_loadu_si512(p);
+                _mm_prefetch((const char *)(p + XPF), _MM_HINT_T0);
+            }
+        } else {
+            __mmask32 k = (__mmask32)((1u << cw) - 1);
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm512_maskz_loadu_epi16(k, w + (size_t)rows[s * 8 + i] * K + j0);
+        }
     } else {    /* V4_W_FP8, dequantized */
         const uint8_t *w = W->w;
         const int scols = (K + 127) / 128;
@@ -477,6 +538,8 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
             int row = rows[s * 8 + i];
             __m512 sw = _mm512_set1_ps(v4x_e8m0(W->scale[(size_t)(row / 128) * scols + j0 / 128]));
             __m256i bytes = _mm256_maskz_loadu_epi8(k, w + (size_t)row * K + j0);
+            if ((j0 / XCOLS) % 2 == 0)
+                _mm_prefetch((const char *)(w + (size_t)row * K + j0 + XPF), _MM_HINT_T0);
             __m256i lo = fp8_dequant16(_mm256_castsi256_si128(bytes), sw);
             __m256i hi = fp8_dequant16(_mm256_extracti128_si256(bytes, 1), sw);
             r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -485,13 +548,14 @@ static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, do
     tr16_to_buf(r, buf, s);
 }
 
-/* acc[s] (8 rows each) += sum over j < cw, in order, of buf[j][s] * xd[j] */
+/* acc[s] (8 rows each) += sum over j < cw, in column order, of buf[j][s] * xd[j]:
+ * each lane is one row's scalar double sequence. */
 V4_INLINE void exact_fma(const double *buf, const double *xd, int cw, double *acc, const int NS)
 {
     __m512d a[XSUB];
 #pragma GCC unroll 8
     for (int s = 0; s < NS; s++)
-        a[s] = _mm512_load_pd(acc + s * 8);
+        a[s] = _mm512_load_pd(acc + (size_t)s * 8);
     for (int j = 0; j < cw; j++) {
         const __m512d xb = _mm512_set1_pd(xd[j]);
 #pragma GCC unroll 8
@@ -500,7 +564,22 @@ V4_INLINE void exact_fma(const double *buf, const double *xd, int cw, double *ac
     }
 #pragma GCC unroll 8
     for (int s = 0; s < NS; s++)
-        _mm512_store_pd(acc + s * 8, a[s]);
+        _mm512_store_pd(acc + (size_t)s * 8, a[s]);
+}
+
+/* dispatch on the number of subtiles (compile-time constants for the unrolling) */
+V4_INLINE void exact_fma_ns(const double *buf, const double *xd, int cw, double *acc, int ns)
+{
+    switch (ns) {
+    case 8: exact_fma(buf, xd, cw, acc, 8); break;
+    case 7: exact_fma(buf, xd, cw, acc, 7); break;
+    case 6: exact_fma(buf, xd, cw, acc, 6); break;
+    case 5: exact_fma(buf, xd, cw, acc, 5); break;
+    case 4: exact_fma(buf, xd, cw, acc, 4); break;
+    case 3: exact_fma(buf, xd, cw, acc, 3); break;
+    case 2: exact_fma(buf, xd, cw, acc, 2); break;
+    default: exact_fma(buf, xd, cw, acc, 1); break;
+    }
 }
 
 static void exact_tile(const v4_mat *W, int n, const float *x, int ldx, float *y, int ldy,
@@ -525,17 +604,7 @@ static void exact_tile(const v4_mat *W, int n, const float *x, int ldx, float *y
                 const float *xv = x + (size_t)(v0 + v) * ldx + j0;
                 for (int j = 0; j < cw; j++)
                     xd[j] = (double)xv[j];
-                double *a = acc + (size_t)v * XSUB * 8;
-                switch (ns) {
-                case 8: exact_fma(buf, xd, cw, a, 8); break;
-                case 7: exact_fma(buf, xd, cw, a, 7); break;
-                case 6: exact_fma(buf, xd, cw, a, 6); break;
-                case 5: exact_fma(buf, xd, cw, a, 5); break;
-                case 4: exact_fma(buf, xd, cw, a, 4); break;
-                case 3: exact_fma(buf, xd, cw, a, 3); break;
-                case 2: exact_fma(buf, xd, cw, a, 2); break;
-                default: exact_fma(buf, xd, cw, a, 1); break;
-                }
+                exact_fma_ns(buf, xd, cw, acc + (size_t)v * XSUB * 8, ns);
             }
         }
         for (int v = 0; v < nv; v++)
