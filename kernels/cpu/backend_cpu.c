@@ -32,7 +32,7 @@
 #include "threadpool.h"
 
 /* Below this many multiply-adds (rows*cols*n) a call runs on the caller only. */
-#define V4_CPU_PAR_MIN (1 << 18)
+#define V4_CPU_PAR_MIN (1 << 16)
 
 typedef struct cpu_impl {
     const char *isa;

@@ -13,7 +13,9 @@
  *         int32 block sums, one rounding to float, times 2^-10.
  *   EXACT lanes = rows (4 per ymm), each lane repeating the scalar double sequence in
  *         column order; 4-row x 16-column tiles transposed into an L1 buffer, 8
- *         subtiles (32 rows) as independent FMA chains.
+ *         subtiles (32 rows) as independent FMA chains, software prefetch.
+ * QUANT tiles are 8 rows, processed in passes of 1-2 vectors with register-resident
+ * accumulators (16 ymm registers); the first pass streams the weights from memory.
  * Threading/ownership: reentrant, disjoint row ranges per thread, no global state.
  */
 #include "cpu_kernels.h"
@@ -25,7 +27,7 @@
 #include "simd_x86.h"
 
 #define TILE 8          /* rows per QUANT tile (one ymm of float accumulators) */
-#define VGROUP 16       /* batch vectors per pass over a tile */
+#define VGROUP 16       /* EXACT: batch vectors per pass over a tile */
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -89,20 +91,20 @@ V4_INLINE __m256d e4m3x4_pd(__m128i b)
                                                 _mm256_set1_epi64x((long long)0x80FE000000000000ull)));
 }
 
-/* 4 rows x V vectors of one 128-column block; out[v*4 + r] = exact sum * 2^-16 */
-V4_INLINE void fp8_mk(const uint8_t *const *wr, const float *const *qv, const int V, double *out)
+/* 4 rows x V (1..2) vectors of one 128-column block; qd + 128v = vector v's
+ * activations as doubles * 2^1000.  out[v] lane r = exact block sum * 2^-16. */
+V4_INLINE void fp8_mk(const uint8_t *const *wr, const double *qd, const int V, __m256d *out)
 {
     __m256d acc[8];
 #pragma GCC unroll 8
     for (int i = 0; i < 4 * V; i++)
         acc[i] = _mm256_setzero_pd();
-    const __m256d pre = _mm256_set1_pd(0x1p1000);
     for (int c = 0; c < 128; c += 8) {
         __m256d q0[2], q1[2];
 #pragma GCC unroll 2
         for (int v = 0; v < V; v++) {
-            q0[v] = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(qv[v] + c)), pre);
-            q1[v] = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(qv[v] + c + 4)), pre);
+            q0[v] = _mm256_load_pd(qd + 128 * v + c);
+            q1[v] = _mm256_load_pd(qd + 128 * v + c + 4);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
@@ -117,7 +119,7 @@ V4_INLINE void fp8_mk(const uint8_t *const *wr, const float *const *qv, const in
     }
 #pragma GCC unroll 2
     for (int v = 0; v < V; v++)
-        _mm256_storeu_pd(out + 4 * v, hsum4_pd(acc + 4 * v));
+        out[v] = hsum4_pd(acc + 4 * v);
 }
 
 V4_INLINE int fp8_has_nan(const uint8_t *const *wr)
@@ -132,69 +134,87 @@ V4_INLINE int fp8_has_nan(const uint8_t *const *wr)
     return !_mm256_testz_si256(k, k);
 }
 
+typedef struct tile_ctx {
+    const uint8_t *wrow[TILE];      /* the tile's rows (clamped to valid rows) */
+    const uint8_t *srow[TILE];      /* their scale rows */
+    int rt, nr;
+} tile_ctx;
+
+/* One pass over an FP8 tile for V (1..2) vectors starting at v0; returns whether a NaN
+ * weight code was seen (checked on the first pass only). */
+V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, float *y, int ldy,
+                       const tile_ctx *t, int v0, const int V)
+{
+    const int K = W->cols, nkb = K / 128;
+    const int uniform = t->srow[0] == t->srow[TILE - 1];
+    const __m256d pre = _mm256_set1_pd(0x1p1000), post = _mm256_set1_pd(0x1p16);
+    double qd[2 * 128] __attribute__((aligned(32)));
+    __m256 acc[2];
+    int nan_seen = 0;
+    for (int v = 0; v < V; v++)
+        acc[v] = _mm256_setzero_ps();
+    for (int kb = 0; kb < nkb; kb++) {
+        const uint8_t *wr[TILE];
+        for (int i = 0; i < TILE; i++)
+            wr[i] = t->wrow[i] + (size_t)kb * 128;
+        if (v0 == 0) {
+            nan_seen |= fp8_has_nan(wr);
+            for (int i = 0; i < TILE; i++) {
+                _mm_prefetch((const char *)(wr[i] + 2 * 128), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr[i] + 2 * 128 + 64), _MM_HINT_T0);
+            }
+        }
+        for (int v = 0; v < V; v++) {
+            const float *q = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
+            for (int c = 0; c < 128; c += 4)
+                _mm256_store_pd(qd + 128 * v + c, _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(q + c)), pre));
+        }
+        __m256d lo[2], hi[2];           /* rows 0-3 / 4-7 of each vector */
+        if (V == 1) {
+            fp8_mk(wr, qd, 1, lo);
+            fp8_mk(wr + 4, qd, 1, hi);
+        } else {
+            fp8_mk(wr, qd, 2, lo);
+            fp8_mk(wr + 4, qd, 2, hi);
+        }
+        __m256 sw;
+        if (uniform) {
+            sw = _mm256_set1_ps(v4x_e8m0(t->srow[0][kb]));
+        } else {
+            float s[TILE];
+            for (int i = 0; i < TILE; i++)
+                s[i] = v4x_e8m0(t->srow[i][kb]);
+            sw = _mm256_loadu_ps(s);
+        }
+        for (int v = 0; v < V; v++) {   /* the scalar epilogue, lane-wise */
+            __m256 pf = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_mul_pd(hi[v], post)),
+                                        _mm256_cvtpd_ps(_mm256_mul_pd(lo[v], post)));
+            __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + kb]));
+            tt = _mm256_mul_ps(tt, sw);
+            acc[v] = _mm256_add_ps(acc[v], tt);
+        }
+    }
+    for (int v = 0; v < V; v++)
+        bf16_store(y + (size_t)(v0 + v) * ldy + t->rt, acc[v], t->nr);
+    return nan_seen;
+}
+
 static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
                      float *y, int ldy, int rt, int nr)
 {
-    const uint8_t *w = W->w;
-    const int K = W->cols, nkb = K / 128, scols = (K + 127) / 128;
-    const uint8_t *wrow[TILE];
-    const uint8_t *srow[TILE];
+    const int K = W->cols, scols = (K + 127) / 128;
+    tile_ctx t = {.rt = rt, .nr = nr};
     for (int i = 0; i < TILE; i++) {
         int r = rt + imin(i, nr - 1);
-        wrow[i] = w + (size_t)r * K;
-        srow[i] = W->scale + (size_t)(r / 128) * scols;
+        t.wrow[i] = (const uint8_t *)W->w + (size_t)r * K;
+        t.srow[i] = W->scale + (size_t)(r / 128) * scols;
     }
-    const int uniform = srow[0] == srow[TILE - 1];
     int nan_seen = 0;
-    for (int v0 = 0; v0 < n; v0 += VGROUP) {
-        const int nv = imin(VGROUP, n - v0);
-        __m256 acc[VGROUP];
-        for (int v = 0; v < nv; v++)
-            acc[v] = _mm256_setzero_ps();
-        double part[VGROUP * TILE] __attribute__((aligned(32)));
-        for (int kb = 0; kb < nkb; kb++) {
-            const uint8_t *wr[TILE];
-            for (int i = 0; i < TILE; i++)
-                wr[i] = wrow[i] + (size_t)kb * 128;
-            if (v0 == 0)
-                nan_seen |= fp8_has_nan(wr);
-            const float *qv[VGROUP];
-            for (int v = 0; v < nv; v++)
-                qv[v] = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
-            for (int v = 0; v < nv;) {
-                const int V = nv - v >= 2 ? 2 : 1;
-                double t[8] __attribute__((aligned(32)));
-                for (int h = 0; h < 2; h++) {
-                    if (V == 2)
-                        fp8_mk(wr + 4 * h, qv + v, 2, t);
-                    else
-                        fp8_mk(wr + 4 * h, qv + v, 1, t);
-                    for (int vv = 0; vv < V; vv++)
-                        memcpy(part + (v + vv) * TILE + 4 * h, t + 4 * vv, 4 * sizeof(double));
-                }
-                v += V;
-            }
-            __m256 sw;
-            if (uniform) {
-                sw = _mm256_set1_ps(v4x_e8m0(srow[0][kb]));
-            } else {
-                float s[TILE];
-                for (int i = 0; i < TILE; i++)
-                    s[i] = v4x_e8m0(srow[i][kb]);
-                sw = _mm256_loadu_ps(s);
-            }
-            const __m256d post = _mm256_set1_pd(0x1p16);
-            for (int vv = 0; vv < nv; vv++) {
-                __m128 lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_load_pd(part + vv * TILE), post));
-                __m128 hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_load_pd(part + vv * TILE + 4), post));
-                __m256 pf = _mm256_set_m128(hi, lo);
-                __m256 t = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + vv) * nkb + kb]));
-                t = _mm256_mul_ps(t, sw);
-                acc[vv] = _mm256_add_ps(acc[vv], t);
-            }
-        }
-        for (int v = 0; v < nv; v++)
-            bf16_store(y + (size_t)(v0 + v) * ldy + rt, acc[v], nr);
+    for (int v0 = 0; v0 < n; v0 += 2) {
+        if (n - v0 >= 2)
+            nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 2);
+        else
+            nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 1);
     }
     if (nan_seen)
         v4_rows_fp8_scalar(W, n, xq, xs, NULL, 0, y, ldy, rt, rt + nr);
@@ -228,9 +248,9 @@ V4_INLINE void fp4_deinterleave(const float *q, float *out)
     }
 }
 
-/* 4 rows x V vectors of one 32-column block; qd[v] = deinterleaved activations.
- * out[v*4 + r] = exact block sum * 2^10 */
-V4_INLINE void fp4_mk(const uint8_t *const *wr, const float *const *qd, const int V, int32_t *out)
+/* 4 rows x V (1..2) vectors of one 32-column block; qd + 32v = vector v's
+ * deinterleaved activations.  out[v] lane r = exact block sum * 2^10. */
+V4_INLINE void fp4_mk(const uint8_t *const *wr, const float *qd, const int V, __m128i *out)
 {
     const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
     const __m128i m0f = _mm_set1_epi8(0x0f);
@@ -257,87 +277,99 @@ V4_INLINE void fp4_mk(const uint8_t *const *wr, const float *const *qd, const in
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++)
                 a = _mm256_add_epi32(a, _mm256_castps_si256(
-                        _mm256_fmadd_ps(_mm256_load_ps(qd[v] + 8 * g), k[g], magic)));
+                        _mm256_fmadd_ps(_mm256_load_ps(qd + 32 * v + 8 * g), k[g], magic)));
             acc[v * 4 + r] = a;
         }
     }
 #pragma GCC unroll 2
     for (int v = 0; v < V; v++)
-        _mm_storeu_si128((__m128i *)(out + 4 * v), hsum4_epi32(acc + 4 * v));
+        out[v] = hsum4_epi32(acc + 4 * v);
 }
 
 #define SBCHUNK 16
 
+/* E8M0 scales of 8 rows x nb (<= 16) blocks starting at sb0 -> swt[block][row] */
+V4_INLINE void fp4_scales(const tile_ctx *t, int sb0, int nb, float swt[SBCHUNK][TILE])
+{
+    for (int h = 0; h < nb; h += 8) {
+        __m256 m[8];
+        const int cnt = imin(8, nb - h);
+        for (int i = 0; i < TILE; i++) {
+            __m128i b;
+            if (cnt == 8) {
+                b = _mm_loadl_epi64((const __m128i *)(t->srow[i] + sb0 + h));
+            } else {
+                uint8_t tmp[8] = {0};
+                memcpy(tmp, t->srow[i] + sb0 + h, (size_t)cnt);
+                b = _mm_loadl_epi64((const __m128i *)tmp);
+            }
+            m[i] = v4x_e8m0_ps(_mm256_cvtepu8_epi32(b));
+        }
+        v4x_transpose8_ps(m);
+        for (int j = 0; j < 8; j++)
+            _mm256_store_ps(swt[h + j], m[j]);
+    }
+}
+
+V4_INLINE void fp4_pass(const v4_mat *W, const float *xq, const float *xs, float *y, int ldy,
+                        const tile_ctx *t, int v0, const int V)
+{
+    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const __m256 post = _mm256_set1_ps(0x1p-10f);
+    float swt[SBCHUNK][TILE] __attribute__((aligned(32)));
+    float qd[2 * 32] __attribute__((aligned(32)));
+    __m256 acc[2];
+    for (int v = 0; v < V; v++)
+        acc[v] = _mm256_setzero_ps();
+    for (int sb0 = 0; sb0 < nsb; sb0 += SBCHUNK) {
+        const int nb = imin(SBCHUNK, nsb - sb0);
+        fp4_scales(t, sb0, nb, swt);
+        for (int b = 0; b < nb; b++) {
+            const int sb = sb0 + b;
+            const uint8_t *wr[TILE];
+            for (int i = 0; i < TILE; i++)
+                wr[i] = t->wrow[i] + (size_t)sb * 16;
+            if (v0 == 0 && sb % 4 == 0)
+                for (int i = 0; i < TILE; i++)
+                    _mm_prefetch((const char *)(wr[i] + 128), _MM_HINT_T0);
+            for (int v = 0; v < V; v++)
+                fp4_deinterleave(xq + (size_t)(v0 + v) * K + (size_t)sb * 32, qd + 32 * v);
+            __m128i lo[2], hi[2];       /* rows 0-3 / 4-7 of each vector */
+            if (V == 1) {
+                fp4_mk(wr, qd, 1, lo);
+                fp4_mk(wr + 4, qd, 1, hi);
+            } else {
+                fp4_mk(wr, qd, 2, lo);
+                fp4_mk(wr + 4, qd, 2, hi);
+            }
+            const __m256 sw = _mm256_load_ps(swt[b]);
+            for (int v = 0; v < V; v++) {
+                __m256 pf = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_set_m128i(hi[v], lo[v])), post);
+                __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + sb / 4]));
+                tt = _mm256_mul_ps(tt, sw);
+                acc[v] = _mm256_add_ps(acc[v], tt);
+            }
+        }
+    }
+    for (int v = 0; v < V; v++)
+        bf16_store(y + (size_t)(v0 + v) * ldy + t->rt, acc[v], t->nr);
+}
+
 static void fp4_tile(const v4_mat *W, int n, const float *xq, const float *xs,
                      float *y, int ldy, int rt, int nr)
 {
-    const uint8_t *w = W->w;
-    const int K = W->cols, nkb = K / 128, nsb = K / 32;
-    const uint8_t *wrow[TILE];
-    const uint8_t *srow[TILE];
+    const int K = W->cols, nsb = K / 32;
+    tile_ctx t = {.rt = rt, .nr = nr};
     for (int i = 0; i < TILE; i++) {
         int r = rt + imin(i, nr - 1);
-        wrow[i] = w + (size_t)r * (K / 2);
-        srow[i] = W->scale + (size_t)r * nsb;
+        t.wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
+        t.srow[i] = W->scale + (size_t)r * nsb;
     }
-    for (int v0 = 0; v0 < n; v0 += VGROUP) {
-        const int nv = imin(VGROUP, n - v0);
-        __m256 acc[VGROUP];
-        for (int v = 0; v < nv; v++)
-            acc[v] = _mm256_setzero_ps();
-        int32_t part[VGROUP * TILE] __attribute__((aligned(32)));
-        float swt[SBCHUNK][TILE] __attribute__((aligned(32)));
-        float qd[VGROUP][32] __attribute__((aligned(32)));
-        for (int sb0 = 0; sb0 < nsb; sb0 += SBCHUNK) {
-            const int nb = imin(SBCHUNK, nsb - sb0);
-            for (int h = 0; h < nb; h += 8) {
-                __m256 m[8];
-                const int cnt = imin(8, nb - h);
-                for (int i = 0; i < TILE; i++) {
-                    uint8_t tmp[8] = {0};
-                    memcpy(tmp, srow[i] + sb0 + h, (size_t)cnt);
-                    m[i] = v4x_e8m0_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)tmp)));
-                }
-                v4x_transpose8_ps(m);
-                for (int j = 0; j < 8; j++)
-                    _mm256_store_ps(swt[h + j], m[j]);
-            }
-            for (int b = 0; b < nb; b++) {
-                const int sb = sb0 + b;
-                const uint8_t *wr[TILE];
-                for (int i = 0; i < TILE; i++)
-                    wr[i] = wrow[i] + (size_t)sb * 16;
-                const float *qv[VGROUP];
-                for (int v = 0; v < nv; v++) {
-                    fp4_deinterleave(xq + (size_t)(v0 + v) * K + (size_t)sb * 32, qd[v]);
-                    qv[v] = qd[v];
-                }
-                for (int v = 0; v < nv;) {
-                    const int V = nv - v >= 2 ? 2 : 1;
-                    int32_t t[8] __attribute__((aligned(32)));
-                    for (int h = 0; h < 2; h++) {
-                        if (V == 2)
-                            fp4_mk(wr + 4 * h, qv + v, 2, t);
-                        else
-                            fp4_mk(wr + 4 * h, qv + v, 1, t);
-                        for (int vv = 0; vv < V; vv++)
-                            memcpy(part + (v + vv) * TILE + 4 * h, t + 4 * vv, 4 * sizeof(int32_t));
-                    }
-                    v += V;
-                }
-                const __m256 sw = _mm256_load_ps(swt[b]);
-                const __m256 post = _mm256_set1_ps(0x1p-10f);
-                for (int vv = 0; vv < nv; vv++) {
-                    __m256i pi = _mm256_load_si256((const __m256i *)(part + vv * TILE));
-                    __m256 pf = _mm256_mul_ps(_mm256_cvtepi32_ps(pi), post);
-                    __m256 t = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + vv) * nkb + sb / 4]));
-                    t = _mm256_mul_ps(t, sw);
-                    acc[vv] = _mm256_add_ps(acc[vv], t);
-                }
-            }
-        }
-        for (int v = 0; v < nv; v++)
-            bf16_store(y + (size_t)(v0 + v) * ldy + rt, acc[v], nr);
+    for (int v0 = 0; v0 < n; v0 += 2) {
+        if (n - v0 >= 2)
+            fp4_pass(W, xq, xs, y, ldy, &t, v0, 2);
+        else
+            fp4_pass(W, xq, xs, y, ldy, &t, v0, 1);
     }
 }
 

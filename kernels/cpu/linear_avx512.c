@@ -38,6 +38,17 @@
  * FP8-dequant weights are first rebuilt exactly as the scalar code does:
  * bf16(f32(e4m3 * s_w)).
  *
+ * Loop structure (QUANT): tiles of 8 rows; per tile, passes of V <= 4 batch vectors
+ * (V a compile-time constant) so that the float accumulators and the reduced block
+ * partials stay in registers (the acc chain across blocks is the latency-critical
+ * path for FP4 at n = 1); micro-kernels 8 rows x 1-2 vectors or 4 rows x 4 vectors
+ * share each decoded weight vector between the vectors of the pass, and transposed
+ * horizontal sums turn 8 accumulators into one vector with a lane per (row, vector).
+ * The first pass reads the tile's weights from memory (with software prefetch); later
+ * passes find them in L1/L2, so a weight byte crosses the memory bus once per call.
+ * EXACT: 64-row tiles with explicit prefetch (64 concurrent row streams at a
+ * power-of-two stride defeat the hardware prefetchers).
+ *
  * Threading: the backend gives each thread a disjoint [r0, r1); tiles here are 8 rows
  * (QUANT) or 64 rows (EXACT); rows past r1 in the last tile read a valid row again and
  * their results are dropped.  Stack use is below 40 KiB.
