@@ -10,7 +10,10 @@
  * the hard cases: e4m3 subnormals, E8M0 scales 2^-69..2^-1 and near 2^0, tiny blocks
  * (amax clamp), exact zeros, rows that are not a multiple of the tiles, columns that
  * are not a multiple of the transpose width, EXACT sums whose double rounding depends
- * on the order (mixed magnitudes), and NaN weight codes.
+ * on the order (planted exact cancellations of +-2^28/2^40 products), subnormal
+ * dequantized FP8 weights, NaN weight codes, and NaN/inf activations.  Mutation
+ * checks during development (reordered EXACT sums, a wrong FP4 bias, skipped bf16
+ * rounding, swapped transpose columns, missing NaN fallbacks) all fail this test.
  * Prints which ISAs were tested and which skipped.
  */
 #include <math.h>
@@ -290,7 +293,8 @@ typedef struct mat_buf {
     uint8_t *s;
 } mat_buf;
 
-enum { F_NAN = 1, F_TINY = 2 };   /* NaN weight codes; all scales 2^-127..2^-121 */
+/* NaN weight codes; all scales 2^-127..2^-121; NaN/inf activations */
+enum { F_NAN = 1, F_TINY = 2, F_XNAN = 4 };
 
 static mat_buf make_mat(rng *r, v4_wtype t, int rows, int cols, int flags)
 {
@@ -379,13 +383,21 @@ static void run_case(rng *r, v4_backend *sc, bk *be, int nbe, v4_wtype t, v4_lin
             xb[1] = b % 4 ? 0x1p28f : 0x1p40f;
             xb[cols - 2] = -xb[1];
         }
+        if (flags & F_XNAN) {       /* vector 0: two NaN payloads; 1: +inf; 2: -inf */
+            if (b == 0) {
+                xb[5] = v4_f32_from_bits(0x7fc01234u);
+                xb[cols - 1] = v4_f32_from_bits(0xffc00077u);
+            } else if (b <= 2) {
+                xb[cols / 2] = b == 1 ? INFINITY : -INFINITY;
+            }
+        }
     }
     float *ref = run_linear(sc, &m.W, mode, n, x, ldx);
     for (int k = 0; k < nbe; k++) {
         float *got = run_linear(be[k].be, &m.W, mode, n, x, ldx);
         char what[128];
         snprintf(what, sizeof what, "%s %s %s %dx%d n=%d %s/%dt", mode == V4_LIN_QUANT ? "quant" : "exact",
-                 tname(t), flags & F_NAN ? "nan-codes" : flags & F_TINY ? "tiny-scales" : "", rows, cols, n, be[k].isa, be[k].threads);
+                 tname(t), flags & F_NAN ? "nan-codes" : flags & F_TINY ? "tiny-scales" : flags & F_XNAN ? "nan/inf-x" : "", rows, cols, n, be[k].isa, be[k].threads);
         int bad = compare(what, &m.W, n, ref, got);
         CHECK(bad == 0, "%s: %d outputs differ", what, bad);
         mismatches += bad;
@@ -520,6 +532,11 @@ int main(void)
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 2, F_TINY);
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 130, 384, 2, F_TINY);
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 2, F_NAN);
+    /* NaN / inf activations: the SIMD kernels defer to the scalar ones */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 3, F_XNAN);
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 256, 384, 3, F_XNAN);
+    run_case(&r, sc, be, nbe, V4_W_BF16, V4_LIN_EXACT, 130, 300, 3, F_XNAN);
+    run_case(&r, sc, be, nbe, V4_W_F32, V4_LIN_EXACT, 24, 1000, 3, F_XNAN);
 
     int sens = order_sensitive_outputs(&r);
     printf("EXACT data: %d of 512 BF16 dot products round to a different float with an 8-lane summation order\n", sens);

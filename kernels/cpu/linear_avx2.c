@@ -16,6 +16,7 @@
  *         subtiles (32 rows) as independent FMA chains, software prefetch.
  * QUANT tiles are 8 rows, processed in passes of 1-2 vectors with register-resident
  * accumulators (16 ymm registers); the first pass streams the weights from memory.
+ * NaN activations (QUANT) and NaN/inf inputs (EXACT) go to the scalar kernels.
  * Threading/ownership: reentrant, disjoint row ranges per thread, no global state.
  */
 #include "cpu_kernels.h"
@@ -223,7 +224,7 @@ static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
 void v4_rows_fp8_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
                       const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
-    if (W->cols % 128 != 0 || n <= 0) {
+    if (W->cols % 128 != 0 || n <= 0 || !v4x_inputs_ok(xq, n, W->cols, (size_t)W->cols, 0)) {
         v4_rows_fp8_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }
@@ -376,7 +377,7 @@ static void fp4_tile(const v4_mat *W, int n, const float *xq, const float *xs,
 void v4_rows_fp4_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
                       const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
-    if (W->cols % 128 != 0 || n <= 0) {
+    if (W->cols % 128 != 0 || n <= 0 || !v4x_inputs_ok(xq, n, W->cols, (size_t)W->cols, 0)) {
         v4_rows_fp4_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }
@@ -563,7 +564,8 @@ void v4_rows_exact_avx2(const v4_mat *W, int n, const float *xq, const float *xs
                         const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
     if (n <= 0 || W->cols <= 0 ||
-        (W->type != V4_W_F32 && W->type != V4_W_BF16 && W->type != V4_W_FP8)) {
+        (W->type != V4_W_F32 && W->type != V4_W_BF16 && W->type != V4_W_FP8) ||
+        !v4x_inputs_ok(x, n, W->cols, (size_t)ldx, 1)) {
         v4_rows_exact_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }

@@ -49,6 +49,13 @@
  * EXACT: 64-row tiles with explicit prefetch (64 concurrent row streams at a
  * power-of-two stride defeat the hardware prefetchers).
  *
+ * Non-finite inputs: with NaN activations (QUANT) or NaN/inf inputs (EXACT) the
+ * kernels defer to the scalar reference (v4x_inputs_ok): the integer FP4 trick and the
+ * reordered sums would not reproduce the scalar NaN propagation.  Weights are assumed
+ * finite apart from the e4m3 NaN codes handled above; E8M0 0xff (NaN) scales give NaN
+ * outputs like the scalar code, but if several different NaNs meet, the one that
+ * survives may differ.
+ *
  * Threading: the backend gives each thread a disjoint [r0, r1); tiles here are 8 rows
  * (QUANT) or 64 rows (EXACT); rows past r1 in the last tile read a valid row again and
  * their results are dropped.  Stack use is below 40 KiB.
@@ -282,7 +289,7 @@ static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
 void v4_rows_fp8_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
                         const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
-    if (W->cols % 128 != 0 || n <= 0) {
+    if (W->cols % 128 != 0 || n <= 0 || !v4x_inputs_ok(xq, n, W->cols, (size_t)W->cols, 0)) {
         v4_rows_fp8_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }
@@ -435,7 +442,7 @@ static void fp4_tile(const v4_mat *W, int n, const float *xq, const float *xs,
 void v4_rows_fp4_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
                         const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
-    if (W->cols % 128 != 0 || n <= 0) {
+    if (W->cols % 128 != 0 || n <= 0 || !v4x_inputs_ok(xq, n, W->cols, (size_t)W->cols, 0)) {
         v4_rows_fp4_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }
@@ -631,7 +638,8 @@ void v4_rows_exact_avx512(const v4_mat *W, int n, const float *xq, const float *
                           const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
     if (n <= 0 || W->cols <= 0 ||
-        (W->type != V4_W_F32 && W->type != V4_W_BF16 && W->type != V4_W_FP8)) {
+        (W->type != V4_W_F32 && W->type != V4_W_BF16 && W->type != V4_W_FP8) ||
+        !v4x_inputs_ok(x, n, W->cols, (size_t)ldx, 1)) {
         v4_rows_exact_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }

@@ -6,7 +6,8 @@
  *   v4x_bf16_ps      = v4_bf16 (round to nearest even, NaN -> quiet NaN, as bits)
  *   v4x_e8m0_ps      = v4_e8m0_to_f32 (0 -> 2^-127 subnormal, 0xff -> NaN)
  *   v4x_e4m3_round_ps = v4_e4m3_round for |x| <= 448 or NaN (the act-quant domain)
- * plus an 8x8 float transpose and the scalar e8m0 decoder used by the tile loops.
+ * plus an 8x8 float transpose, the scalar e8m0 decoder used by the tile loops, and the
+ * input check behind the kernels' scalar fallback for NaN/inf activations.
  * Pure functions; thread: any.
  */
 #ifndef V4_SIMD_X86_H
@@ -94,6 +95,33 @@ V4_INLINE void v4x_transpose8_ps(__m256 r[8])
     r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
     r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
     r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* 1 if none of x[b*ld + j] (b < n, j < cols) is NaN (nonfinite = 0) or NaN/inf
+ * (nonfinite = 1).  The SIMD kernels defer to the scalar ones on such inputs: their
+ * summation orders (and the FP4 integer trick) do not propagate NaNs like the scalar
+ * loops do, and no real model state contains them. */
+static inline int v4x_inputs_ok(const float *x, int n, int cols, size_t ld, int nonfinite)
+{
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256i lim = _mm256_set1_epi32(nonfinite ? 0x7f7fffff : 0x7f800000);
+    for (int b = 0; b < n; b++) {
+        const float *p = x + (size_t)b * ld;
+        __m256i bad = _mm256_setzero_si256();
+        int j = 0;
+        for (; j + 8 <= cols; j += 8) {
+            __m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + j)), absm);
+            bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(a, lim));
+        }
+        if (!_mm256_testz_si256(bad, bad))
+            return 0;
+        for (; j < cols; j++) {
+            uint32_t a = v4_f32_bits(p[j]) & 0x7fffffffu;
+            if (a > (nonfinite ? 0x7f7fffffu : 0x7f800000u))
+                return 0;
+        }
+    }
+    return 1;
 }
 
 /* Scale of the activation quantization for one 128-block, from the block's amax
