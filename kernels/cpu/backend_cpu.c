@@ -106,8 +106,16 @@ static void cpu_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
                     y[(size_t)b * ldy + r] = v4_f32_from_bits(0x7fc00000u);
             return;
         }
-        for (int b = 0; b < n; b++)
+        for (int b = 0; b < n; b++) {
             c->act_quant(x + (size_t)b * ldx, K, c->xq + (size_t)b * K, c->xs + (size_t)b * nkb);
+            /* QUANT is defined for cols % 128 == 0 (all model shapes); otherwise the
+             * tail is not quantized: keep what the reference kernels read of it
+             * deterministic (the SIMD kernels defer to them for such shapes). */
+            if (K % 128 != 0)
+                memset(c->xq + (size_t)b * K + (size_t)nkb * 128, 0, sizeof(float) * (size_t)(K % 128));
+        }
+        if (K % 128 != 0)
+            c->xs[(size_t)n * nkb] = 0.0f;
         j.xq = c->xq;
         j.xs = c->xs;
         if (W->type == V4_W_FP8) {
