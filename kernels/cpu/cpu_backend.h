@@ -1,7 +1,10 @@
 /* cpu_backend.h - create the CPU implementation of the backend interface.
  *
  * isa: "auto" (best the CPU supports), "scalar", "avx2" or "avx512"; asking for an
- * ISA the CPU lacks is an error.  n_threads: 0 = one per online core.
+ * ISA the CPU lacks is an error.  With "auto" (or NULL) the environment variable
+ * V4_CPU_ISA, if set, names the ISA instead (scalar|avx2|avx512|auto).  Every ISA gives
+ * bit-identical results.  n_threads: 0 = one per online core (sysconf); the backend
+ * owns a pool of n_threads-1 worker threads plus the calling thread.
  *
  * Ownership: the caller owns the returned backend and frees it with
  * be->ops->destroy(be) (or v4_backend_destroy).
@@ -16,7 +19,10 @@
 v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err);
 /* The ISA the backend actually uses ("scalar", "avx2", "avx512"). */
 const char *v4_cpu_backend_isa(const v4_backend *be);
-/* Which ISAs this CPU supports (for tests that run every path). */
+/* Threads the backend uses (including the caller). */
+int v4_cpu_backend_threads(const v4_backend *be);
+/* Which ISAs this CPU supports (for tests that run every path); "scalar" and "auto"
+ * always. */
 int v4_cpu_isa_supported(const char *isa);
 
 #endif

@@ -8,6 +8,10 @@
  * Activation quantization (v4_act_quant) is done once per input vector before the
  * row kernels run: xq holds the e4m3 values as floats and xs the per-128 scales.
  *
+ * SIMD variants (linear_avx2.c, linear_avx512.c) have the same signatures and give
+ * bit-identical results; they may only be called when the CPU supports the ISA (the
+ * backend checks at run time).  V4_CPU_X86 tells whether they are compiled in.
+ *
  * Thread: all functions are reentrant; callers give each thread disjoint rows.
  */
 #ifndef V4_CPU_KERNELS_H
@@ -27,5 +31,29 @@ void v4_rows_fp4_scalar(const v4_mat *W, int n, const float *xq, const float *xs
                         const float *x, int ldx, float *y, int ldy, int r0, int r1);
 void v4_rows_exact_scalar(const v4_mat *W, int n, const float *xq, const float *xs,
                           const float *x, int ldx, float *y, int ldy, int r0, int r1);
+
+#if defined(__x86_64__)
+#define V4_CPU_X86 1
+typedef void (*v4_act_quant_fn)(const float *x, int cols, float *xq, float *xs);
+
+void v4_act_quant_avx2(const float *x, int cols, float *xq, float *xs);
+void v4_rows_fp8_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
+                      const float *x, int ldx, float *y, int ldy, int r0, int r1);
+void v4_rows_fp4_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
+                      const float *x, int ldx, float *y, int ldy, int r0, int r1);
+void v4_rows_exact_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
+                        const float *x, int ldx, float *y, int ldy, int r0, int r1);
+
+void v4_act_quant_avx512(const float *x, int cols, float *xq, float *xs);
+void v4_rows_fp8_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                        const float *x, int ldx, float *y, int ldy, int r0, int r1);
+void v4_rows_fp4_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                        const float *x, int ldx, float *y, int ldy, int r0, int r1);
+void v4_rows_exact_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                          const float *x, int ldx, float *y, int ldy, int r0, int r1);
+#else
+#define V4_CPU_X86 0
+typedef void (*v4_act_quant_fn)(const float *x, int cols, float *xq, float *xs);
+#endif
 
 #endif

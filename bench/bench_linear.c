@@ -1,0 +1,151 @@
+/* bench_linear.c - CPU matvec throughput against the machine's read bandwidth.
+ *
+ * For every ISA the CPU supports and 1/2 threads: FP8 [4096 x 4096] and FP4
+ * [4096 x 4096] (QUANT mode), n = 1 and n = 8 input vectors.  To measure the memory-
+ * bound regime rather than the L3 cache, each sample runs one matvec on each of C
+ * copies of the weights (C copies >= 128 MiB in total, visited in order, so every
+ * matvec streams its weights from DRAM); time per matvec = sample / C; median of 5
+ * samples after a warm-up.  GB/s counts weight bytes (FP8: rows*cols, FP4:
+ * rows*cols/2; the E8M0 scales add 0.006% / 6% on top and are not counted).
+ * Read bandwidth: STREAM-like sum of a 1 GiB buffer with 2 threads, median of 5.
+ *
+ * Usage: bench_linear [isa ...]   (default: all supported)
+ * Env: V4_BENCH_SAMPLES (default 5).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "membw.h"
+
+/* xorshift64 on a caller-owned state */
+static uint64_t rnd(uint64_t *rs)
+{
+    *rs ^= *rs << 13;
+    *rs ^= *rs >> 7;
+    *rs ^= *rs << 17;
+    return *rs;
+}
+
+/* ------------------------------------------------------------------ matvec -- */
+
+typedef struct wset {
+    v4_mat *m;
+    int copies;
+    size_t wbytes;      /* weight bytes of one copy */
+} wset;
+
+static wset make_set(v4_wtype t, int rows, int cols, uint64_t *rs)
+{
+    wset s;
+    size_t wb = t == V4_W_FP8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
+    size_t sb = t == V4_W_FP8 ? (size_t)((rows + 127) / 128) * ((cols + 127) / 128) : (size_t)rows * (cols / 32);
+    s.wbytes = wb;
+    s.copies = (int)(((size_t)128 << 20) / wb);
+    if (s.copies < 2)
+        s.copies = 2;
+    s.m = calloc((size_t)s.copies, sizeof *s.m);
+    for (int c = 0; c < s.copies; c++) {
+        uint8_t *w = malloc(wb), *sc = malloc(sb);
+        for (size_t i = 0; i < wb; i += 8) {
+            uint64_t r = rnd(rs);
+            memcpy(w + i, &r, wb - i < 8 ? wb - i : 8);
+        }
+        if (t == V4_W_FP8)
+            for (size_t i = 0; i < wb; i++)
+                if ((w[i] & 0x7f) == 0x7f)
+                    w[i] ^= 1;            /* no NaN codes */
+        for (size_t i = 0; i < sb; i++)
+            sc[i] = (uint8_t)(110 + rnd(rs) % 16);
+        s.m[c] = (v4_mat){t, rows, cols, w, sc};
+    }
+    return s;
+}
+
+static void free_set(wset *s)
+{
+    for (int c = 0; c < s->copies; c++) {
+        free((void *)s->m[c].w);
+        free((void *)s->m[c].scale);
+    }
+    free(s->m);
+}
+
+/* seconds per matvec (median) */
+static double time_linear(v4_backend *be, const wset *s, int n, const float *x, float *y, int samples)
+{
+    const int rows = s->m[0].rows, cols = s->m[0].cols;
+    double t[16];
+    for (int c = 0; c < s->copies; c++)     /* warm-up: page-in, pool spin-up */
+        v4_linear(be, &s->m[c], V4_LIN_QUANT, n, x, cols, y, rows);
+    for (int k = 0; k < samples; k++) {
+        double t0 = v4_bench_now();
+        for (int c = 0; c < s->copies; c++)
+            v4_linear(be, &s->m[c], V4_LIN_QUANT, n, x, cols, y, rows);
+        t[k] = (v4_bench_now() - t0) / s->copies;
+    }
+    return v4_bench_median(t, samples);
+}
+
+int main(int argc, char **argv)
+{
+    const char *env = getenv("V4_BENCH_SAMPLES");
+    int samples = env ? atoi(env) : 5;
+    if (samples < 1 || samples > 16)
+        samples = 5;
+    const char *all[3] = {"scalar", "avx2", "avx512"};
+    const char *isas[8];
+    int nisa = 0;
+    if (argc > 1) {
+        for (int i = 1; i < argc && nisa < 8; i++)
+            isas[nisa++] = argv[i];
+    } else {
+        for (int i = 0; i < 3; i++)
+            isas[nisa++] = all[i];
+    }
+
+    double bw = v4_bench_read_bandwidth((size_t)1 << 30, 2, samples);
+    printf("read bandwidth (1 GiB sum, 2 threads, median of %d): %.1f GB/s\n\n", samples, bw);
+
+    enum { R = 4096, C = 4096, NMAX = 8 };
+    uint64_t seed = 0x123456789abcdefull, *rs = &seed;
+    wset sets[2] = {make_set(V4_W_FP8, R, C, rs), make_set(V4_W_FP4, R, C, rs)};
+    float *x = malloc(sizeof(float) * NMAX * C), *y = malloc(sizeof(float) * NMAX * R);
+    for (int i = 0; i < NMAX * C; i++)
+        x[i] = (float)((double)(rnd(rs) >> 11) * 0x1p-53 - 0.5);
+
+    printf("%-7s %7s %-6s %3s %12s %10s %10s\n", "isa", "threads", "format", "n", "us/matvec", "GB/s", "% of BW");
+    for (int i = 0; i < nisa; i++) {
+        if (!v4_cpu_isa_supported(isas[i])) {
+            printf("%-7s (not supported by this CPU: skipped)\n", isas[i]);
+            continue;
+        }
+        for (int th = 1; th <= 2; th++) {
+            v4_error err;
+            v4_err_clear(&err);
+            v4_backend *be = v4_cpu_backend_create(th, isas[i], &err);
+            if (!be) {
+                printf("%-7s %7d create failed: %s\n", isas[i], th, err.msg);
+                continue;
+            }
+            for (int f = 0; f < 2; f++)
+                for (int n = 1; n <= NMAX; n += NMAX - 1) {
+                    double sec = time_linear(be, &sets[f], n, x, y, samples);
+                    double gbs = (double)sets[f].wbytes / sec / 1e9;
+                    printf("%-7s %7d %-6s %3d %12.1f %10.2f %9.0f%%\n", isas[i], th, f ? "fp4" : "fp8", n,
+                           sec * 1e6, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0);
+                    fflush(stdout);
+                }
+            be->ops->destroy(be);
+        }
+    }
+    free(x);
+    free(y);
+    free_set(&sets[0]);
+    free_set(&sets[1]);
+    return 0;
+}

@@ -1,0 +1,650 @@
+/* linear_avx512.c - AVX-512 (F+BW+VL+DQ) row kernels, bit-identical to linear_scalar.c.
+ *
+ * Compiled with -mavx512{f,bw,vl,dq} (CMake keys on the file name); only called after
+ * the backend checked the CPU at run time.  Same signatures and row-range contract as
+ * the scalar kernels (cpu_kernels.h); everything is reentrant, no global state.
+ *
+ * FP8 (QUANT).  e4m3 values are integers times 2^-9, so q*w is an integer times 2^-18
+ * with |q*w| <= 448^2 < 2^17.6 and a 128-term block sum is below 2^43 units: exact in
+ * double, whatever the order.  The kernel therefore sums each block in double with
+ * FMAs (fma(q, w, acc) is exact because q*w and every partial sum are exact) in any
+ * convenient order, then does the scalar epilogue op for op:
+ *   t = f32(partial) * s_act; t = t * s_w; acc = acc + t   (float, blocks ascending).
+ * Weight decode without a table: the e4m3 byte, sign-extended to 64 bits and shifted
+ * left by 49, lands its exponent/mantissa in the top of a double's exponent/mantissa
+ * fields: bits & 0x80FE000000000000 is the double w * 2^-1016 (e4m3 subnormals become
+ * double subnormals, still exact).  The activations are pre-scaled by 2^1000 (exact:
+ * |q| <= 448), so each product is q*w*2^-16 (>= 2^-34 when non-zero: normal, exact) and
+ * the block sum is multiplied by 2^16 (exact) before the one rounding to float.
+ * NaN weight codes (0x7f/0xff) would decode as finite numbers, so every 128-byte row
+ * block is checked and a tile that contains one is recomputed by the scalar kernel.
+ *
+ * FP4 (QUANT).  e2m1 values are k/2 (|k| <= 12) and q is an integer times 2^-9, so
+ * p = q*w is an integer times 2^-10 with |p| <= 448*6 = 2688 < 2^12.  fma(q, w, 12288)
+ * is then exact and lies in [2^13, 2^14) where the float ulp is 2^-10, so its bit
+ * pattern is bits(12288) + p*2^10: the product becomes an exact int32.  Summing those
+ * bit patterns with wrap-around integer adds (the 32*bits(12288) bias is pre-subtracted
+ * in the initial accumulator) gives the exact block sum * 2^10 (|.| < 2^27), whose
+ * float conversion (one rounding) times 2^-10 (exact) is f32(partial).  The e2m1 decode
+ * is a 16-entry vpermps table lookup.
+ *
+ * EXACT (BF16, F32, FP8 dequantized).  The scalar loop rounds after every addition of
+ * its double sum, so the order matters in general (mixed magnitudes).  These kernels
+ * keep that order: SIMD lanes are different ROWS, each lane does exactly the scalar
+ * sequence acc = acc + x_j*w_j for j ascending (fma is identical: x_j*w_j is exact in
+ * double for float*float, float*bf16).  The price is a transpose of 8-row x 32-column
+ * weight tiles (a 16-bit unpack tree for BF16/FP8, 8x8 float transposes for F32) into
+ * a small L1 buffer of doubles; 8 such 8-row subtiles run as independent FMA chains.
+ * FP8-dequant weights are first rebuilt exactly as the scalar code does:
+ * bf16(f32(e4m3 * s_w)).
+ *
+ * Loop structure (QUANT): tiles of 8 rows; per tile, passes of V <= 4 batch vectors
+ * (V a compile-time constant) so that the float accumulators and the reduced block
+ * partials stay in registers (the acc chain across blocks is the latency-critical
+ * path for FP4 at n = 1); micro-kernels 8 rows x 1-2 vectors or 4 rows x 4 vectors
+ * share each decoded weight vector between the vectors of the pass, and transposed
+ * horizontal sums turn 8 accumulators into one vector with a lane per (row, vector).
+ * The first pass reads the tile's weights from memory (with software prefetch); later
+ * passes find them in L1/L2, so a weight byte crosses the memory bus once per call.
+ * EXACT: 64-row tiles with explicit prefetch (64 concurrent row streams at a
+ * power-of-two stride defeat the hardware prefetchers).
+ *
+ * Non-finite inputs: with NaN activations (QUANT) or NaN/inf inputs (EXACT) the
+ * kernels defer to the scalar reference (v4x_inputs_ok): the integer FP4 trick and the
+ * reordered sums would not reproduce the scalar NaN propagation.  Weights are assumed
+ * finite apart from the e4m3 NaN codes handled above; E8M0 0xff (NaN) scales give NaN
+ * outputs like the scalar code, but if several different NaNs meet, the one that
+ * survives may differ.
+ *
+ * Threading: the backend gives each thread a disjoint [r0, r1); tiles here are 8 rows
+ * (QUANT) or 64 rows (EXACT); rows past r1 in the last tile read a valid row again and
+ * their results are dropped.  Stack use is below 40 KiB.
+ */
+#include "cpu_kernels.h"
+
+#if V4_CPU_X86
+#include <immintrin.h>
+#include <string.h>
+
+#include "simd_x86.h"
+
+#define TILE 8          /* rows per QUANT tile (one ymm of float accumulators) */
+#define VGROUP 16       /* EXACT: batch vectors per pass over a tile */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* ---------------------------------------------------------------- reductions -- */
+
+/* Transposed horizontal sums: lane i of the result = sum of the lanes of a[i].
+ * Used on exact partial sums only, so the order is irrelevant. */
+V4_INLINE __m512d hsum8_pd(const __m512d *a)
+{
+    __m512d s01 = _mm512_add_pd(_mm512_unpacklo_pd(a[0], a[1]), _mm512_unpackhi_pd(a[0], a[1]));
+    __m512d s23 = _mm512_add_pd(_mm512_unpacklo_pd(a[2], a[3]), _mm512_unpackhi_pd(a[2], a[3]));
+    __m512d s45 = _mm512_add_pd(_mm512_unpacklo_pd(a[4], a[5]), _mm512_unpackhi_pd(a[4], a[5]));
+    __m512d s67 = _mm512_add_pd(_mm512_unpacklo_pd(a[6], a[7]), _mm512_unpackhi_pd(a[6], a[7]));
+    __m512d v0 = _mm512_add_pd(_mm512_shuffle_f64x2(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f64x2(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512d v1 = _mm512_add_pd(_mm512_shuffle_f64x2(s45, s67, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f64x2(s45, s67, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_pd(_mm512_shuffle_f64x2(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f64x2(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+V4_INLINE __m256i hsum8_epi32(const __m512i *a)
+{
+    __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0], a[1]), _mm512_unpackhi_epi32(a[0], a[1]));
+    __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2], a[3]), _mm512_unpackhi_epi32(a[2], a[3]));
+    __m512i s45 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[4], a[5]), _mm512_unpackhi_epi32(a[4], a[5]));
+    __m512i s67 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[6], a[7]), _mm512_unpackhi_epi32(a[6], a[7]));
+    /* per 128-bit lane: [a0 a1 a2 a3] and [a4 a5 a6 a7] partials */
+    __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi64(s45, s67), _mm512_unpackhi_epi64(s45, s67));
+    /* lanes [t0.0+t0.1, t0.2+t0.3, t1.0+t1.1, t1.2+t1.3] */
+    __m512i u = _mm512_add_epi32(_mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512i p = _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64(p, 1));
+}
+
+/* --------------------------------------------------------------- act quant -- */
+
+void v4_act_quant_avx512(const float *x, int cols, float *xq, float *xs)
+{
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m256 hi = _mm256_set1_ps(448.0f), lo = _mm256_set1_ps(-448.0f);
+    for (int b = 0; b < cols / 128; b++) {
+        const float *xb = x + (size_t)b * 128;
+        __m512 m = _mm512_set1_ps(1e-4f);
+        for (int k = 0; k < 8; k++)   /* maxps returns its 2nd operand for NaN: skipped */
+            m = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(xb + 16 * k), absmask), m);
+        float amax = _mm512_reduce_max_ps(m);
+        float s = v4x_act_scale(amax);
+        xs[b] = s;
+        const __m256 vs = _mm256_set1_ps(s);
+        for (int k = 0; k < 16; k++) {
+            __m256 v = _mm256_div_ps(_mm256_loadu_ps(xb + 8 * k), vs);
+            v = _mm256_min_ps(hi, v);     /* (448 < v) ? 448 : v; NaN stays */
+            v = _mm256_max_ps(lo, v);
+            _mm256_storeu_ps(xq + (size_t)b * 128 + 8 * k, v4x_e4m3_round_ps(v));
+        }
+    }
+}
+
+/* -------------------------------------------------------------------- FP8 -- */
+
+#define E4M3_PD_MASK ((long long)0x80FE000000000000ull)
+
+/* 8 e4m3 bytes -> doubles w * 2^-1016 */
+V4_INLINE __m512d e4m3x8_pd(const uint8_t *p)
+{
+    __m512i b = _mm512_cvtepi8_epi64(_mm_loadl_epi64((const __m128i *)p));
+    return _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(b, 49), _mm512_set1_epi64(E4M3_PD_MASK)));
+}
+
+/* R rows x V vectors of one 128-column block.  wr[r] points at the block's bytes,
+ * qd + v*128 at vector v's activations as doubles * 2^1000.  Result: out[g] lane i is
+ * the exact block sum * 2^-16 of (row, vector) = (f % R, f / R), f = 8g + i. */
+V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const double *qd, const int V,
+                      __m512d *out)
+{
+    __m512d acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * V; i++)
+        acc[i] = _mm512_setzero_pd();
+#pragma GCC unroll 2
+    for (int c = 0; c < 128; c += 8) {
+        __m512d q[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            q[v] = _mm512_load_pd(qd + v * 128 + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512d w = e4m3x8_pd(wr[r] + c);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[v * R + r] = _mm512_fmadd_pd(q[v], w, acc[v * R + r]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < R * V / 8; g++)
+        out[g] = hsum8_pd(acc + 8 * g);
+}
+
+/* any (b & 0x7f) == 0x7f in 8 rows x 128 bytes */
+V4_INLINE int fp8_has_nan(const uint8_t *const *wr)
+{
+    const __m512i m7f = _mm512_set1_epi8(0x7f);
+    __mmask64 k = 0;
+    for (int r = 0; r < TILE; r++) {
+        __m512i a = _mm512_loadu_si512(wr[r]), b = _mm512_loadu_si512(wr[r] + 64);
+        k |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(a, m7f), m7f);
+        k |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(b, m7f), m7f);
+    }
+    return k != 0;
+}
+
+V4_INLINE void bf16_store_mask(float *dst, __m256 acc, int nr)
+{
+    _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nr) - 1), v4x_bf16_ps(acc));
+}
+
+typedef struct tile_ctx {
+    const uint8_t *wrow[TILE];      /* the tile's rows (clamped to valid rows) */
+    const uint8_t *srow[TILE];      /* their scale rows */
+    int rt, nr;
+} tile_ctx;
+
+/* One pass over an FP8 tile for V (1..4) vectors starting at v0; returns whether a
+ * NaN weight code was seen (checked on the first pass only). */
+V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, float *y, int ldy,
+                       const tile_ctx *t, int v0, const int V)
+{
+    const int K = W->cols, nkb = K / 128;
+    const int uniform = t->srow[0] == t->srow[TILE - 1];
+    const __m512d pre = _mm512_set1_pd(0x1p1000), post = _mm512_set1_pd(0x1p16);
+    double qd[4 * 128] __attribute__((aligned(64)));
+    __m256 acc[4];
+    int nan_seen = 0;
+    for (int v = 0; v < V; v++)
+        acc[v] = _mm256_setzero_ps();
+    for (int kb = 0; kb < nkb; kb++) {
+        const uint8_t *wr[TILE];
+        for (int i = 0; i < TILE; i++)
+            wr[i] = t->wrow[i] + (size_t)kb * 128;
+        if (v0 == 0) {
+            nan_seen |= fp8_has_nan(wr);
+            for (int i = 0; i < TILE; i++) {
+                _mm_prefetch((const char *)(wr[i] + 2 * 128), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wr[i] + 2 * 128 + 64), _MM_HINT_T0);
+            }
+        }
+        for (int v = 0; v < V; v++) {
+            const float *q = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
+            for (int c = 0; c < 128; c += 8)
+                _mm512_store_pd(qd + v * 128 + c, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(q + c)), pre));
+        }
+        __m512d P[4];                   /* P[v] lane i: row i of vector v */
+        if (V == 1) {
+            fp8_mk(wr, 8, qd, 1, P);
+        } else if (V == 2) {
+            fp8_mk(wr, 8, qd, 2, P);
+        } else if (V == 3) {
+            fp8_mk(wr, 8, qd, 2, P);
+            fp8_mk(wr, 8, qd + 256, 1, P + 2);
+        } else {
+            __m512d X[2], Y[2];         /* X[g] = [v 2g rows 0-3, v 2g+1 rows 0-3], Y: rows 4-7 */
+            fp8_mk(wr, 4, qd, 4, X);
+            fp8_mk(wr + 4, 4, qd, 4, Y);
+            for (int g = 0; g < 2; g++) {
+                P[2 * g] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(1, 0, 1, 0));
+                P[2 * g + 1] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+        }
+        __m256 sw;
+        if (uniform) {
+            sw = _mm256_set1_ps(v4x_e8m0(t->srow[0][kb]));
+        } else {
+            float s[TILE];
+            for (int i = 0; i < TILE; i++)
+                s[i] = v4x_e8m0(t->srow[i][kb]);
+            sw = _mm256_loadu_ps(s);
+        }
+        for (int v = 0; v < V; v++) {   /* the scalar epilogue, lane-wise */
+            __m256 pf = _mm512_cvtpd_ps(_mm512_mul_pd(P[v], post));
+            __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + kb]));
+            tt = _mm256_mul_ps(tt, sw);
+            acc[v] = _mm256_add_ps(acc[v], tt);
+        }
+    }
+    for (int v = 0; v < V; v++)
+        bf16_store_mask(y + (size_t)(v0 + v) * ldy + t->rt, acc[v], t->nr);
+    return nan_seen;
+}
+
+static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
+                     float *y, int ldy, int rt, int nr)
+{
+    const int K = W->cols, scols = (K + 127) / 128;
+    tile_ctx t = {.rt = rt, .nr = nr};
+    for (int i = 0; i < TILE; i++) {
+        int r = rt + imin(i, nr - 1);
+        t.wrow[i] = (const uint8_t *)W->w + (size_t)r * K;
+        t.srow[i] = W->scale + (size_t)(r / 128) * scols;
+    }
+    int nan_seen = 0;
+    /* passes of up to 4 vectors; the tile's weights come from L1/L2 after the first */
+    for (int v0 = 0; v0 < n; v0 += 4) {
+        switch (imin(4, n - v0)) {
+        case 1: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 1); break;
+        case 2: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 2); break;
+        case 3: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 3); break;
+        default: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 4); break;
+        }
+    }
+    if (nan_seen)
+        v4_rows_fp8_scalar(W, n, xq, xs, NULL, 0, y, ldy, rt, rt + nr);
+}
+
+void v4_rows_fp8_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                        const float *x, int ldx, float *y, int ldy, int r0, int r1)
+{
+    if (W->cols % 128 != 0 || n <= 0 || !v4x_inputs_ok(xq, n, W->cols, (size_t)W->cols, 0)) {
+        v4_rows_fp8_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
+        return;
+    }
+    for (int rt = r0; rt < r1; rt += TILE)
+        fp8_tile(W, n, xq, xs, y, ldy, rt, imin(TILE, r1 - rt));
+}
+
+/* -------------------------------------------------------------------- FP4 -- */
+
+#define FP4_MAGIC 12288.0f          /* 1.5 * 2^13: ulp 2^-10 on [2^13, 2^14) */
+#define FP4_MAGIC_BITS 0x46400000u
+
+/* R rows x V vectors of one 32-column block; wr[r] at the block's 16 bytes, qd + 32v
+ * = vector v's activations deinterleaved (16 even columns, then 16 odd).  Result:
+ * out[g] lane i = exact block sum * 2^10 of (row, vector) = (f % R, f / R), f = 8g+i. */
+V4_INLINE void fp4_mk(const uint8_t *const *wr, const int R, const float *qd, const int V,
+                      __m256i *out)
+{
+    const __m512 lut = _mm512_setr_ps(0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
+                                      -0.f, -.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f);
+    const __m512 magic = _mm512_set1_ps(FP4_MAGIC);
+    /* each lane adds 2 biased terms: start at -2*bits(magic) (mod 2^32) */
+    const __m512i init = _mm512_set1_epi32((int)(0u - 2u * FP4_MAGIC_BITS));
+    __m512i acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * V; i++)
+        acc[i] = init;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)wr[r]));
+        __m512 we = _mm512_permutexvar_ps(d, lut);
+        __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            __m512i a = acc[v * R + r];
+            a = _mm512_add_epi32(a, _mm512_castps_si512(_mm512_fmadd_ps(_mm512_load_ps(qd + 32 * v), we, magic)));
+            a = _mm512_add_epi32(a, _mm512_castps_si512(_mm512_fmadd_ps(_mm512_load_ps(qd + 32 * v + 16), wo, magic)));
+            acc[v * R + r] = a;
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < R * V / 8; g++)
+        out[g] = hsum8_epi32(acc + 8 * g);
+}
+
+#define SBCHUNK 16      /* FP4 scale blocks whose scales are transposed at once */
+
+/* E8M0 scales of 8 rows x nb (<= 16) blocks starting at sb0 -> swt[block][row] */
+V4_INLINE void fp4_scales(const tile_ctx *t, int sb0, int nb, float swt[SBCHUNK][TILE])
+{
+    for (int h = 0; h < nb; h += 8) {
+        __m256 m[8];
+        const int cnt = imin(8, nb - h);
+        for (int i = 0; i < TILE; i++) {
+            __m128i b;
+            if (cnt == 8) {
+                b = _mm_loadl_epi64((const __m128i *)(t->srow[i] + sb0 + h));
+            } else {
+                uint8_t tmp[8] = {0};
+                memcpy(tmp, t->srow[i] + sb0 + h, (size_t)cnt);
+                b = _mm_loadl_epi64((const __m128i *)tmp);
+            }
+            m[i] = v4x_e8m0_ps(_mm256_cvtepu8_epi32(b));
+        }
+        v4x_transpose8_ps(m);
+        for (int j = 0; j < 8; j++)
+            _mm256_store_ps(swt[h + j], m[j]);
+    }
+}
+
+V4_INLINE void fp4_pass(const v4_mat *W, const float *xq, const float *xs, float *y, int ldy,
+                        const tile_ctx *t, int v0, const int V)
+{
+    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m256 post = _mm256_set1_ps(0x1p-10f);
+    float swt[SBCHUNK][TILE] __attribute__((aligned(32)));
+    float qd[4 * 32] __attribute__((aligned(64)));
+    __m256 acc[4];
+    for (int v = 0; v < V; v++)
+        acc[v] = _mm256_setzero_ps();
+    for (int sb0 = 0; sb0 < nsb; sb0 += SBCHUNK) {
+        const int nb = imin(SBCHUNK, nsb - sb0);
+        fp4_scales(t, sb0, nb, swt);
+        for (int b = 0; b < nb; b++) {
+            const int sb = sb0 + b;
+            const uint8_t *wr[TILE];
+            for (int i = 0; i < TILE; i++)
+                wr[i] = t->wrow[i] + (size_t)sb * 16;
+            if (v0 == 0 && sb % 4 == 0)
+                for (int i = 0; i < TILE; i++)
+                    _mm_prefetch((const char *)(wr[i] + 128), _MM_HINT_T0);
+            for (int v = 0; v < V; v++) {
+                const float *q = xq + (size_t)(v0 + v) * K + (size_t)sb * 32;
+                __m512 a = _mm512_loadu_ps(q), c = _mm512_loadu_ps(q + 16);
+                _mm512_store_ps(qd + 32 * v, _mm512_permutex2var_ps(a, ie, c));
+                _mm512_store_ps(qd + 32 * v + 16, _mm512_permutex2var_ps(a, io, c));
+            }
+            __m256i P[4];               /* P[v] lane i: row i of vector v */
+            if (V == 1) {
+                fp4_mk(wr, 8, qd, 1, P);
+            } else if (V == 2) {
+                fp4_mk(wr, 8, qd, 2, P);
+            } else if (V == 3) {
+                fp4_mk(wr, 8, qd, 2, P);
+                fp4_mk(wr, 8, qd + 64, 1, P + 2);
+            } else {
+                __m256i X[2], Y[2];
+                fp4_mk(wr, 4, qd, 4, X);
+                fp4_mk(wr + 4, 4, qd, 4, Y);
+                for (int g = 0; g < 2; g++) {
+                    P[2 * g] = _mm256_permute2x128_si256(X[g], Y[g], 0x20);
+                    P[2 * g + 1] = _mm256_permute2x128_si256(X[g], Y[g], 0x31);
+                }
+            }
+            const __m256 sw = _mm256_load_ps(swt[b]);
+            for (int v = 0; v < V; v++) {
+                __m256 pf = _mm256_mul_ps(_mm256_cvtepi32_ps(P[v]), post);
+                __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + sb / 4]));
+                tt = _mm256_mul_ps(tt, sw);
+                acc[v] = _mm256_add_ps(acc[v], tt);
+            }
+        }
+    }
+    for (int v = 0; v < V; v++)
+        bf16_store_mask(y + (size_t)(v0 + v) * ldy + t->rt, acc[v], t->nr);
+}
+
+static void fp4_tile(const v4_mat *W, int n, const float *xq, const float *xs,
+                     float *y, int ldy, int rt, int nr)
+{
+    const int K = W->cols, nsb = K / 32;
+    tile_ctx t = {.rt = rt, .nr = nr};
+    for (int i = 0; i < TILE; i++) {
+        int r = rt + imin(i, nr - 1);
+        t.wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
+        t.srow[i] = W->scale + (size_t)r * nsb;
+    }
+    for (int v0 = 0; v0 < n; v0 += 4) {
+        switch (imin(4, n - v0)) {
+        case 1: fp4_pass(W, xq, xs, y, ldy, &t, v0, 1); break;
+        case 2: fp4_pass(W, xq, xs, y, ldy, &t, v0, 2); break;
+        case 3: fp4_pass(W, xq, xs, y, ldy, &t, v0, 3); break;
+        default: fp4_pass(W, xq, xs, y, ldy, &t, v0, 4); break;
+        }
+    }
+}
+
+void v4_rows_fp4_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                        const float *x, int ldx, float *y, int ldy, int r0, int r1)
+{
+    if (W->cols % 128 != 0 || n <= 0 || !v4x_inputs_ok(xq, n, W->cols, (size_t)W->cols, 0)) {
+        v4_rows_fp4_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
+        return;
+    }
+    for (int rt = r0; rt < r1; rt += TILE)
+        fp4_tile(W, n, xq, xs, y, ldy, rt, imin(TILE, r1 - rt));
+}
+
+/* ------------------------------------------------------------------ EXACT -- */
+
+#define XSUB 8                  /* 8-row subtiles per EXACT tile (independent chains) */
+#define XROWS (XSUB * 8)        /* 64 rows */
+#define XCOLS 32                /* columns transposed per step */
+#define XPF (4 * XCOLS)         /* prefetch distance in elements (4 steps ahead) */
+
+/* buf layout: buf[(j * XSUB + s) * 8 + lane] = w[row s*8+lane][j0 + j] as double */
+
+/* 8 rows of 32 16-bit bf16 words (zmm each) -> 32 columns of 8 doubles. */
+V4_INLINE void tr16_to_buf(const __m512i *r, double *buf, int s)
+{
+    __m512i a0 = _mm512_unpacklo_epi16(r[0], r[1]), a1 = _mm512_unpackhi_epi16(r[0], r[1]);
+    __m512i a2 = _mm512_unpacklo_epi16(r[2], r[3]), a3 = _mm512_unpackhi_epi16(r[2], r[3]);
+    __m512i a4 = _mm512_unpacklo_epi16(r[4], r[5]), a5 = _mm512_unpackhi_epi16(r[4], r[5]);
+    __m512i a6 = _mm512_unpacklo_epi16(r[6], r[7]), a7 = _mm512_unpackhi_epi16(r[6], r[7]);
+    /* per 128-bit lane L: rows 0-3 (b0..b3) / 4-7 (b4..b7), column pairs 8L+{0,1},{2,3},{4,5},{6,7} */
+    __m512i b0 = _mm512_unpacklo_epi32(a0, a2), b1 = _mm512_unpackhi_epi32(a0, a2);
+    __m512i b2 = _mm512_unpacklo_epi32(a1, a3), b3 = _mm512_unpackhi_epi32(a1, a3);
+    __m512i b4 = _mm512_unpacklo_epi32(a4, a6), b5 = _mm512_unpackhi_epi32(a4, a6);
+    __m512i b6 = _mm512_unpacklo_epi32(a5, a7), b7 = _mm512_unpackhi_epi32(a5, a7);
+    /* c[k] lane L = rows 0..7 of column 8L+k */
+    __m512i c[8];
+    c[0] = _mm512_unpacklo_epi64(b0, b4); c[1] = _mm512_unpackhi_epi64(b0, b4);
+    c[2] = _mm512_unpacklo_epi64(b1, b5); c[3] = _mm512_unpackhi_epi64(b1, b5);
+    c[4] = _mm512_unpacklo_epi64(b2, b6); c[5] = _mm512_unpackhi_epi64(b2, b6);
+    c[6] = _mm512_unpacklo_epi64(b3, b7); c[7] = _mm512_unpackhi_epi64(b3, b7);
+    const __m512i zero = _mm512_setzero_si512();
+    for (int L = 0; L < 4; L++) {
+        /* words 2i <- 0, 2i+1 <- c[k] word 8L+i: floats (bf16 << 16) of lane L */
+        const __m512i idx = _mm512_set_epi16(
+            32 + 8 * L + 7, 0, 32 + 8 * L + 6, 0, 32 + 8 * L + 5, 0, 32 + 8 * L + 4, 0,
+            32 + 8 * L + 3, 0, 32 + 8 * L + 2, 0, 32 + 8 * L + 1, 0, 32 + 8 * L + 0, 0,
+            32 + 8 * L + 7, 0, 32 + 8 * L + 6, 0, 32 + 8 * L + 5, 0, 32 + 8 * L + 4, 0,
+            32 + 8 * L + 3, 0, 32 + 8 * L + 2, 0, 32 + 8 * L + 1, 0, 32 + 8 * L + 0, 0);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i f = _mm512_permutex2var_epi16(zero, idx, c[k]);
+            __m512d d = _mm512_cvtps_pd(_mm512_castps512_ps256(_mm512_castsi512_ps(f)));
+            _mm512_store_pd(buf + ((size_t)(8 * L + k) * XSUB + s) * 8, d);
+        }
+    }
+}
+
+/* bf16(f32(e4m3 * sw)) for 16 bytes, as 16 bf16 words */
+V4_INLINE __m256i fp8_dequant16(__m128i bytes, __m512 sw)
+{
+    __m512i b = _mm512_cvtepi8_epi32(bytes);
+    __m512i bits = _mm512_and_si512(_mm512_slli_epi32(b, 20), _mm512_set1_epi32((int)0x87f00000u));
+    __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+    __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7f)),
+                                            _mm512_set1_epi32(0x7f));
+    __m512i nanbits = _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32((int)0x80000000u)),
+                                      _mm512_set1_epi32(0x7fc00000));
+    v = _mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(nanbits));
+    v = _mm512_mul_ps(v, sw);
+    __m256 lo = v4x_bf16_ps(_mm512_castps512_ps256(v));
+    __m256 hi = v4x_bf16_ps(_mm512_extractf32x8_ps(v, 1));
+    __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castps_si256(lo)), _mm256_castps_si256(hi), 1);
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+}
+
+/* Transpose rows [s*8, s*8+8) of the tile, columns [j0, j0+cw), into buf. */
+static void exact_transpose(const v4_mat *W, const int *rows, int j0, int cw, double *buf, int s)
+{
+    const int K = W->cols;
+    if (W->type == V4_W_F32) {
+        const float *w = W->w;
+        for (int g = 0; g < XCOLS; g += 8) {
+            __m256 m[8];
+            int c = cw - g;
+            __mmask8 k = c >= 8 ? 0xff : c <= 0 ? 0 : (__mmask8)((1u << c) - 1);
+            for (int i = 0; i < 8; i++) {
+                const float *p = w + (size_t)rows[s * 8 + i] * K + j0 + g;
+                m[i] = _mm256_maskz_loadu_ps(k, p);
+                if (g % 16 == 0)
+                    _mm_prefetch((const char *)(p + XPF), _MM_HINT_T0);
+            }
+            v4x_transpose8_ps(m);
+            for (int j = 0; j < 8; j++)
+                _mm512_store_pd(buf + ((size_t)(g + j) * XSUB + s) * 8, _mm512_cvtps_pd(m[j]));
+        }
+        return;
+    }
+    __m512i r[8];
+    if (W->type == V4_W_BF16) {
+        const uint16_t *w = W->w;
+        if (cw == XCOLS) {
+            for (int i = 0; i < 8; i++) {
+                const uint16_t *p = w + (size_t)rows[s * 8 + i] * K + j0;
+                r[i] = _mm512_loadu_si512(p);
+                _mm_prefetch((const char *)(p + XPF), _MM_HINT_T0);
+            }
+        } else {
+            __mmask32 k = (__mmask32)((1u << cw) - 1);
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm512_maskz_loadu_epi16(k, w + (size_t)rows[s * 8 + i] * K + j0);
+        }
+    } else {    /* V4_W_FP8, dequantized */
+        const uint8_t *w = W->w;
+        const int scols = (K + 127) / 128;
+        __mmask32 k = cw >= 32 ? 0xffffffffu : (__mmask32)((1u << cw) - 1);
+        for (int i = 0; i < 8; i++) {
+            int row = rows[s * 8 + i];
+            __m512 sw = _mm512_set1_ps(v4x_e8m0(W->scale[(size_t)(row / 128) * scols + j0 / 128]));
+            __m256i bytes = _mm256_maskz_loadu_epi8(k, w + (size_t)row * K + j0);
+            if ((j0 / XCOLS) % 2 == 0)
+                _mm_prefetch((const char *)(w + (size_t)row * K + j0 + XPF), _MM_HINT_T0);
+            __m256i lo = fp8_dequant16(_mm256_castsi256_si128(bytes), sw);
+            __m256i hi = fp8_dequant16(_mm256_extracti128_si256(bytes, 1), sw);
+            r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        }
+    }
+    tr16_to_buf(r, buf, s);
+}
+
+/* acc[s] (8 rows each) += sum over j < cw, in column order, of buf[j][s] * xd[j]:
+ * each lane is one row's scalar double sequence. */
+V4_INLINE void exact_fma(const double *buf, const double *xd, int cw, double *acc, const int NS)
+{
+    __m512d a[XSUB];
+#pragma GCC unroll 8
+    for (int s = 0; s < NS; s++)
+        a[s] = _mm512_load_pd(acc + (size_t)s * 8);
+    for (int j = 0; j < cw; j++) {
+        const __m512d xb = _mm512_set1_pd(xd[j]);
+#pragma GCC unroll 8
+        for (int s = 0; s < NS; s++)
+            a[s] = _mm512_fmadd_pd(_mm512_load_pd(buf + ((size_t)j * XSUB + s) * 8), xb, a[s]);
+    }
+#pragma GCC unroll 8
+    for (int s = 0; s < NS; s++)
+        _mm512_store_pd(acc + (size_t)s * 8, a[s]);
+}
+
+/* dispatch on the number of subtiles (compile-time constants for the unrolling) */
+V4_INLINE void exact_fma_ns(const double *buf, const double *xd, int cw, double *acc, int ns)
+{
+    switch (ns) {
+    case 8: exact_fma(buf, xd, cw, acc, 8); break;
+    case 7: exact_fma(buf, xd, cw, acc, 7); break;
+    case 6: exact_fma(buf, xd, cw, acc, 6); break;
+    case 5: exact_fma(buf, xd, cw, acc, 5); break;
+    case 4: exact_fma(buf, xd, cw, acc, 4); break;
+    case 3: exact_fma(buf, xd, cw, acc, 3); break;
+    case 2: exact_fma(buf, xd, cw, acc, 2); break;
+    default: exact_fma(buf, xd, cw, acc, 1); break;
+    }
+}
+
+static void exact_tile(const v4_mat *W, int n, const float *x, int ldx, float *y, int ldy,
+                       int rt, int nr)
+{
+    const int K = W->cols;
+    const int ns = (nr + 7) / 8;
+    int rows[XROWS];
+    for (int i = 0; i < XROWS; i++)
+        rows[i] = rt + imin(i, nr - 1);
+    double buf[XCOLS * XSUB * 8] __attribute__((aligned(64)));
+    double acc[VGROUP * XSUB * 8] __attribute__((aligned(64)));
+    double xd[XCOLS] __attribute__((aligned(64)));
+    for (int v0 = 0; v0 < n; v0 += VGROUP) {
+        const int nv = imin(VGROUP, n - v0);
+        memset(acc, 0, sizeof(double) * (size_t)nv * XSUB * 8);
+        for (int j0 = 0; j0 < K; j0 += XCOLS) {
+            const int cw = imin(XCOLS, K - j0);
+            for (int s = 0; s < ns; s++)
+                exact_transpose(W, rows, j0, cw, buf, s);
+            for (int v = 0; v < nv; v++) {
+                const float *xv = x + (size_t)(v0 + v) * ldx + j0;
+                for (int j = 0; j < cw; j++)
+                    xd[j] = (double)xv[j];
+                exact_fma_ns(buf, xd, cw, acc + (size_t)v * XSUB * 8, ns);
+            }
+        }
+        for (int v = 0; v < nv; v++)
+            for (int s = 0; s < ns; s++) {
+                int cnt = imin(8, nr - s * 8);
+                __m256 f = _mm512_cvtpd_ps(_mm512_load_pd(acc + ((size_t)v * XSUB + s) * 8));
+                _mm256_mask_storeu_ps(y + (size_t)(v0 + v) * ldy + rt + s * 8, (__mmask8)((1u << cnt) - 1), f);
+            }
+    }
+}
+
+void v4_rows_exact_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                          const float *x, int ldx, float *y, int ldy, int r0, int r1)
+{
+    if (n <= 0 || W->cols <= 0 ||
+        (W->type != V4_W_F32 && W->type != V4_W_BF16 && W->type != V4_W_FP8) ||
+        !v4x_inputs_ok(x, n, W->cols, (size_t)ldx, 1)) {
+        v4_rows_exact_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
+        return;
+    }
+    for (int rt = r0; rt < r1; rt += XROWS)
+        exact_tile(W, n, x, ldx, y, ldy, rt, imin(XROWS, r1 - rt));
+}
+
+#endif /* V4_CPU_X86 */

@@ -1,0 +1,550 @@
+/* test_linear.c - the CPU linear kernels: scalar known answers, and every SIMD ISA the
+ * CPU supports bit-for-bit against the scalar backend.
+ *
+ * Part 1 checks the reference itself on hand-computed cases (identity-like FP8, FP4
+ * sums, a small BF16 EXACT product, act-quant scales and the 1e-4 clamp).
+ * Part 2 runs random FP8 / FP4 (QUANT) and BF16 / F32 / FP8 (EXACT) matrices through
+ * the scalar backend and through each supported ISA with 1 and 2 threads (plus one
+ * oversubscribed run) and compares the outputs bit for bit, including that nothing is
+ * written outside y's rows (ldy > rows, sentinel padding).  The data is built to hit
+ * the hard cases: e4m3 subnormals, E8M0 scales 2^-69..2^-1 and near 2^0, tiny blocks
+ * (amax clamp), exact zeros, rows that are not a multiple of the tiles, columns that
+ * are not a multiple of the transpose width, EXACT sums whose double rounding depends
+ * on the order (planted exact cancellations of +-2^28/2^40 products), subnormal
+ * dequantized FP8 weights, NaN weight codes, and NaN/inf activations.  Mutation
+ * checks during development (reordered EXACT sums, a wrong FP4 bias, skipped bf16
+ * rounding, swapped transpose columns, missing NaN fallbacks) all fail this test.
+ * Prints which ISAs were tested and which skipped.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/codec.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "testutil.h"
+
+/* ------------------------------------------------------------------ random -- */
+
+typedef struct rng { uint64_t s; } rng;
+static uint64_t rnext(rng *r)
+{
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int rint_(rng *r, int lo, int hi) { return lo + (int)(rnext(r) % (uint64_t)(hi - lo + 1)); }
+static double runif(rng *r) { return (double)(rnext(r) >> 11) * 0x1p-53; }
+
+/* random value with |x| in [2^(e-1), 2^e), random sign */
+static float rval(rng *r, int e)
+{
+    float v = ldexpf((float)(0.5 + 0.5 * runif(r)), e);
+    return (rnext(r) & 1) ? -v : v;
+}
+
+static uint8_t rand_e4m3(rng *r)
+{
+    for (;;) {
+        uint8_t b = (uint8_t)rnext(r);
+        if ((b & 0x7f) != 0x7f)
+            return b;
+    }
+}
+
+static uint8_t rand_e8m0(rng *r)
+{
+    int u = rint_(r, 0, 99);
+    if (u == 0)
+        return (uint8_t)rint_(r, 0, 6);                  /* 2^-127..: subnormal products */
+    if (u < 88)
+        return (uint8_t)rint_(r, 127 - 69, 127 - 1);     /* 2^-69 .. 2^-1 */
+    if (u < 98)
+        return (uint8_t)rint_(r, 122, 132);              /* near 2^0 */
+    return u == 98 ? 127 - 69 : 127 - 1;                 /* the extremes */
+}
+
+/* Activations: bf16 values, per 128-block a random magnitude, wide spread inside the
+ * block, some exact zeros, some all-zero and some tiny blocks (amax < 1e-4). */
+static void rand_acts(rng *r, float *x, int cols, int bf16)
+{
+    for (int b = 0; b < (cols + 127) / 128; b++) {
+        int kind = rint_(r, 0, 9);
+        int e = rint_(r, -12, 12);
+        for (int j = b * 128; j < b * 128 + 128 && j < cols; j++) {
+            float v;
+            if (kind == 0)
+                v = 0.0f;                                    /* all-zero block */
+            else if (kind == 1)
+                v = rval(r, rint_(r, -40, -15));             /* tiny: amax clamp */
+            else if (rint_(r, 0, 15) == 0)
+                v = (rnext(r) & 1) ? -0.0f : 0.0f;           /* exact zeros */
+            else
+                v = rval(r, e - rint_(r, 0, 14));
+            x[j] = bf16 ? v4_bf16(v) : v;
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- helpers -- */
+
+typedef struct bk {
+    const char *isa;
+    int threads;
+    v4_backend *be;
+} bk;
+
+static v4_backend *mk_backend(int threads, const char *isa)
+{
+    v4_error err;
+    v4_err_clear(&err);
+    v4_backend *be = v4_cpu_backend_create(threads, isa, &err);
+    CHECK(be != NULL, "create(%d, %s): %s", threads, isa, err.msg);
+    return be;
+}
+
+#define PAD 5
+static const float SENTINEL = -12345.5f;
+
+/* y = W x on backend be, output with ldy = rows + PAD prefilled with SENTINEL. */
+static float *run_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n,
+                         const float *x, int ldx)
+{
+    int ldy = W->rows + PAD;
+    float *y = malloc(sizeof(float) * (size_t)n * (size_t)ldy);
+    for (size_t i = 0; i < (size_t)n * (size_t)ldy; i++)
+        y[i] = SENTINEL;
+    v4_linear(be, W, mode, n, x, ldx, y, ldy);
+    return y;
+}
+
+static int mismatches;
+
+/* bitwise compare (and padding intact); returns number of differing floats */
+static int compare(const char *what, const v4_mat *W, int n, const float *ref, const float *got)
+{
+    int ldy = W->rows + PAD, bad = 0;
+    for (int b = 0; b < n; b++)
+        for (int r = 0; r < ldy; r++) {
+            size_t i = (size_t)b * ldy + r;
+            if (memcmp(&ref[i], &got[i], 4) != 0) {
+                if (bad < 5)
+                    fprintf(stderr, "  %s: b=%d r=%d ref=%a (%08x) got=%a (%08x)\n", what, b, r,
+                            (double)ref[i], v4_f32_bits(ref[i]), (double)got[i], v4_f32_bits(got[i]));
+                bad++;
+            }
+            if (r >= W->rows)
+                CHECK(v4_f32_bits(got[i]) == v4_f32_bits(SENTINEL), "%s wrote padding b=%d r=%d", what, b, r);
+        }
+    return bad;
+}
+
+/* ------------------------------------------------------------ known answers -- */
+
+static void known_answers(v4_backend *sc)
+{
+    /* act quant: one block with x[0] = 1 -> s = 2^ceil(log2(1/448)) = 2^-8, q = 256 */
+    {
+        float x[128] = {0}, xq[128], xs[1];
+        x[0] = 1.0f;
+        x[1] = -0.0f;
+        x[2] = 0.5f;
+        v4_act_quant(x, 128, xq, xs);
+        CHECK(xs[0] == 0x1p-8f, "act scale %a", (double)xs[0]);
+        CHECK(xq[0] == 256.0f && xq[2] == 128.0f && xq[3] == 0.0f, "act q %g %g", xq[0], xq[2]);
+        CHECK(signbit(xq[1]), "-0 keeps its sign");
+        /* tiny block: amax clamps to 1e-4 -> s = 2^ceil(log2(1e-4/448)) = 2^-22;
+         * 1e-6 * 2^22 = 4.19 -> e4m3 4.0 */
+        for (int j = 0; j < 128; j++)
+            x[j] = 1e-6f;
+        v4_act_quant(x, 128, xq, xs);
+        CHECK(xs[0] == 0x1p-22f, "clamped scale %a", (double)xs[0]);
+        CHECK(xq[5] == 4.0f, "tiny q %g", xq[5]);
+        /* 448 exactly -> s = 1, q = 448; 465 -> s = 2 (465/448 > 1), q = 232.5 -> 224/240: 232 */
+        x[0] = 448.0f;
+        for (int j = 1; j < 128; j++)
+            x[j] = 0.0f;
+        v4_act_quant(x, 128, xq, xs);
+        CHECK(xs[0] == 1.0f && xq[0] == 448.0f, "448: s=%g q=%g", xs[0], xq[0]);
+    }
+    /* FP8 identity: w[i][i] = e4m3(1.0) = 0x38, scale 2^0, and x values that are e4m3
+     * numbers with amax 448 (act scale 1): y = x exactly.  A second row block with
+     * scale 2^-3 gives y = x/8. */
+    {
+        enum { N = 256 };
+        static uint8_t w[N * N];
+        uint8_t scl[2 * 2] = {127, 127, 124, 124};
+        memset(w, 0, sizeof w);
+        for (int i = 0; i < N; i++)
+            w[(size_t)i * N + i] = 0x38;
+        float x[N], y[N];
+        for (int j = 0; j < N; j++)
+            x[j] = v4_e4m3_to_f32((uint8_t)((j * 37) % 0x7f));     /* codes 0..0x7e */
+        x[0] = 448.0f;
+        x[128] = -448.0f;
+        v4_mat W = {V4_W_FP8, N, N, w, scl};
+        v4_linear(sc, &W, V4_LIN_QUANT, 1, x, N, y, N);
+        int ok = 1;
+        for (int i = 0; i < N; i++)
+            if (y[i] != (i < 128 ? x[i] : x[i] / 8))
+                ok = 0;
+        CHECK(ok, "FP8 identity");
+    }
+    /* FP4: row r has all weights 1.0 (code 2) with scale 2^-r; x = 1 everywhere:
+     * q = 256 (s = 2^-8), block partial 32*256 = 8192, t = 8192 * 2^-8 * 2^-r = 32*2^-r,
+     * acc = 4 * 32 * 2^-r = 2^(7-r). */
+    {
+        enum { R = 4, C = 128 };
+        uint8_t w[R * C / 2], scl[R * C / 32];
+        memset(w, 0x22, sizeof w);
+        for (int r = 0; r < R; r++)
+            for (int b = 0; b < C / 32; b++)
+                scl[r * (C / 32) + b] = (uint8_t)(127 - r);
+        float x[C], y[R];
+        for (int j = 0; j < C; j++)
+            x[j] = 1.0f;
+        v4_mat W = {V4_W_FP4, R, C, w, scl};
+        v4_linear(sc, &W, V4_LIN_QUANT, 1, x, C, y, R);
+        for (int r = 0; r < R; r++)
+            CHECK(y[r] == ldexpf(1.0f, 7 - r), "FP4 row %d: %g", r, y[r]);
+        /* e2m1 code 15 = -6: row 0 all -6 -> -6 * 128 = -768 */
+        memset(w, 0xff, C / 2);
+        v4_linear(sc, &W, V4_LIN_QUANT, 1, x, C, y, R);
+        CHECK(y[0] == -768.0f, "FP4 -6 row: %g", y[0]);
+    }
+    /* BF16 EXACT: [[1, 2], [0.5, -1]] x [3, 4] = [11, -2.5] */
+    {
+        uint16_t w[4] = {v4_bf16_bits(1.0f), v4_bf16_bits(2.0f), v4_bf16_bits(0.5f), v4_bf16_bits(-1.0f)};
+        float x[2] = {3.0f, 4.0f}, y[2];
+        v4_mat W = {V4_W_BF16, 2, 2, w, NULL};
+        v4_linear(sc, &W, V4_LIN_EXACT, 1, x, 2, y, 2);
+        CHECK(y[0] == 11.0f && y[1] == -2.5f, "BF16 exact %g %g", y[0], y[1]);
+        /* rounding happens once, at the end: 1 + 2^-30 - 1 in double, then f32 */
+        float x3[3] = {1.0f, 0x1p-30f, -1.0f}, y1;
+        uint16_t w3[3] = {v4_bf16_bits(1.0f), v4_bf16_bits(1.0f), v4_bf16_bits(1.0f)};
+        v4_mat W3 = {V4_W_BF16, 1, 3, w3, NULL};
+        v4_linear(sc, &W3, V4_LIN_EXACT, 1, x3, 3, &y1, 1);
+        CHECK(y1 == 0x1p-30f, "double accumulation: %a", (double)y1);
+    }
+}
+
+/* ------------------------------------------------------------- act quant -- */
+
+static void act_quant_equal(rng *r)
+{
+#if V4_CPU_X86
+    enum { C = 128 * 64 };
+    float *x = malloc(sizeof(float) * C), q0[C], s0[C / 128], q1[C], s1[C / 128];
+    rand_acts(r, x, C, 0);
+    /* specials: NaN, inf, huge, subnormal, ties of the e4m3 grid */
+    x[3] = NAN; x[130] = -INFINITY; x[300] = 3e38f; x[301] = -3e38f; x[500] = 1e-42f;
+    for (int j = 0; j < 128; j++)     /* block 10: every e4m3 tie and neighbour */
+        x[1280 + j] = (j == 0) ? 448.0f : ldexpf(1.0f + (float)(j % 16) / 16.0f + 1.0f / 32.0f, (j % 24) - 12);
+    x[1280 + 1] = 464.0f;    /* clamps */
+    v4_act_quant(x, C, q0, s0);
+    const char *names[2] = {"avx2", "avx512"};
+    v4_act_quant_fn fns[2] = {v4_act_quant_avx2, v4_act_quant_avx512};
+    for (int k = 0; k < 2; k++) {
+        if (!v4_cpu_isa_supported(names[k]))
+            continue;
+        fns[k](x, C, q1, s1);
+        CHECK(memcmp(s0, s1, sizeof s0) == 0, "act scales %s", names[k]);
+        int bad = 0;
+        for (int j = 0; j < C; j++)
+            if (v4_f32_bits(q0[j]) != v4_f32_bits(q1[j]) && bad++ < 5)
+                fprintf(stderr, "  act %s j=%d x=%a ref=%a got=%a\n", names[k], j, (double)x[j],
+                        (double)q0[j], (double)q1[j]);
+        CHECK(bad == 0, "act quant %s: %d differ", names[k], bad);
+    }
+    /* sweep: every float in [2^-12, 448] at a coarse stride plus all of [0, 2^-6],
+     * through blocks whose scale is 1 (x[0] = 448) */
+    float xb[128], qa[128], sa[1], qb[128], sb[1];
+    int bad = 0;
+    for (uint32_t u = 0; u <= 0x43e00000u && !bad; u += 127 * 10) {
+        xb[0] = 448.0f;
+        for (int j = 1; j < 128; j++)
+            xb[j] = v4_f32_from_bits(u + (uint32_t)j * 10u) * ((j & 1) ? -1.0f : 1.0f);
+        v4_act_quant(xb, 128, qa, sa);
+        for (int k = 0; k < 2; k++) {
+            if (!v4_cpu_isa_supported(names[k]))
+                continue;
+            fns[k](xb, 128, qb, sb);
+            if (memcmp(qa, qb, sizeof qa) != 0 || sa[0] != sb[0])
+                bad++;
+        }
+    }
+    CHECK(bad == 0, "e4m3 rounding sweep");
+    free(x);
+#else
+    (void)r;
+#endif
+}
+
+/* ------------------------------------------------------------ random cases -- */
+
+typedef struct mat_buf {
+    v4_mat W;
+    void *w;
+    uint8_t *s;
+} mat_buf;
+
+/* NaN weight codes; all scales 2^-127..2^-121; NaN/inf activations */
+enum { F_NAN = 1, F_TINY = 2, F_XNAN = 4 };
+
+static mat_buf make_mat(rng *r, v4_wtype t, int rows, int cols, int flags)
+{
+    mat_buf m = {{t, rows, cols, NULL, NULL}, NULL, NULL};
+    size_t nw = (size_t)rows * cols;
+    switch (t) {
+    case V4_W_FP8: {
+        uint8_t *w = malloc(nw);
+        for (size_t i = 0; i < nw; i++)
+            w[i] = rand_e4m3(r);
+        if (flags & F_NAN)
+            for (int k = 0; k < 3; k++)
+                w[rnext(r) % nw] = (k & 1) ? 0xff : 0x7f;
+        size_t ns = (size_t)((rows + 127) / 128) * ((cols + 127) / 128);
+        m.s = malloc(ns);
+        for (size_t i = 0; i < ns; i++)
+            m.s[i] = (flags & F_TINY) ? (uint8_t)rint_(r, 0, 6) : rand_e8m0(r);
+        m.w = w;
+        break;
+    }
+    case V4_W_FP4: {
+        uint8_t *w = malloc(nw / 2);
+        for (size_t i = 0; i < nw / 2; i++)
+            w[i] = (uint8_t)rnext(r);
+        size_t ns = (size_t)rows * (cols / 32);
+        m.s = malloc(ns);
+        for (size_t i = 0; i < ns; i++)
+            m.s[i] = rand_e8m0(r);
+        m.w = w;
+        break;
+    }
+    case V4_W_BF16: {
+        uint16_t *w = malloc(nw * 2);
+        for (size_t i = 0; i < nw; i++)
+            w[i] = rint_(r, 0, 20) == 0 ? 0 : v4_bf16_bits(rval(r, rint_(r, -20, 3)));
+        m.w = w;
+        break;
+    }
+    case V4_W_F32: {
+        float *w = malloc(nw * 4);
+        for (size_t i = 0; i < nw; i++)
+            w[i] = rint_(r, 0, 20) == 0 ? 0.0f : rval(r, rint_(r, -20, 3));
+        m.w = w;
+        break;
+    }
+    }
+    /* EXACT types: column K-2 repeats column 1, so with x[1] = -x[K-2] = 2^28 the two
+     * big products cancel exactly and everything summed between them is rounded to
+     * the big partial sum's ulp: the result depends on the summation order. */
+    if (t != V4_W_FP4 && cols >= 4)
+        for (int i = 0; i < rows; i++) {
+            size_t a = (size_t)i * cols + 1, b = (size_t)i * cols + cols - 2;
+            if (t == V4_W_FP8)
+                ((uint8_t *)m.w)[b] = ((uint8_t *)m.w)[a];
+            else if (t == V4_W_BF16)
+                ((uint16_t *)m.w)[b] = ((uint16_t *)m.w)[a];
+            else
+                ((float *)m.w)[b] = ((float *)m.w)[a];
+        }
+    m.W.w = m.w;
+    m.W.scale = m.s;
+    return m;
+}
+
+static void free_mat(mat_buf *m)
+{
+    free(m->w);
+    free(m->s);
+}
+
+static const char *tname(v4_wtype t)
+{
+    return t == V4_W_FP8 ? "fp8" : t == V4_W_FP4 ? "fp4" : t == V4_W_BF16 ? "bf16" : "f32";
+}
+
+static void run_case(rng *r, v4_backend *sc, bk *be, int nbe, v4_wtype t, v4_lin_mode mode,
+                     int rows, int cols, int n, int flags)
+{
+    mat_buf m = make_mat(r, t, rows, cols, flags);
+    int ldx = cols + 3;
+    float *x = malloc(sizeof(float) * (size_t)n * ldx);
+    for (int b = 0; b < n; b++) {
+        float *xb = x + (size_t)b * ldx;
+        rand_acts(r, xb, cols, t != V4_W_F32 || mode == V4_LIN_QUANT);
+        if (mode == V4_LIN_EXACT && cols >= 4 && b % 2 == 0) {
+            xb[1] = b % 4 ? 0x1p28f : 0x1p40f;
+            xb[cols - 2] = -xb[1];
+        }
+        if (flags & F_XNAN) {       /* vector 0: two NaN payloads; 1: +inf; 2: -inf */
+            if (b == 0) {
+                xb[5] = v4_f32_from_bits(0x7fc01234u);
+                xb[cols - 1] = v4_f32_from_bits(0xffc00077u);
+            } else if (b <= 2) {
+                xb[cols / 2] = b == 1 ? INFINITY : -INFINITY;
+            }
+        }
+    }
+    float *ref = run_linear(sc, &m.W, mode, n, x, ldx);
+    for (int k = 0; k < nbe; k++) {
+        float *got = run_linear(be[k].be, &m.W, mode, n, x, ldx);
+        char what[128];
+        snprintf(what, sizeof what, "%s %s %s %dx%d n=%d %s/%dt", mode == V4_LIN_QUANT ? "quant" : "exact",
+                 tname(t), flags & F_NAN ? "nan-codes" : flags & F_TINY ? "tiny-scales" : flags & F_XNAN ? "nan/inf-x" : "", rows, cols, n, be[k].isa, be[k].threads);
+        int bad = compare(what, &m.W, n, ref, got);
+        CHECK(bad == 0, "%s: %d outputs differ", what, bad);
+        mismatches += bad;
+        free(got);
+    }
+    if ((flags & F_NAN) && t == V4_W_FP8 && mode == V4_LIN_QUANT) {
+        int nans = 0;
+        for (int b = 0; b < n; b++)
+            for (int i = 0; i < rows; i++)
+                nans += isnan(ref[(size_t)b * (rows + PAD) + i]) != 0;
+        CHECK(nans > 0, "NaN weight codes give NaN outputs");
+    }
+    free(ref);
+    free(x);
+    free_mat(&m);
+}
+
+/* How often does the EXACT data make the summation order matter after the final
+ * rounding to float?  (Shows that the bit-exact comparison of EXACT mode has teeth: a
+ * kernel that reordered the double sum would fail.) */
+static int order_sensitive_outputs(rng *r)
+{
+    mat_buf m = make_mat(r, V4_W_BF16, 512, 1000, 0);
+    float x[1000];
+    rand_acts(r, x, 1000, 1);
+    x[1] = 0x1p40f;
+    x[998] = -0x1p40f;
+    int diff = 0;
+    for (int i = 0; i < 512; i++) {
+        const uint16_t *w = (const uint16_t *)m.w + (size_t)i * 1000;
+        double seq = 0.0, l[8] = {0};
+        for (int j = 0; j < 1000; j++) {
+            double p = (double)x[j] * (double)v4_bf16_from_bits(w[j]);
+            seq += p;
+            l[j % 8] += p;
+        }
+        double lanes = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+        diff += (float)seq != (float)lanes;
+    }
+    free_mat(&m);
+    return diff;
+}
+
+int main(void)
+{
+    v4_backend *sc = mk_backend(1, "scalar");
+    if (!sc)
+        TEST_DONE();
+    CHECK(strcmp(v4_cpu_backend_isa(sc), "scalar") == 0, "scalar isa name");
+
+    /* creation errors and auto */
+    {
+        v4_error err;
+        v4_err_clear(&err);
+        CHECK(v4_cpu_backend_create(1, "sse9", &err) == NULL && err.code == V4_ERR_INVALID, "unknown isa");
+        v4_backend *a = v4_cpu_backend_create(0, "auto", &err);
+        CHECK(a != NULL, "auto backend: %s", err.msg);
+        if (a) {
+            printf("auto backend: isa %s, %d threads\n", v4_cpu_backend_isa(a), v4_cpu_backend_threads(a));
+            CHECK(v4_cpu_backend_threads(a) >= 1, "threads");
+            a->ops->destroy(a);
+        }
+        for (int k = 0; k < 2; k++) {
+            const char *isa = k ? "avx512" : "avx2";
+            if (!v4_cpu_isa_supported(isa)) {
+                v4_err_clear(&err);
+                CHECK(v4_cpu_backend_create(1, isa, &err) == NULL, "unsupported %s must fail", isa);
+            }
+        }
+    }
+
+    known_answers(sc);
+    rng r = {0x5eed1234abcdull};
+    act_quant_equal(&r);
+
+    /* the backends under test: every supported ISA (scalar too, multi-threaded) */
+    const char *isas[3] = {"scalar", "avx2", "avx512"};
+    bk be[16];
+    int nbe = 0;
+    char tested[64] = "", skipped[64] = "";
+    for (int k = 0; k < 3; k++) {
+        if (!v4_cpu_isa_supported(isas[k])) {
+            strcat(skipped, " ");
+            strcat(skipped, isas[k]);
+            continue;
+        }
+        strcat(tested, " ");
+        strcat(tested, isas[k]);
+        for (int t = 1; t <= 2; t++) {
+            v4_backend *b = mk_backend(t, isas[k]);
+            if (b) {
+                CHECK(strcmp(v4_cpu_backend_isa(b), isas[k]) == 0, "isa name");
+                be[nbe++] = (bk){isas[k], t, b};
+            }
+        }
+    }
+    /* one oversubscribed instance with the best ISA: uneven chunks, more threads than cores */
+    {
+        v4_backend *b = mk_backend(5, "auto");
+        if (b)
+            be[nbe++] = (bk){v4_cpu_backend_isa(b), 5, b};
+    }
+    printf("ISAs tested:%s; skipped (CPU lacks them):%s\n", tested, *skipped ? skipped : " none");
+
+    static const int shapes[][2] = {{256, 256}, {384, 640}, {129, 128}, {4096, 256}, {8, 128}, {200, 384}};
+    static const int batches[] = {1, 3, 8};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+            run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, shapes[s][0], shapes[s][1], batches[b], 0);
+            run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, shapes[s][0], shapes[s][1], batches[b], 0);
+        }
+    /* more vectors than one pass handles (VGROUP 16), odd counts */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 136, 256, 17, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 136, 256, 17, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 512, 5, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 256, 512, 6, 0);
+    /* NaN weight codes (scalar fallback per tile) */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 2, 1);
+
+    /* EXACT: BF16, F32 (mHC-like 24 x 4*dim), FP8 dequantized; odd row/column counts */
+    static const int xshapes[][2] = {{256, 256}, {129, 128}, {24, 1024}, {200, 300}, {64, 1000}, {5, 7}, {384, 640}};
+    for (size_t s = 0; s < sizeof xshapes / sizeof xshapes[0]; s++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++) {
+            run_case(&r, sc, be, nbe, V4_W_BF16, V4_LIN_EXACT, xshapes[s][0], xshapes[s][1], batches[b], 0);
+            run_case(&r, sc, be, nbe, V4_W_F32, V4_LIN_EXACT, xshapes[s][0], xshapes[s][1], batches[b], 0);
+            run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, xshapes[s][0], xshapes[s][1], batches[b], 0);
+        }
+    run_case(&r, sc, be, nbe, V4_W_BF16, V4_LIN_EXACT, 1100, 256, 1, 0);
+    run_case(&r, sc, be, nbe, V4_W_BF16, V4_LIN_EXACT, 100, 200, 17, 0);
+    run_case(&r, sc, be, nbe, V4_W_F32, V4_LIN_EXACT, 24, 4096, 1, 0);
+    /* FP8 dequant with subnormal e4m3*scale products: the bf16 rounding matters */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 2, F_TINY);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 130, 384, 2, F_TINY);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 2, F_NAN);
+    /* NaN / inf activations: the SIMD kernels defer to the scalar ones */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 3, F_XNAN);
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 256, 384, 3, F_XNAN);
+    run_case(&r, sc, be, nbe, V4_W_BF16, V4_LIN_EXACT, 130, 300, 3, F_XNAN);
+    run_case(&r, sc, be, nbe, V4_W_F32, V4_LIN_EXACT, 24, 1000, 3, F_XNAN);
+
+    int sens = order_sensitive_outputs(&r);
+    printf("EXACT data: %d of 512 BF16 dot products round to a different float with an 8-lane summation order\n", sens);
+    CHECK(sens > 0, "EXACT test data should be order-sensitive");
+
+    printf("%d backends compared against scalar, %d mismatching outputs\n", nbe, mismatches);
+    for (int k = 0; k < nbe; k++)
+        be[k].be->ops->destroy(be[k].be);
+    sc->ops->destroy(sc);
+    TEST_DONE();
+}
