@@ -22,9 +22,7 @@
 #include "../cache/safetensors.h"
 #include "../config/model_config.h"
 
-/* Declared (weak) in commands.h; defined here without the weak attribute so that a
- * built inspect command always wins. */
-int v4_cmd_inspect(int argc, char **argv);
+#include "commands.h"
 
 #define PROG "v4fleet inspect"
 

@@ -5,12 +5,9 @@
 #ifndef V4_COMMANDS_H
 #define V4_COMMANDS_H
 
-/* Declared weak so that a partial build (a tree where one command is not written
- * yet) still links; main() reports such a command as unavailable. */
-#define V4_CMD __attribute__((weak))
-V4_CMD int v4_cmd_logits(int argc, char **argv);
-V4_CMD int v4_cmd_generate(int argc, char **argv);
-V4_CMD int v4_cmd_mkmodel(int argc, char **argv);
-V4_CMD int v4_cmd_inspect(int argc, char **argv);
+int v4_cmd_logits(int argc, char **argv);
+int v4_cmd_generate(int argc, char **argv);
+int v4_cmd_mkmodel(int argc, char **argv);
+int v4_cmd_inspect(int argc, char **argv);
 
 #endif
