@@ -117,6 +117,8 @@ void v4_ctx_free(v4_ctx *c)
     free(c);
 }
 
+const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
+
 static int check_inputs(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, v4_error *err)
 {
     const v4_config *cfg = &c->w->cfg;

@@ -60,6 +60,7 @@ const float *v4_seq_index_keys(const v4_seq *s, int layer, int *n);
 
 v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_error *err);
 void v4_ctx_free(v4_ctx *c);
+const v4_config *v4_ctx_config(const v4_ctx *c);
 
 /* Feed tokens[i] to seqs[i] at its current position, for i < n (n <= max_batch);
  * logits: [n][vocab] f32 (may be NULL); traces: NULL or n pointers (each may be NULL).
