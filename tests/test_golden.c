@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
 #include "testutil.h"
+#include "worker/sampling.h"
 
 static char g_dir[4096];
 
@@ -69,15 +70,6 @@ static float stdev(const float *x, int n)
     }
     double m = s / n;
     return (float)sqrt(ss / n - m * m);
-}
-
-static int argmax_of(const float *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
 }
 
 static int cmp_f(const float *a, const float *b, size_t n, const char *what, int pos)
@@ -130,7 +122,7 @@ static void run_sequence(const v4_model_files *m, v4_backend *be, const golden *
                 md = fabsf(logits[i] - ref[i]);
         if (md / sd > worst_rel)
             worst_rel = md / sd;
-        if (argmax_of(logits, g->V) != g->argmax[p])
+        if (v4_argmax(logits, g->V) != g->argmax[p])
             bad_int++;
         for (int l = 0; l < g->L; l++)
             for (int k = 0; k < g->K; k++) {
@@ -222,7 +214,7 @@ static void run_greedy(const v4_model_files *m, v4_backend *be, const golden *g,
             continue;
         }
         int i = p + 1 - np;
-        tok = argmax_of(logits, g->V);
+        tok = v4_argmax(logits, g->V);
         if (tok != gen[i] || cmp_f(logits, g->greedy_logits + (size_t)i * g->V, g->V, "greedy_logits", i)) {
             CHECK(0, "greedy token %d: got %d want %d", i, tok, gen[i]);
             ok = 0;

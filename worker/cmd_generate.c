@@ -10,6 +10,7 @@
 #include "../kernels/v4/model.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "sampling.h"
 
 static void usage(FILE *f)
 {
@@ -90,10 +91,7 @@ int v4_cmd_generate(int argc, char **argv)
             tok = ids[p + 1];
             continue;
         }
-        int best = 0;
-        for (int i = 1; i < cfg->vocab_size; i++)
-            if (logits[i] > logits[best])
-                best = i;
+        int best = v4_argmax(logits, cfg->vocab_size);
         out[nout++] = tok = best;
         if (!ignore_eos && best == cfg->eos_id)
             break;

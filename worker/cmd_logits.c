@@ -12,20 +12,12 @@
 #include "../kernels/v4/model.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "sampling.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet logits --model DIR --tokens FILE.json --out FILE.bin [--trace FILE.jsonl]\n"
                "                      [--threads N] [--isa auto|scalar|avx2|avx512]\n");
-}
-
-static int argmax(const float *x, int n)
-{
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
 }
 
 static void write_trace_line(FILE *f, const v4_config *cfg, int pos, int am, const v4_trace *t)
@@ -129,7 +121,7 @@ int v4_cmd_logits(int argc, char **argv)
             goto fail;
         }
         if (ft)
-            write_trace_line(ft, cfg, p, argmax(logits, cfg->vocab_size), &tr);
+            write_trace_line(ft, cfg, p, v4_argmax(logits, cfg->vocab_size), &tr);
     }
     if (fclose(fo)) {
         fo = NULL;

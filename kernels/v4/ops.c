@@ -110,41 +110,34 @@ void v4_hadamard(float *v, int n)
         free(d);
 }
 
-void v4_fp8_sim(float *v, int n, int block)
+/* Quantize-dequantize v in blocks: s = 2^ceil(log2(f32(max(amax, amax_floor) * inv_max))),
+ * v = bf16(round(clamp(v / s, +-maxv)) * s) with round = the format's nearest-even. */
+static void block_qdq(float *v, int n, int block, float maxv, float inv_max, float amax_floor,
+                      float (*round_fmt)(float))
 {
-    const float inv = 1.0f / 448.0f;
     for (int b0 = 0; b0 < n; b0 += block) {
-        float amax = 1e-4f;
+        float amax = amax_floor;
         for (int j = b0; j < b0 + block; j++)
             if (fabsf(v[j]) > amax)
                 amax = fabsf(v[j]);
-        float s = ldexpf(1.0f, v4_ceil_log2_bits(amax * inv));
+        float s = ldexpf(1.0f, v4_ceil_log2_bits(amax * inv_max));
         for (int j = b0; j < b0 + block; j++) {
             float q = v[j] / s;
-            if (q > 448.0f) q = 448.0f;
-            if (q < -448.0f) q = -448.0f;
-            v[j] = v4_bf16(v4_e4m3_round(q) * s);
+            if (q > maxv) q = maxv;
+            if (q < -maxv) q = -maxv;
+            v[j] = v4_bf16(round_fmt(q) * s);
         }
     }
 }
 
+void v4_fp8_sim(float *v, int n, int block)
+{
+    block_qdq(v, n, block, 448.0f, 1.0f / 448.0f, 1e-4f, v4_e4m3_round);
+}
+
 void v4_fp4_sim(float *v, int n, int block)
 {
-    const float inv = 1.0f / 6.0f;
-    const float floor_amax = 6.0f * ldexpf(1.0f, -126);
-    for (int b0 = 0; b0 < n; b0 += block) {
-        float amax = floor_amax;
-        for (int j = b0; j < b0 + block; j++)
-            if (fabsf(v[j]) > amax)
-                amax = fabsf(v[j]);
-        float s = ldexpf(1.0f, v4_ceil_log2_bits(amax * inv));
-        for (int j = b0; j < b0 + block; j++) {
-            float q = v[j] / s;
-            if (q > 6.0f) q = 6.0f;
-            if (q < -6.0f) q = -6.0f;
-            v[j] = v4_bf16(v4_e2m1_round(q) * s);
-        }
-    }
+    block_qdq(v, n, block, 6.0f, 1.0f / 6.0f, 6.0f * ldexpf(1.0f, -126), v4_e2m1_round);
 }
 
 void v4_topk(const float *score, int n, int k, int *idx)
