@@ -259,7 +259,7 @@ static int add_split(loader *L, const char *path, const char *pattern, size_t le
     v4_tokenizer *t = L->t;
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);   /* LITERAL excludes UCP */
     char *rewritten = NULL;
     size_t rlen = len;
     if (!literal && tok_regex_rewrite(pattern, len, &rewritten, &rlen, L->err))
