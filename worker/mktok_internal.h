@@ -1,5 +1,6 @@
 /* mktok_internal.h - the parts of mktokenizer.c: the built-in corpus (mktok_corpus.c)
- * and the BPE trainer (mktok_train.c).  Internal to the generator. */
+ * and the BPE trainer (mktok_train.c).  Internal to the generator.
+ * Ownership: a mktok_vocab owns its arrays (mktok_vocab_free).  Thread: reentrant. */
 #ifndef V4_MKTOK_INTERNAL_H
 #define V4_MKTOK_INTERNAL_H
 

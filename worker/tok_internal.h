@@ -1,7 +1,7 @@
 /* tok_internal.h - the tokenizer's data structures, shared by its source files
- * (tok_load.c, tok_tables.c, tok_pretok.c, tok_bpe.c, tok_encode.c, tok_decode.c,
- * tok_utf8.c, tokenizer.c).  Not for use outside the tokenizer, except
- * v4_tok_encoder_pieces (the pre-tokenizer alone, used by mktokenizer.c).
+ * (tok_load*.c, tok_tables.c, tok_regex.c, tok_pretok.c, tok_bpe.c, tok_encode.c,
+ * tok_decode.c, tok_utf8.c, tokenizer.c).  Not for use outside the tokenizer, except
+ * v4_tok_encoder_pieces (the pre-tokenizer alone, used by mktokenizer.c) and tests.
  *
  * Layout: every token id has an entry in `tokens` (bytes in the `bytes` arena).
  * Vocabulary entries are stored as raw bytes (the GPT-2 byte alphabet undone at load
