@@ -52,6 +52,8 @@ static size_t lossy(const unsigned char *s, size_t n, int final, char *out, size
 static int token_bytes(const v4_tokenizer *t, int32_t id, int flags, const char **p, size_t *n,
                        v4_error *err)
 {
+    *p = "";
+    *n = 0;
     if (id < 0 || id >= t->n_ids || !(t->tokens[id].flags & TOK_VALID))
         return v4_err_set(err, V4_ERR_RANGE, "tokenizer", "token id %d is not in the vocabulary",
                           (int)id);
