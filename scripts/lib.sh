@@ -14,7 +14,7 @@
 # V4_ROOT is the repository root (set here from this file's location).
 
 V4_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev clang)
+V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev libpcre2-dev clang)
 
 v4_section() {
     printf '\n==== %s ====\n' "$*"
@@ -41,6 +41,7 @@ v4_check_tools() {
         command -v "$t" >/dev/null || { echo "error: '$t' not found (not a Debian system: install it yourself)" >&2; return 1; }
     done
     pkg-config --exists jansson || { echo "error: jansson development files not found (pkg-config jansson)" >&2; return 1; }
+    pkg-config --exists libpcre2-8 || { echo "error: PCRE2 development files not found (pkg-config libpcre2-8)" >&2; return 1; }
 }
 
 # apt-get update once + install, only when something is missing; root, non-interactive.

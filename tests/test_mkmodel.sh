@@ -8,7 +8,9 @@
 # structural check of every shard: header format, contiguous offsets, index <-> shard
 # agreement, total_size, headers/index identical to the golden tiny model's, config
 # equal to the golden config, no NaN codes, finite floats, distinct tid2eid ids;
-# and, when the logits command is built in, usable logits from the decode engine.
+# the tokenizer files load and round-trip text (tokenize/detokenize), with BOS 0 /
+# EOS 1 and ids that fit the vocabulary; and, when the logits command is built in,
+# usable logits from the decode engine.
 # Exit 77 = skipped.
 set -u
 BIN=${V4_BIN:-}
@@ -23,19 +25,21 @@ check() { # check DESCRIPTION COMMAND...
     local what=$1; shift
     if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fail=1; fi
 }
-sums() { (cd "$1" && sha256sum config.json model.safetensors.index.json model-*.safetensors); }
+sums() { (cd "$1" && sha256sum config.json model.safetensors.index.json model-*.safetensors \
+                              tokenizer.json tokenizer_config.json); }
 
 check "mkmodel tiny seed 7 (a)" "$BIN" mkmodel --out "$WORK/a" --preset tiny --seed 7
 check "mkmodel tiny seed 7 (b)" "$BIN" mkmodel --out "$WORK/b" --preset tiny --seed 7 --no-sync
 check "mkmodel tiny seed 8" "$BIN" mkmodel --out "$WORK/c" --preset tiny --seed 8 --no-sync
-check "6 shards + config + index" test "$(ls "$WORK/a" | wc -l)" -eq 8
+check "6 shards + config + index + 2 tokenizer files" test "$(ls "$WORK/a" | wc -l)" -eq 10
 for f in config.json model.safetensors.index.json model-00001-of-00006.safetensors \
-         model-00006-of-00006.safetensors; do
+         model-00006-of-00006.safetensors tokenizer.json tokenizer_config.json; do
     check "exists $f" test -s "$WORK/a/$f"
 done
 check "no temporary files left" test -z "$(ls -A "$WORK/a" | grep '\.tmp$')"
 check "same seed -> identical files" test "$(sums "$WORK/a")" = "$(sums "$WORK/b")"
 shard_sums() { sums "$1" | grep ' model-' | cut -c1-64 | sort; }
+check "other seed -> same tokenizer" cmp -s "$WORK/a/tokenizer.json" "$WORK/c/tokenizer.json"
 check "other seed -> every shard differs" \
     test -z "$(comm -12 <(shard_sums "$WORK/a") <(shard_sums "$WORK/c"))"
 check "other seed -> same index" cmp -s "$WORK/a/model.safetensors.index.json" \
@@ -119,6 +123,24 @@ else
         n=$(od -An -tu8 -N8 "$f" | tr -d ' ')
         check "$(basename "$f") header length $n % 8 == 0" test $((n % 8)) -eq 0
     done
+fi
+
+# The tokenizer: loads with the engine's loader and round-trips text exactly.
+if "$BIN" tokenize --help >/dev/null 2>&1; then
+    printf 'The model reads text.\n<｜User｜>héllo 世界 42<｜Assistant｜></think>' > "$WORK/text.txt"
+    "$BIN" tokenize --tokenizer "$WORK/b" < "$WORK/text.txt" > "$WORK/text.ids"
+    check "tokenize with the generated tokenizer" test $? -eq 0
+    check "User, Assistant and </think> are single tokens (2, 3, 5)" \
+        grep -q '^\[[0-9,]*,2,[0-9,]*,3,5\]$' "$WORK/text.ids"
+    "$BIN" detokenize --tokenizer "$WORK/b" < "$WORK/text.ids" > "$WORK/text.out"
+    check "detokenize round trip" cmp -s "$WORK/text.txt" "$WORK/text.out"
+    check "BOS 0 and EOS 1 decode to DeepSeek's markers" \
+        test "$(printf '[0,1]' | "$BIN" detokenize --tokenizer "$WORK/b")" = "<｜begin▁of▁sentence｜><｜end▁of▁sentence｜>"
+    check "the last vocabulary id (4095) decodes" test -n "$(printf '[4095]' | "$BIN" detokenize --tokenizer "$WORK/b")"
+    printf '[4096]' | "$BIN" detokenize --tokenizer "$WORK/b" >/dev/null 2>&1
+    check "id 4096 is outside the vocabulary" test $? -eq 1
+else
+    echo "note: tokenize command not built in, tokenizer check skipped"
 fi
 
 # The weights must give usable logits: run the decode engine (when it is built in)

@@ -9,6 +9,8 @@
  *   DIR/model-0000N-of-0000N.safetensors hc_head_base, hc_head_fn, hc_head_scale,
  *                                        norm.weight, head.weight
  *   DIR/model.safetensors.index.json     weight_map (sorted) + metadata.total_size
+ *   DIR/tokenizer.json, tokenizer_config.json  a small byte-level BPE tokenizer with
+ *                                        exactly vocab_size ids, BOS 0 / EOS 1 (mktokenizer.h)
  * For the tiny preset the shard headers, the index and the config are the same as
  * those of tests/data/golden/tiny/model (only the weight values differ).
  *
@@ -77,6 +79,7 @@
 #include "../kernels/codec.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "mktokenizer.h"
 
 #define CHUNK_BYTES (4u << 20)
 #define NAME_MAX_LEN 112
@@ -883,10 +886,26 @@ static int write_text(const char *dir, const char *name, char *text, int sync, v
     return rc;
 }
 
+/* The tokenizer for the model's vocabulary; its BOS/EOS ids are the config's. */
+static int write_tokenizer(const char *dir, const v4_config *c, int sync, v4_error *err)
+{
+    if (c->bos_id != 0 || c->eos_id != 1)
+        return v4_err_set(err, V4_ERR_CONFIG, "mkmodel", "the generated tokenizer has BOS 0 and EOS 1");
+    char *tj, *cj;
+    if (v4_mktokenizer(c->vocab_size, &tj, &cj, err))
+        return -1;
+    if (write_text(dir, "tokenizer.json", tj, sync, err)) {
+        free(cj);
+        return -1;
+    }
+    return write_text(dir, "tokenizer_config.json", cj, sync, err);
+}
+
 /* --------------------------------------------------------- output directory */
 
 /* Names mkmodel may create (and, with --force, delete): model-*.safetensors,
- * model.safetensors.index.json, config.json and their ".NAME.tmp" files. */
+ * model.safetensors.index.json, config.json, tokenizer.json,
+ * tokenizer_config.json and their ".NAME.tmp" files. */
 static int is_ours(const char *name)
 {
     const char *n = name;
@@ -894,7 +913,9 @@ static int is_ours(const char *name)
     if (n[0] == '.' && len > 5 && !strcmp(n + len - 4, ".tmp"))
         n++, len -= 5;
     if ((len == 11 && !strncmp(n, "config.json", 11)) ||
-        (len == 28 && !strncmp(n, "model.safetensors.index.json", 28)))
+        (len == 28 && !strncmp(n, "model.safetensors.index.json", 28)) ||
+        (len == 14 && !strncmp(n, "tokenizer.json", 14)) ||
+        (len == 21 && !strncmp(n, "tokenizer_config.json", 21)))
         return 1;
     return len > 18 && !strncmp(n, "model-", 6) && !strncmp(n + len - 12, ".safetensors", 12);
 }
@@ -1151,6 +1172,8 @@ static int generate(const opts *o, const plan *p, const v4_config *c, v4_error *
     free(g.buf);
     if (!rc)
         rc = write_text(o->out, "model.safetensors.index.json", index_json(p), o->sync, err);
+    if (!rc)
+        rc = write_tokenizer(o->out, c, o->sync, err);
     if (!rc)
         rc = write_text(o->out, "config.json", config_json(c, err), o->sync, err);
     if (!rc)

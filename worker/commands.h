@@ -9,5 +9,7 @@ int v4_cmd_logits(int argc, char **argv);
 int v4_cmd_generate(int argc, char **argv);
 int v4_cmd_mkmodel(int argc, char **argv);
 int v4_cmd_inspect(int argc, char **argv);
+int v4_cmd_tokenize(int argc, char **argv);
+int v4_cmd_detokenize(int argc, char **argv);
 
 #endif

@@ -15,6 +15,8 @@ static const subcommand commands[] = {
     {"generate", v4_cmd_generate, "greedy generation from prompt token ids"},
     {"mkmodel", v4_cmd_mkmodel, "write a synthetic V4 checkpoint (tiny|small)"},
     {"inspect", v4_cmd_inspect, "print a checkpoint's config and tensor/byte summary"},
+    {"tokenize", v4_cmd_tokenize, "text on stdin -> token ids (JSON array; --jsonl for many)"},
+    {"detokenize", v4_cmd_detokenize, "JSON array of token ids on stdin -> text"},
 };
 
 static void usage(FILE *f)
