@@ -21,12 +21,16 @@ else
 fi
 
 v4_section "model (models/tiny)"
-if [ -f models/tiny/config.json ]; then
-    echo "models/tiny/config.json exists; not regenerating"
+if [ -f models/tiny/config.json ] && [ -f models/tiny/tokenizer.json ]; then
+    echo "models/tiny exists; not regenerating"
 else
-    build/v4fleet mkmodel --out models/tiny --preset tiny --seed 1
+    build/v4fleet mkmodel --out models/tiny --preset tiny --seed 1 --force
 fi
 
-v4_section "generate"
+v4_section "generate (token ids in, ids out)"
 build/v4fleet generate --model models/tiny --prompt-ids scripts/demo_prompt.json \
     --max-tokens 16 --greedy
+
+v4_section "generate (chat prompt in, streamed text out; random weights, so the text is noise)"
+build/v4fleet generate --model models/tiny --prompt "Summarize: the fleet serves DeepSeek-V4 from queues." \
+    --max-tokens 32 --temperature 0.8 --top-p 0.95 --seed 1

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# test_generate_cli.sh - `v4fleet generate --prompt TEXT`: streams text to stdout and a
+# summary line to stderr; the same seed gives the same text; impossible parameters
+# are rejected with one error line naming the parameter.
+set -u
+bin=${V4_BIN:?V4_BIN not set}
+work=$(mktemp -d "${V4_TMP:-/tmp}/gencli.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fail=1; }
+
+"$bin" mkmodel --out "$work/m" --preset tiny --seed 3 --no-sync >/dev/null 2>&1 || { echo "mkmodel failed"; exit 1; }
+run() { "$bin" generate --model "$work/m" --prompt "Tell me about message queues." "$@"; }
+
+out1=$(run --max-tokens 24 --seed 11 --temperature 0.9 2>"$work/err1"); rc=$?
+out2=$(run --max-tokens 24 --seed 11 --temperature 0.9 2>/dev/null)
+[ "$rc" -eq 0 ] && ok "exit 0" || bad "exit $rc: $(cat "$work/err1")"
+grep -qE 'generated 24 tokens.*finish_reason length' "$work/err1" && ok "summary line" || bad "summary: $(cat "$work/err1")"
+[ -n "$out1" ] && [ "$out1" = "$out2" ] && ok "same seed, same text" || bad "texts differ or empty"
+
+expect() {  # expect DESCRIPTION EXIT PATTERN ARGS...
+    local what=$1 code=$2 pat=$3; shift 3
+    local out rc
+    out=$(run "$@" 2>&1 >/dev/null); rc=$?
+    if [ "$rc" -eq "$code" ] && grep -qE -- "$pat" <<<"$out" && [ "$(printf '%s\n' "$out" | wc -l)" -le 12 ]; then
+        ok "$what"
+    else
+        bad "$what: exit $rc: $out"
+    fi
+}
+expect "negative temperature" 1 'temperature' --temperature -1
+expect "top_p out of range" 1 'top_p' --top-p 1.5
+expect "top_k negative" 1 'top_k' --top-k -2
+expect "context too small" 1 'exceed' --context 8 --max-tokens 4
+expect "two prompt forms" 2 'exactly one' --prompt-ids "$work/x.json"
+expect "bad number" 2 'bad argument' --max-tokens lots
+exit $fail
