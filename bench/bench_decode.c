@@ -2,7 +2,7 @@
  * measured memory read bandwidth.
  *
  *   bench_decode [--preset tiny|small|all] [--models DIR] [--tokens N] [--runs R]
- *                [--threads T] [--isa auto|scalar|avx2|avx512]
+ *                [--threads T] [--isa auto|scalar|avx2|avx512] [--no-prepare]
  *
  * For each preset it generates the synthetic model with `v4fleet mkmodel` (once, under
  * --models, default models/bench), pages the whole checkpoint in, measures the read
@@ -12,6 +12,9 @@
  * the distinct routed experts each step used, from the routing trace), achieved GB/s
  * and that as a % of the measured bandwidth.  Batch 1: one pass over the weights per
  * token is the floor of memory traffic, so % of bandwidth is the figure of merit.
+ * The model is opened with v4_model_open, so the EXACT-mode matrices run in the
+ * prepared R8 layout unless --no-prepare (or env V4_NO_PREPARE=1) keeps them
+ * row-major; the config column says which ("r8" / "row-major").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +32,7 @@
 
 typedef struct opts {
     const char *preset, *models, *isa;
-    int tokens, runs, threads;
+    int tokens, runs, threads, no_prepare;
 } opts;
 
 static int ensure_model(const opts *o, const char *preset, char *dir, size_t cap)
@@ -66,7 +69,7 @@ static int bench_preset(const opts *o, const char *preset, double bw, const char
         return -1;
     v4_model_files m;
     v4_error err = {0};
-    if (v4_model_open(dir, &m, &err)) {
+    if (o->no_prepare ? v4_model_open_ex(dir, &m, V4_OPEN_NO_PREPARE, &err) : v4_model_open(dir, &m, &err)) {
         fprintf(stderr, "bench_decode: %s: %s\n", err.where, err.msg);
         return -1;
     }
@@ -119,8 +122,9 @@ static int bench_preset(const opts *o, const char *preset, double bw, const char
         tps[r] = ntok / (v4_bench_now() - t0);
     }
     double med = v4_bench_median(tps, runs), bpt = bytes_sum / steps, gbs = bpt * med / 1e9;
-    printf("| %s | %s (%d layers, dim %d), %s, %d thr | %.2f | %.3e | %.2f | %.1f%% |\n", cpu, preset,
-           cfg->n_layers, cfg->dim, v4_cpu_backend_isa(be), o->threads, med, bpt, gbs, 100.0 * gbs / bw);
+    printf("| %s | %s (%d layers, dim %d), %s, %d thr, %s | %.2f | %.3e | %.2f | %.1f%% |\n", cpu, preset,
+           cfg->n_layers, cfg->dim, v4_cpu_backend_isa(be), o->threads,
+           m.w.head.layout == V4_LAYOUT_R8 ? "r8" : "row-major", med, bpt, gbs, 100.0 * gbs / bw);
     fflush(stdout);
     free(rid); free(rw); free(logits);
     v4_seq_free(s);
@@ -132,13 +136,17 @@ static int bench_preset(const opts *o, const char *preset, double bw, const char
 
 int main(int argc, char **argv)
 {
-    opts o = {"all", "models/bench", "auto", 0, 3, 2};
+    opts o = {"all", "models/bench", "auto", 0, 3, 2, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
             printf("usage: bench_decode [--preset tiny|small|all] [--models DIR] [--tokens N] [--runs R]\n"
-                   "                    [--threads T] [--isa auto|scalar|avx2|avx512]\n");
+                   "                    [--threads T] [--isa auto|scalar|avx2|avx512] [--no-prepare]\n");
             return 0;
+        }
+        if (!strcmp(a, "--no-prepare")) {
+            o.no_prepare = 1;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "bench_decode: %s needs a value\n", a);

@@ -1,15 +1,19 @@
 /* bench_linear.c - CPU matvec throughput against the machine's read bandwidth.
  *
  * For every ISA the CPU supports and 1/2 threads: FP8 [4096 x 4096] and FP4
- * [4096 x 4096] (QUANT mode), n = 1 and n = 8 input vectors.  To measure the memory-
+ * [4096 x 4096] (QUANT mode), and BF16 [32768 x 4096] (EXACT mode, the LM head's shape)
+ * in the row-major and the row-interleaved R8 layout (backend.h), n = 1 and n = 8
+ * input vectors.  To measure the memory-
  * bound regime rather than the L3 cache, each sample runs one matvec on each of C
  * copies of the weights (C copies >= 128 MiB in total, visited in order, so every
  * matvec streams its weights from DRAM); time per matvec = sample / C; median of 5
  * samples after a warm-up.  GB/s counts weight bytes (FP8: rows*cols, FP4:
- * rows*cols/2; the E8M0 scales add 0.006% / 6% on top and are not counted).
+ * rows*cols/2, BF16: 2*rows*cols; the E8M0 scales add 0.006% / 6% on top and are not
+ * counted).
  * Read bandwidth: STREAM-like sum of a 1 GiB buffer with 2 threads, median of 5.
  *
- * Usage: bench_linear [isa ...]   (default: all supported)
+ * Usage: bench_linear [isa ...]   (default: all supported; scalar is slow on the
+ *        BF16 EXACT sets)
  * Env: V4_BENCH_SAMPLES (default 5).
  */
 #include <stdint.h>
@@ -20,6 +24,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/v4/weights.h"
 #include "membw.h"
 
 /* xorshift64 on a caller-owned state */
@@ -37,14 +42,19 @@ typedef struct wset {
     v4_mat *m;
     int copies;
     size_t wbytes;      /* weight bytes of one copy */
+    v4_lin_mode mode;
+    const char *name;
 } wset;
 
-static wset make_set(v4_wtype t, int rows, int cols, uint64_t *rs)
+static wset make_set(v4_wtype t, int rows, int cols, v4_layout layout, uint64_t *rs)
 {
     wset s;
-    size_t wb = t == V4_W_FP8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
-    size_t sb = t == V4_W_FP8 ? (size_t)((rows + 127) / 128) * ((cols + 127) / 128) : (size_t)rows * (cols / 32);
+    size_t wb = t == V4_W_FP8 ? (size_t)rows * cols : t == V4_W_BF16 ? (size_t)rows * cols * 2 : (size_t)rows * cols / 2;
+    size_t sb = t == V4_W_FP8 ? (size_t)((rows + 127) / 128) * ((cols + 127) / 128)
+              : t == V4_W_BF16 ? 1 : (size_t)rows * (cols / 32);
     s.wbytes = wb;
+    s.mode = t == V4_W_BF16 ? V4_LIN_EXACT : V4_LIN_QUANT;
+    s.name = t == V4_W_FP8 ? "fp8" : t == V4_W_FP4 ? "fp4" : layout == V4_LAYOUT_R8 ? "bf16-r8" : "bf16-rm";
     s.copies = (int)(((size_t)128 << 20) / wb);
     if (s.copies < 2)
         s.copies = 2;
@@ -59,9 +69,21 @@ static wset make_set(v4_wtype t, int rows, int cols, uint64_t *rs)
             for (size_t i = 0; i < wb; i++)
                 if ((w[i] & 0x7f) == 0x7f)
                     w[i] ^= 1;            /* no NaN codes */
+        if (t == V4_W_BF16)               /* finite values: exponent bits 0x7f80 never all set */
+            for (size_t i = 0; i < wb / 2; i++)
+                ((uint16_t *)w)[i] &= 0xbfff;
         for (size_t i = 0; i < sb; i++)
             sc[i] = (uint8_t)(110 + rnd(rs) % 16);
-        s.m[c] = (v4_mat){t, rows, cols, w, sc};
+        s.m[c] = (v4_mat){t, rows, cols, w, t == V4_W_BF16 ? NULL : sc, V4_LAYOUT_ROWMAJOR};
+        if (t == V4_W_BF16)
+            free(sc);
+        if (layout == V4_LAYOUT_R8) {     /* rows % 8 == 0 here: same size */
+            uint8_t *p = malloc(v4_mat_r8_bytes(&s.m[c]));
+            v4_mat_pack_r8(&s.m[c], p, 0, (rows + 7) / 8);
+            free(w);
+            s.m[c].w = p;
+            s.m[c].layout = V4_LAYOUT_R8;
+        }
     }
     return s;
 }
@@ -81,11 +103,11 @@ static double time_linear(v4_backend *be, const wset *s, int n, const float *x, 
     const int rows = s->m[0].rows, cols = s->m[0].cols;
     double t[16];
     for (int c = 0; c < s->copies; c++)     /* warm-up: page-in, pool spin-up */
-        v4_linear(be, &s->m[c], V4_LIN_QUANT, n, x, cols, y, rows);
+        v4_linear(be, &s->m[c], s->mode, n, x, cols, y, rows);
     for (int k = 0; k < samples; k++) {
         double t0 = v4_bench_now();
         for (int c = 0; c < s->copies; c++)
-            v4_linear(be, &s->m[c], V4_LIN_QUANT, n, x, cols, y, rows);
+            v4_linear(be, &s->m[c], s->mode, n, x, cols, y, rows);
         t[k] = (v4_bench_now() - t0) / s->copies;
     }
     return v4_bench_median(t, samples);
@@ -111,14 +133,15 @@ int main(int argc, char **argv)
     double bw = v4_bench_read_bandwidth((size_t)1 << 30, 2, samples);
     printf("read bandwidth (1 GiB sum, 2 threads, median of %d): %.1f GB/s\n\n", samples, bw);
 
-    enum { R = 4096, C = 4096, NMAX = 8 };
+    enum { R = 4096, C = 4096, RH = 32768, NMAX = 8, NSET = 4 };
     uint64_t seed = 0x123456789abcdefull, *rs = &seed;
-    wset sets[2] = {make_set(V4_W_FP8, R, C, rs), make_set(V4_W_FP4, R, C, rs)};
-    float *x = malloc(sizeof(float) * NMAX * C), *y = malloc(sizeof(float) * NMAX * R);
+    wset sets[NSET] = {make_set(V4_W_FP8, R, C, V4_LAYOUT_ROWMAJOR, rs), make_set(V4_W_FP4, R, C, V4_LAYOUT_ROWMAJOR, rs),
+                       make_set(V4_W_BF16, RH, C, V4_LAYOUT_ROWMAJOR, rs), make_set(V4_W_BF16, RH, C, V4_LAYOUT_R8, rs)};
+    float *x = malloc(sizeof(float) * NMAX * C), *y = malloc(sizeof(float) * NMAX * RH);
     for (int i = 0; i < NMAX * C; i++)
         x[i] = (float)((double)(rnd(rs) >> 11) * 0x1p-53 - 0.5);
 
-    printf("%-7s %7s %-6s %3s %12s %10s %10s\n", "isa", "threads", "format", "n", "us/matvec", "GB/s", "% of BW");
+    printf("%-7s %7s %-8s %3s %12s %10s %10s\n", "isa", "threads", "format", "n", "us/matvec", "GB/s", "% of BW");
     for (int i = 0; i < nisa; i++) {
         if (!v4_cpu_isa_supported(isas[i])) {
             printf("%-7s (not supported by this CPU: skipped)\n", isas[i]);
@@ -132,11 +155,11 @@ int main(int argc, char **argv)
                 printf("%-7s %7d create failed: %s\n", isas[i], th, err.msg);
                 continue;
             }
-            for (int f = 0; f < 2; f++)
+            for (int f = 0; f < NSET; f++)
                 for (int n = 1; n <= NMAX; n += NMAX - 1) {
                     double sec = time_linear(be, &sets[f], n, x, y, samples);
                     double gbs = (double)sets[f].wbytes / sec / 1e9;
-                    printf("%-7s %7d %-6s %3d %12.1f %10.2f %9.0f%%\n", isas[i], th, f ? "fp4" : "fp8", n,
+                    printf("%-7s %7d %-8s %3d %12.1f %10.2f %9.0f%%\n", isas[i], th, sets[f].name, n,
                            sec * 1e6, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0);
                     fflush(stdout);
                 }
@@ -145,7 +168,7 @@ int main(int argc, char **argv)
     }
     free(x);
     free(y);
-    free_set(&sets[0]);
-    free_set(&sets[1]);
+    for (int f = 0; f < NSET; f++)
+        free_set(&sets[f]);
     return 0;
 }

@@ -98,7 +98,7 @@ static const float *vec(binder *b, v4_dtype dt, int64_t n, const char *name)
 /* A dense BF16/F32 matrix [rows][cols]. */
 static v4_mat dense(binder *b, v4_dtype dt, int rows, int cols, const char *name)
 {
-    v4_mat m = {dt == V4_DT_BF16 ? V4_W_BF16 : V4_W_F32, rows, cols, NULL, NULL};
+    v4_mat m = {dt == V4_DT_BF16 ? V4_W_BF16 : V4_W_F32, rows, cols, NULL, NULL, V4_LAYOUT_ROWMAJOR};
     const v4_tensor *t = get(b, dt, 2, rows, cols, "%s", name);
     m.w = aligned_data(b, t, v4_dtype_size(dt));
     return m;
@@ -107,7 +107,7 @@ static v4_mat dense(binder *b, v4_dtype dt, int rows, int cols, const char *name
 /* An FP8 (128x128 block scales) or packed FP4 (per-32 row scales) matrix "<name>.weight". */
 static v4_mat quant(binder *b, int fp4, int rows, int cols, const char *prefix)
 {
-    v4_mat m = {fp4 ? V4_W_FP4 : V4_W_FP8, rows, cols, NULL, NULL};
+    v4_mat m = {fp4 ? V4_W_FP4 : V4_W_FP8, rows, cols, NULL, NULL, V4_LAYOUT_ROWMAJOR};
     char wn[256], sn[256];
     snprintf(wn, sizeof wn, "%s.weight", prefix);
     snprintf(sn, sizeof sn, "%s.scale", prefix);

@@ -1,11 +1,19 @@
 /* model_files.c - see model_files.h. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bind_weights.h"
 #include "model_files.h"
 
 int v4_model_open(const char *dir, v4_model_files *m, v4_error *err)
+{
+    const char *np = getenv("V4_NO_PREPARE");
+    int skip = np && *np && strcmp(np, "0") != 0;
+    return v4_model_open_ex(dir, m, skip ? V4_OPEN_NO_PREPARE : 0, err);
+}
+
+int v4_model_open_ex(const char *dir, v4_model_files *m, int flags, v4_error *err)
 {
     memset(m, 0, sizeof *m);
     char path[4096];
@@ -17,6 +25,10 @@ int v4_model_open(const char *dir, v4_model_files *m, v4_error *err)
     if (v4_weights_bind(&m->cfg, m->ck, &m->w, err)) {
         v4_ckpt_close(m->ck);
         m->ck = NULL;
+        return -1;
+    }
+    if (!(flags & V4_OPEN_NO_PREPARE) && v4_weights_prepare(&m->w, err)) {
+        v4_model_close(m);
         return -1;
     }
     return 0;

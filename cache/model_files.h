@@ -1,5 +1,11 @@
 /* model_files.h - open a model directory in one call: config.json, the safetensors
- * checkpoint (mmap'ed), and the bound weights.
+ * checkpoint (mmap'ed), the bound weights, and (by default) their preparation:
+ * v4_weights_prepare repacks the EXACT-mode matrices into owned row-interleaved
+ * copies (kernels/v4/weights.h; about 1/3 of the per-token bytes for V4 shapes, e.g.
+ * +0.8 GB for the small bench preset).  Results are bit-identical either way.
+ * v4_model_open skips the preparation when the environment variable V4_NO_PREPARE is
+ * set to a non-empty value other than "0" (to compare layouts or save memory);
+ * v4_model_open_ex takes the choice as a flag instead.
  *
  * Ownership: v4_model_files owns all three; v4_model_close releases them (weights
  * first, then the mappings).  Thread: open/close from one thread; the weights are
@@ -18,7 +24,11 @@ typedef struct v4_model_files {
     v4_weights w;
 } v4_model_files;
 
+enum { V4_OPEN_NO_PREPARE = 1 };
+
 int v4_model_open(const char *dir, v4_model_files *m, v4_error *err);
+/* flags: 0 or V4_OPEN_NO_PREPARE (the environment is not consulted). */
+int v4_model_open_ex(const char *dir, v4_model_files *m, int flags, v4_error *err);
 void v4_model_close(v4_model_files *m);
 
 #endif

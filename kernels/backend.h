@@ -20,8 +20,21 @@
  *       y = f32(sum_j double(x_j) * double(w_j)) accumulated in double, rounded once.
  *       For FP8 the weight is bf16(f32(e4m3(q) * 2^(e8m0-127))).
  *
- * Ownership: a v4_mat only borrows its weight bytes (usually the checkpoint's mmap);
- * x and y are caller-owned.  y must not alias x.
+ * Weight layouts (v4_mat.layout).  V4_LAYOUT_ROWMAJOR (0, the checkpoint's layout):
+ * element (r, j) at index r*cols + j.  V4_LAYOUT_R8: rows in groups of 8, each group
+ * stored column-interleaved, [ceil(rows/8)][cols][8]: element (r, j) at index
+ * ((r/8)*cols + j)*8 + r%8 (v4_mat_index); the rows of the last group past `rows` are
+ * padding (zero).  Element = one weight of the type's storage (a uint16 for BF16, a
+ * float for F32, an e4m3 byte for FP8; FP8 scales keep their [rows/128][cols/128]
+ * grid, and a group never straddles a 128-row block).  R8 lets SIMD kernels give each
+ * lane one row and still walk every row's columns in order with contiguous loads: it
+ * is meant for V4_LIN_EXACT with BF16/F32/FP8 weights (kernels/v4/weights.c prepares
+ * those at model load).  The CPU backend answers V4_LIN_QUANT or FP4 with an R8
+ * weight with NaN outputs (a programming error made visible).  Results never depend
+ * on the layout.
+ *
+ * Ownership: a v4_mat only borrows its weight bytes (usually the checkpoint's mmap, or
+ * a repacked copy owned by v4_weights); x and y are caller-owned.  y must not alias x.
  * Thread: a backend instance is driven by one thread at a time (it may use its own
  * worker threads internally).
  */
@@ -38,13 +51,28 @@ typedef enum v4_wtype {
     V4_W_F32,       /* float  [rows][cols] */
 } v4_wtype;
 
+typedef enum v4_layout {
+    V4_LAYOUT_ROWMAJOR = 0, /* [rows][cols] */
+    V4_LAYOUT_R8,           /* [ceil(rows/8)][cols][8], see above */
+} v4_layout;
+
 typedef struct v4_mat {
     v4_wtype type;
     int rows;               /* outputs */
     int cols;               /* inputs  */
     const void *w;
     const uint8_t *scale;   /* E8M0 bytes, NULL for BF16/F32 */
+    v4_layout layout;       /* V4_LAYOUT_ROWMAJOR unless prepared */
 } v4_mat;
+
+/* Index of element (r, j) in W->w, counted in elements of the storage type (not for
+ * FP4, whose elements are nibbles in row-major order). */
+static inline size_t v4_mat_index(const v4_mat *W, int r, int j)
+{
+    if (W->layout == V4_LAYOUT_R8)
+        return ((size_t)(r >> 3) * (size_t)W->cols + (size_t)j) * 8 + (size_t)(r & 7);
+    return (size_t)r * (size_t)W->cols + (size_t)j;
+}
 
 typedef enum v4_lin_mode {
     V4_LIN_QUANT = 1,       /* FP8/FP4 weight, FP8 activations, BF16 output */
@@ -72,7 +100,8 @@ static inline void v4_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
     be->ops->linear(be, W, mode, n, x, ldx, y, ldy);
 }
 
-/* Rows [r0, r0+nr) of W as a matrix of its own (r0 multiple of 128 for FP8). */
+/* Rows [r0, r0+nr) of W as a matrix of its own (r0 multiple of 128 for FP8, of 8 for
+ * the R8 layout: a group of 8 rows starts at element r0*cols in both layouts). */
 v4_mat v4_mat_rows(const v4_mat *W, int r0, int nr);
 
 #endif

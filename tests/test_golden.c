@@ -8,7 +8,9 @@
  * order) and routing weights, identical indexer selections and counts, the debug
  * dumps at the boundary positions, and identical caches after the sequence; then
  * greedy generation from the prompt must reproduce the generated ids and logits.
- * The first failing check names the position, layer and sub-layer.
+ * The first failing check names the position, layer and sub-layer.  The model is
+ * opened with v4_model_open, so the EXACT-mode matrices run in the prepared R8 layout;
+ * ctest also runs it as test_golden_rowmajor with V4_NO_PREPARE=1 (mapped weights).
  */
 #include <jansson.h>
 #include <math.h>
@@ -238,6 +240,17 @@ int main(void)
         return 1;
     }
     const v4_config *cfg = &m.cfg;
+    /* v4_model_open prepares the R8 layout unless V4_NO_PREPARE is set (ctest runs
+     * this test both ways: test_golden and test_golden_rowmajor) */
+    const char *noprep = getenv("V4_NO_PREPARE");
+    const int prepared = !(noprep && *noprep && strcmp(noprep, "0") != 0);
+    const v4_layout want = prepared ? V4_LAYOUT_R8 : V4_LAYOUT_ROWMAJOR;
+    CHECK(m.w.head.layout == want && m.w.hc_head_fn.layout == want && m.w.layers[0].wo_a.layout == want &&
+          m.w.layers[0].gate.layout == want && m.w.layers[0].hc_attn_fn.layout == want,
+          "EXACT-mode weights in the %s layout", prepared ? "R8" : "row-major");
+    CHECK(m.w.layers[0].wq_a.layout == V4_LAYOUT_ROWMAJOR && m.w.embed.layout == V4_LAYOUT_ROWMAJOR,
+          "QUANT weights and the embedding stay row-major");
+    printf("EXACT-mode weights: %s\n", prepared ? "R8 (prepared at load)" : "row-major (V4_NO_PREPARE)");
     snprintf(path, sizeof path, "%s/tokens.json", g_dir);
     json_error_t jerr;
     json_t *tok = json_load_file(path, 0, &jerr);

@@ -26,6 +26,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/v4/weights.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ random -- */
@@ -187,7 +188,7 @@ static void known_answers(v4_backend *sc)
             x[j] = v4_e4m3_to_f32((uint8_t)((j * 37) % 0x7f));     /* codes 0..0x7e */
         x[0] = 448.0f;
         x[128] = -448.0f;
-        v4_mat W = {V4_W_FP8, N, N, w, scl};
+        v4_mat W = {V4_W_FP8, N, N, w, scl, V4_LAYOUT_ROWMAJOR};
         v4_linear(sc, &W, V4_LIN_QUANT, 1, x, N, y, N);
         int ok = 1;
         for (int i = 0; i < N; i++)
@@ -208,7 +209,7 @@ static void known_answers(v4_backend *sc)
         float x[C], y[R];
         for (int j = 0; j < C; j++)
             x[j] = 1.0f;
-        v4_mat W = {V4_W_FP4, R, C, w, scl};
+        v4_mat W = {V4_W_FP4, R, C, w, scl, V4_LAYOUT_ROWMAJOR};
         v4_linear(sc, &W, V4_LIN_QUANT, 1, x, C, y, R);
         for (int r = 0; r < R; r++)
             CHECK(y[r] == ldexpf(1.0f, 7 - r), "FP4 row %d: %g", r, y[r]);
@@ -221,13 +222,13 @@ static void known_answers(v4_backend *sc)
     {
         uint16_t w[4] = {v4_bf16_bits(1.0f), v4_bf16_bits(2.0f), v4_bf16_bits(0.5f), v4_bf16_bits(-1.0f)};
         float x[2] = {3.0f, 4.0f}, y[2];
-        v4_mat W = {V4_W_BF16, 2, 2, w, NULL};
+        v4_mat W = {V4_W_BF16, 2, 2, w, NULL, V4_LAYOUT_ROWMAJOR};
         v4_linear(sc, &W, V4_LIN_EXACT, 1, x, 2, y, 2);
         CHECK(y[0] == 11.0f && y[1] == -2.5f, "BF16 exact %g %g", y[0], y[1]);
         /* rounding happens once, at the end: 1 + 2^-30 - 1 in double, then f32 */
         float x3[3] = {1.0f, 0x1p-30f, -1.0f}, y1;
         uint16_t w3[3] = {v4_bf16_bits(1.0f), v4_bf16_bits(1.0f), v4_bf16_bits(1.0f)};
-        v4_mat W3 = {V4_W_BF16, 1, 3, w3, NULL};
+        v4_mat W3 = {V4_W_BF16, 1, 3, w3, NULL, V4_LAYOUT_ROWMAJOR};
         v4_linear(sc, &W3, V4_LIN_EXACT, 1, x3, 3, &y1, 1);
         CHECK(y1 == 0x1p-30f, "double accumulation: %a", (double)y1);
     }
@@ -293,25 +294,38 @@ typedef struct mat_buf {
     uint8_t *s;
 } mat_buf;
 
-/* NaN weight codes; all scales 2^-127..2^-121; NaN/inf activations */
-enum { F_NAN = 1, F_TINY = 2, F_XNAN = 4 };
+/* NaN weight codes; all scales 2^-127..2^-121; NaN/inf activations; FP8 without
+ * exponent-0 codes (zeros, subnormals: the R8 kernels' BIAS decode); FP8 scales at the
+ * edges of the R8 fast paths (E8M0 0..4, 245..248, 254, 255 = NaN) */
+enum { F_NAN = 1, F_TINY = 2, F_XNAN = 4, F_NOE0 = 8, F_EDGE = 16 };
+
+static const uint8_t edge_scales[] = {0, 1, 2, 3, 4, 127, 245, 246, 247, 248, 254, 255, 120, 130};   /* 14 */
 
 static mat_buf make_mat(rng *r, v4_wtype t, int rows, int cols, int flags)
 {
-    mat_buf m = {{t, rows, cols, NULL, NULL}, NULL, NULL};
+    mat_buf m = {{t, rows, cols, NULL, NULL, V4_LAYOUT_ROWMAJOR}, NULL, NULL};
     size_t nw = (size_t)rows * cols;
     switch (t) {
     case V4_W_FP8: {
         uint8_t *w = malloc(nw);
-        for (size_t i = 0; i < nw; i++)
+        for (size_t i = 0; i < nw; i++) {
             w[i] = rand_e4m3(r);
+            while ((flags & F_NOE0) && (w[i] & 0x78) == 0)
+                w[i] = rand_e4m3(r);
+        }
         if (flags & F_NAN)
             for (int k = 0; k < 3; k++)
                 w[rnext(r) % nw] = (k & 1) ? 0xff : 0x7f;
         size_t ns = (size_t)((rows + 127) / 128) * ((cols + 127) / 128);
         m.s = malloc(ns);
-        for (size_t i = 0; i < ns; i++)
+        const size_t scols = (size_t)((cols + 127) / 128);
+        for (size_t i = 0; i < ns; i++) {
             m.s[i] = (flags & F_TINY) ? (uint8_t)rint_(r, 0, 6) : rand_e8m0(r);
+            if (flags & F_EDGE) {   /* row block rb: one edge scale (in column block rb % scols), else 2^-7 */
+                const size_t rb = i / scols, cb = i % scols;
+                m.s[i] = cb == rb % scols ? edge_scales[rb % sizeof edge_scales] : 120;
+            }
+        }
         m.w = w;
         break;
     }
@@ -370,6 +384,126 @@ static const char *tname(v4_wtype t)
     return t == V4_W_FP8 ? "fp8" : t == V4_W_FP4 ? "fp4" : t == V4_W_BF16 ? "bf16" : "f32";
 }
 
+/* R8 copy of a row-major EXACT-type matrix, written from the layout's definition in
+ * backend.h (element (r, j) at ((r/8)*cols + j)*8 + r%8), with garbage (NaN/inf bit
+ * patterns included) in the padding rows: the kernels must not let it leak into real
+ * rows.  Also checks that the library's packer gives the same elements and zero
+ * padding.  The copy shares m's scales (its s is NULL). */
+static mat_buf to_r8(rng *r, const mat_buf *m)
+{
+    const v4_mat *W = &m->W;
+    const size_t es = W->type == V4_W_F32 ? 4 : W->type == V4_W_BF16 ? 2 : 1;
+    const int rows = W->rows, cols = W->cols, ng = (rows + 7) / 8;
+    const size_t bytes = (size_t)ng * 8 * cols * es;
+    CHECK(v4_mat_r8_bytes(W) == bytes, "v4_mat_r8_bytes");
+    uint8_t *d = malloc(bytes), *lib = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        d[i] = (i / es) % 3 ? (uint8_t)rnext(r) : 0xff;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++)
+            memcpy(d + (((size_t)(i / 8) * cols + j) * 8 + i % 8) * es,
+                   (const uint8_t *)W->w + ((size_t)i * cols + j) * es, es);
+    memset(lib, 0xa5, bytes);
+    v4_mat_pack_r8(W, lib, 0, ng / 2);          /* in two ranges, as the pool would */
+    v4_mat_pack_r8(W, lib, ng / 2, ng);
+    int bad = 0;
+    for (int g = 0; g < ng; g++)
+        for (int j = 0; j < cols; j++)
+            for (int i = 0; i < 8; i++) {
+                size_t o = (((size_t)g * cols + j) * 8 + i) * es;
+                int pad = g * 8 + i >= rows;
+                for (size_t b = 0; b < es; b++)
+                    bad += lib[o + b] != (pad ? 0 : d[o + b]);
+            }
+    CHECK(bad == 0, "v4_mat_pack_r8 %dx%d: %d bytes differ", rows, cols, bad);
+    free(lib);
+    mat_buf o = {*W, d, NULL};
+    o.W.w = d;
+    o.W.layout = V4_LAYOUT_R8;
+    return o;
+}
+
+/* y = W x for the rows of a view (v4_mat_rows) against rows [r0, r0+nr) of ref. */
+static int compare_rows(const char *what, const float *ref, int ldr, const float *got, int ldg,
+                        int n, int r0, int nr)
+{
+    int bad = 0;
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < nr; i++)
+            if (memcmp(&ref[(size_t)b * ldr + r0 + i], &got[(size_t)b * ldg + i], 4) != 0) {
+                if (bad++ < 5)
+                    fprintf(stderr, "  %s: b=%d r=%d ref=%a got=%a\n", what, b, r0 + i,
+                            (double)ref[(size_t)b * ldr + r0 + i], (double)got[(size_t)b * ldg + i]);
+            }
+    return bad;
+}
+
+/* The R8 layout through every backend (scalar included) against the row-major scalar
+ * reference ref; a row view; and the SIMD kernels called directly on a row range that
+ * does not start or end at a group boundary. */
+static void run_r8(rng *r, const mat_buf *m, v4_backend *sc, bk *be, int nbe, int n, const float *x, int ldx,
+                   const float *ref, int flags)
+{
+    mat_buf m8 = to_r8(r, m);
+    const int rows = m->W.rows, cols = m->W.cols;
+    char what[160];
+    for (int k = -1; k < nbe; k++) {
+        v4_backend *b = k < 0 ? sc : be[k].be;
+        float *got = run_linear(b, &m8.W, V4_LIN_EXACT, n, x, ldx);
+        snprintf(what, sizeof what, "exact-r8 %s %s %dx%d n=%d %s/%dt", tname(m->W.type),
+                 flags & F_NAN ? "nan-codes" : flags & F_TINY ? "tiny-scales" : flags & F_XNAN ? "nan/inf-x"
+                 : flags & F_EDGE ? "edge-scales" : flags & F_NOE0 ? "no-e0" : "",
+                 rows, cols, n, k < 0 ? "scalar" : be[k].isa, k < 0 ? 1 : be[k].threads);
+        int bad = compare(what, &m8.W, n, ref, got);
+        CHECK(bad == 0, "%s: %d outputs differ", what, bad);
+        mismatches += bad;
+        free(got);
+    }
+    /* a row view, as attention takes of wo_a (FP8: at a 128-row block) */
+    const int r0v = m->W.type == V4_W_FP8 ? (rows >= 256 ? 128 : 0) : (rows >= 16 ? 8 : 0);
+    const int nrv = rows - r0v > 12 ? rows - r0v - 3 : rows - r0v;
+    v4_mat view = v4_mat_rows(&m8.W, r0v, nrv);
+    for (int k = 0; k < nbe; k++) {
+        float *got = run_linear(be[k].be, &view, V4_LIN_EXACT, n, x, ldx);
+        snprintf(what, sizeof what, "exact-r8 view %s rows %d+%d n=%d %s/%dt", tname(m->W.type), r0v, nrv, n,
+                 be[k].isa, be[k].threads);
+        int bad = compare_rows(what, ref, rows + PAD, got, nrv + PAD, n, r0v, nrv);
+        CHECK(bad == 0, "%s: %d outputs differ", what, bad);
+        mismatches += bad;
+        free(got);
+    }
+#if V4_CPU_X86
+    /* kernels on [3, rows-2): partial first and last groups, nothing written outside */
+    if (rows >= 8) {
+        const char *names[3] = {"scalar", "avx2", "avx512"};
+        v4_rows_fn fns[3] = {v4_rows_exact_scalar, v4_rows_exact_avx2, v4_rows_exact_avx512};
+        const int ldy = rows + PAD, a = 3, e = rows - 2;
+        float *y = malloc(sizeof(float) * (size_t)n * ldy);
+        for (int k = 0; k < 3; k++) {
+            if (!v4_cpu_isa_supported(names[k]))
+                continue;
+            for (size_t i = 0; i < (size_t)n * ldy; i++)
+                y[i] = SENTINEL;
+            fns[k](&m8.W, n, NULL, NULL, x, ldx, y, ldy, a, e);
+            int bad = 0, outside = 0;
+            for (int b = 0; b < n; b++)
+                for (int i = 0; i < ldy; i++) {
+                    uint32_t g = v4_f32_bits(y[(size_t)b * ldy + i]);
+                    if (i >= a && i < e)
+                        bad += g != v4_f32_bits(ref[(size_t)b * ldy + i]);
+                    else
+                        outside += g != v4_f32_bits(SENTINEL);
+                }
+            CHECK(bad == 0 && outside == 0, "exact-r8 %s kernel rows [%d, %d) of %dx%d n=%d: %d differ, %d written outside",
+                  names[k], a, e, rows, cols, n, bad, outside);
+            mismatches += bad;
+        }
+        free(y);
+    }
+#endif
+    free_mat(&m8);
+}
+
 static void run_case(rng *r, v4_backend *sc, bk *be, int nbe, v4_wtype t, v4_lin_mode mode,
                      int rows, int cols, int n, int flags)
 {
@@ -403,6 +537,8 @@ static void run_case(rng *r, v4_backend *sc, bk *be, int nbe, v4_wtype t, v4_lin
         mismatches += bad;
         free(got);
     }
+    if (mode == V4_LIN_EXACT)
+        run_r8(r, &m, sc, be, nbe, n, x, ldx, ref, flags);
     if ((flags & F_NAN) && t == V4_W_FP8 && mode == V4_LIN_QUANT) {
         int nans = 0;
         for (int b = 0; b < n; b++)
@@ -532,11 +668,42 @@ int main(void)
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 2, F_TINY);
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 130, 384, 2, F_TINY);
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 2, F_NAN);
+    /* FP8 dequantized in the R8 kernels' decodes: BIAS (no exponent-0 codes, one
+     * scale per tile), MUL (exponent-0 codes, or tiles straddling 128-row blocks with
+     * 2+ threads), exact dequantization (NaN codes, scales outside [3, 246]) */
+    static const int fshapes[][2] = {{256, 256}, {384, 640}, {136, 300}, {8, 128}};
+    for (size_t s = 0; s < sizeof fshapes / sizeof fshapes[0]; s++)
+        for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+            run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, fshapes[s][0], fshapes[s][1], batches[b], F_NOE0);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 128 * 14, 384, 1, F_EDGE);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 128 * 14, 384, 3, F_EDGE | F_NOE0);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 2, F_TINY | F_NOE0);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 256, 384, 5, F_NAN | F_NOE0);
+    /* batches beyond one pass (4) and one vector group (16) over R8 tiles */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 136, 256, 17, F_NOE0);
+    run_case(&r, sc, be, nbe, V4_W_F32, V4_LIN_EXACT, 72, 520, 6, 0);
+    /* an R8 matrix in QUANT mode (or FP4) is a caller bug: NaN outputs, not garbage */
+    {
+        mat_buf m = make_mat(&r, V4_W_FP8, 128, 128, 0);
+        mat_buf m8 = to_r8(&r, &m);
+        float x[128], y[128];
+        rand_acts(&r, x, 128, 1);
+        for (int k = 0; k < nbe; k++) {
+            v4_linear(be[k].be, &m8.W, V4_LIN_QUANT, 1, x, 128, y, 128);
+            int nans = 0;
+            for (int i = 0; i < 128; i++)
+                nans += isnan(y[i]) != 0;
+            CHECK(nans == 128, "R8 in QUANT mode (%s/%dt): %d NaN outputs of 128", be[k].isa, be[k].threads, nans);
+        }
+        free_mat(&m8);
+        free_mat(&m);
+    }
     /* NaN / inf activations: the SIMD kernels defer to the scalar ones */
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 3, F_XNAN);
     run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 256, 384, 3, F_XNAN);
     run_case(&r, sc, be, nbe, V4_W_BF16, V4_LIN_EXACT, 130, 300, 3, F_XNAN);
     run_case(&r, sc, be, nbe, V4_W_F32, V4_LIN_EXACT, 24, 1000, 3, F_XNAN);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_EXACT, 130, 300, 3, F_XNAN | F_NOE0);
 
     int sens = order_sensitive_outputs(&r);
     printf("EXACT data: %d of 512 BF16 dot products round to a different float with an 8-lane summation order\n", sens);

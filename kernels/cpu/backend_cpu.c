@@ -11,8 +11,9 @@
  * A linear call: in QUANT mode every input vector is quantized once (v4_act_quant or
  * its SIMD twin, bit-identical) into instance-owned buffers on the calling thread;
  * then the rows of W are cut into chunks and the pool runs the row kernel on them.
- * Chunks are multiples of 128 rows for FP8 (whole scale blocks), 64 for EXACT (the
- * SIMD tile), 32 for FP4, about 4 chunks per thread for load balance; a call with
+ * Chunks are multiples of 128 rows for FP8 (whole scale blocks), 64 for row-major
+ * EXACT (the SIMD tile), 8 for R8 EXACT (one row group), 32 for FP4, about 4 chunks
+ * per thread for load balance; a call with
  * little work (rows*cols*n below V4_CPU_PAR_MIN) runs on the caller alone.  Every
  * output element is computed by exactly one kernel invocation with the scalar
  * reference's arithmetic, so results do not depend on the thread count or split.
@@ -94,9 +95,20 @@ static void cpu_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
         return;
     lin_job j = {.W = W, .n = n, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
     int granule;
+    if (W->layout != V4_LAYOUT_ROWMAJOR &&
+        (W->layout != V4_LAYOUT_R8 || mode != V4_LIN_EXACT || W->type == V4_W_FP4)) {
+        /* R8 is an EXACT-mode layout (backend.h); anything else is a caller bug */
+        for (int b = 0; b < n; b++)
+            for (int r = 0; r < W->rows; r++)
+                y[(size_t)b * ldy + r] = v4_f32_from_bits(0x7fc00000u);
+        return;
+    }
     if (mode == V4_LIN_EXACT) {
         j.fn = c->exact;
-        granule = 64;
+        /* R8: any multiple of 8 rows is a whole number of groups, and even one group
+         * per task keeps the kernel memory-bound (small matrices like the mHC fn
+         * [24 x 16384] still use every thread) */
+        granule = W->layout == V4_LAYOUT_R8 ? 8 : 64;
     } else {
         const int K = W->cols, nkb = K / 128;
         if (ensure_cap(c, (size_t)n * (size_t)K + 1, (size_t)n * (size_t)nkb + 1) != 0) {

@@ -12,6 +12,10 @@
  * bit-identical results; they may only be called when the CPU supports the ISA (the
  * backend checks at run time).  V4_CPU_X86 tells whether they are compiled in.
  *
+ * Layouts: the EXACT kernels accept row-major and R8 weights (backend.h) and any
+ * [r0, r1) (R8: rows outside the range in a partial group are computed and dropped);
+ * the QUANT kernels only row-major (the backend guards this).
+ *
  * Thread: all functions are reentrant; callers give each thread disjoint rows.
  */
 #ifndef V4_CPU_KERNELS_H

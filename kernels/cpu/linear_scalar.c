@@ -4,6 +4,11 @@
  * In the QUANT modes xq/xs are the quantized activations (xq[b*cols + j] holds the
  * e4m3 value as a float, xs[b*(cols/128) + k] the block scale); x is unused.  In the
  * EXACT mode x/ldx are the raw inputs and xq/xs are unused.
+ *
+ * Layouts: the EXACT kernel reads element (r, j) through v4_mat_index, so it serves
+ * both the row-major and the row-interleaved R8 layout (backend.h) with the same
+ * arithmetic; the QUANT kernels are row-major only (the backend never passes them an
+ * R8 matrix).
  */
 #include <math.h>
 
@@ -90,25 +95,26 @@ void v4_rows_exact_scalar(const v4_mat *W, int n, const float *xq, const float *
     for (int b = 0; b < n; b++) {
         const float *xb = x + (size_t)b * ldx;
         for (int r = r0; r < r1; r++) {
+            /* one row, columns ascending, one double accumulator: the contract */
             double acc = 0.0;
             switch (W->type) {
             case V4_W_F32: {
-                const float *wr = (const float *)W->w + (size_t)r * K;
+                const float *w = W->w;
                 for (int j = 0; j < K; j++)
-                    acc += (double)xb[j] * (double)wr[j];
+                    acc += (double)xb[j] * (double)w[v4_mat_index(W, r, j)];
                 break;
             }
             case V4_W_BF16: {
-                const uint16_t *wr = (const uint16_t *)W->w + (size_t)r * K;
+                const uint16_t *w = W->w;
                 for (int j = 0; j < K; j++)
-                    acc += (double)xb[j] * (double)v4_bf16_from_bits(wr[j]);
+                    acc += (double)xb[j] * (double)v4_bf16_from_bits(w[v4_mat_index(W, r, j)]);
                 break;
             }
             case V4_W_FP8: {
-                const uint8_t *wr = (const uint8_t *)W->w + (size_t)r * K;
+                const uint8_t *w = W->w;
                 for (int j = 0; j < K; j++) {
                     float sw = v4_e8m0_to_f32(W->scale[(size_t)(r / 128) * scols + j / 128]);
-                    float wv = v4_bf16(v4_e4m3_to_f32(wr[j]) * sw);
+                    float wv = v4_bf16(v4_e4m3_to_f32(w[v4_mat_index(W, r, j)]) * sw);
                     acc += (double)xb[j] * (double)wv;
                 }
                 break;

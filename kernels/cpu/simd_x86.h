@@ -6,8 +6,11 @@
  *   v4x_bf16_ps      = v4_bf16 (round to nearest even, NaN -> quiet NaN, as bits)
  *   v4x_e8m0_ps      = v4_e8m0_to_f32 (0 -> 2^-127 subnormal, 0xff -> NaN)
  *   v4x_e4m3_round_ps = v4_e4m3_round for |x| <= 448 or NaN (the act-quant domain)
- * plus an 8x8 float transpose, the scalar e8m0 decoder used by the tile loops, and the
- * input check behind the kernels' scalar fallback for NaN/inf activations.
+ *   v4x_fp8_dequant8 = v4_bf16(v4_e4m3_to_f32(q) * sw) for 8 bytes (the EXACT-mode
+ *                      FP8 weight, NaN codes included)
+ * plus an 8x8 float transpose, the scalar e8m0 decoder used by the tile loops, the
+ * input check behind the kernels' scalar fallback for NaN/inf activations, and the
+ * fast-path test of the R8 EXACT FP8 kernels (v4x_fp8_exact_scale).
  * Pure functions; thread: any.
  */
 #ifndef V4_SIMD_X86_H
@@ -15,6 +18,7 @@
 
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../codec.h"
 
@@ -122,6 +126,60 @@ static inline int v4x_inputs_ok(const float *x, int n, int cols, size_t ld, int 
         }
     }
     return 1;
+}
+
+/* bf16(f32(e4m3 * sw)) of 8 bytes (low 8 of b8), as 8 floats.  e4m3 bits << 20 are
+ * the float bits of the value * 2^-120 (subnormals too); NaN codes become quiet NaNs
+ * with their sign, like v4_e4m3_to_f32. */
+V4_INLINE __m256 v4x_fp8_dequant8(__m128i b8, __m256 sw)
+{
+    __m256i b = _mm256_cvtepi8_epi32(b8);
+    __m256i bits = _mm256_and_si256(_mm256_slli_epi32(b, 20), _mm256_set1_epi32((int)0x87f00000u));
+    __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+    __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7f)), _mm256_set1_epi32(0x7f));
+    __m256i nanbits = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32((int)0x80000000u)),
+                                      _mm256_set1_epi32(0x7fc00000));
+    v = _mm256_blendv_ps(v, _mm256_castsi256_ps(nanbits), _mm256_castsi256_ps(nan));
+    return v4x_bf16_ps(_mm256_mul_ps(v, sw));
+}
+
+/* R8 EXACT FP8 fast paths.  Every e4m3 value q is a multiple of 2^-9 with at most 4
+ * significant bits and |q| <= 448.  For an E8M0 byte s in [3, 246] (sw = 2^k, k in
+ * [-124, 119]) the scalar weight bf16(f32(q * sw)) is exactly q * 2^k: the float
+ * product cannot overflow (448 * 2^119 < 2^128) and is a multiple of 2^-133, the bf16
+ * grid below 2^-126, while above it 4 bits always fit.  So the product with x is
+ * exactly x * q * 2^k, which two integer decodes of q reproduce:
+ *   MUL:  the sign-extended byte << 49, masked to sign + 7 bits (0x80FE000000000000),
+ *         is the double q * 2^-1016 (e4m3 subnormals become double subnormals, still
+ *         exact); times the double 2^(888+k) (a normal power of two) it is exactly
+ *         q * 2^(k-128), and the activations carry 2^128 (exact: |x| < 2^128 gives
+ *         < 2^256).
+ *   BIAS: for blocks without exponent-0 codes (zeros, subnormals) the same bits OR
+ *         0x3F00000000000000 (exponent field 1008 + e) are the double q * 2^-8, and
+ *         the activations carry 2^(k+8) (exact, normal: |x| 2^(k+8) in [2^-265,
+ *         2^255]).  One integer op fewer, no multiply, no subnormal operands.
+ * v4x_fp8_exact_scale returns the MUL scale 2^(888+k), or 0 when s is outside [3, 246]
+ * (the block then takes the exact-dequantization path); v4x_fp8_bias_xscale the BIAS
+ * activation scale 2^(k+8) (s in [3, 246]). */
+#define V4X_E4M3_PD_MASK ((long long)0x80FE000000000000ull)
+#define V4X_E4M3_PD_BIAS ((long long)0x3F00000000000000ull)
+
+V4_INLINE double v4x_fp8_exact_scale(uint8_t s)
+{
+    if (s < 3 || s > 246)
+        return 0.0;
+    uint64_t u = (uint64_t)(1784 + s) << 52;     /* 1023 + 888 + (s - 127) */
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+V4_INLINE double v4x_fp8_bias_xscale(uint8_t s)
+{
+    uint64_t u = (uint64_t)(904 + s) << 52;      /* 1023 + (s - 127) + 8 */
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
 }
 
 /* Scale of the activation quantization for one 128-block, from the block's amax

@@ -6,13 +6,24 @@
  * tiny and safetensors gives no alignment guarantee; routing tables as int32.
  * Who fills them: cache/bind_weights.c (from a checkpoint).  kernels/v4 only reads.
  *
- * Ownership: v4_weights owns the float/int copies and the per-layer expert arrays
- * (freed by v4_weights_free); it borrows every v4_mat's bytes, which must outlive it.
- * Thread: read-only after binding; share freely.
+ * Prepared layout: v4_weights_prepare (called by v4_model_open unless disabled)
+ * replaces the matrices the decode path multiplies in V4_LIN_EXACT mode with
+ * row-interleaved copies (V4_LAYOUT_R8, backend.h), so that the SIMD kernels can keep
+ * the scalar summation order without transposing tiles on the fly: head, hc_head_fn,
+ * and per layer hc_attn_fn, hc_ffn_fn, wo_a (FP8 bytes interleaved, scale grid
+ * unchanged), gate, comp.wkv/wgate, idx_weights_proj, idx_comp.wkv/wgate.  The
+ * results are bit-identical with either layout.
+ *
+ * Ownership: v4_weights owns the float/int copies, the prepared R8 copies and the
+ * per-layer expert arrays (all freed by v4_weights_free); it borrows every other
+ * v4_mat's bytes (the checkpoint's mmap), which must outlive it.  Preparing leaves the
+ * mapped originals untouched (their pages are not read again by the decode path).
+ * Thread: read-only after binding/preparing; share freely.
  */
 #ifndef V4_WEIGHTS_H
 #define V4_WEIGHTS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../../config/model_config.h"
@@ -72,8 +83,22 @@ typedef struct v4_weights {
 
 void v4_weights_free(v4_weights *w);
 
+/* Repack every EXACT-mode matrix listed above into an owned R8 copy (a matrix already
+ * in R8 is left alone; wo_a stays row-major if o_lora_rank % 8 != 0, since attention
+ * takes row views of it at multiples of o_lora_rank).  Runs on one thread per online
+ * core; prints nothing.  On failure (out of memory) every matrix keeps its previous
+ * layout and err says why; the weights stay usable.  Call before sharing w. */
+int v4_weights_prepare(v4_weights *w, v4_error *err);
+
+/* R8 packing of a row-major BF16/F32/FP8 matrix: bytes of the R8 copy (rows padded to
+ * a multiple of 8), and the packing of groups [g0, g1) of src into dst (an R8 buffer
+ * of v4_mat_r8_bytes(src) bytes; padding rows are written as zero).  Thread: disjoint
+ * group ranges may be packed concurrently. */
+size_t v4_mat_r8_bytes(const v4_mat *src);
+void v4_mat_pack_r8(const v4_mat *src, void *dst, int g0, int g1);
+
 /* Byte accounting (for benchmarks and the expert cache): bytes of one matrix as
- * stored (weights + scales), of one expert (w1 + w3 + w2), and of the weights every
+ * stored (weights + scales; R8 counts its padding rows), of one expert (w1 + w3 + w2), and of the weights every
  * decode step reads regardless of routing (all matrices except the routed experts
  * and the embedding table, plus one embedding row). */
 uint64_t v4_mat_bytes(const v4_mat *m);
