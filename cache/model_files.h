@@ -5,7 +5,8 @@
  * +0.8 GB for the small bench preset).  Results are bit-identical either way.
  * v4_model_open skips the preparation when the environment variable V4_NO_PREPARE is
  * set to a non-empty value other than "0" (to compare layouts or save memory);
- * v4_model_open_ex takes the choice as a flag instead.
+ * v4_model_open_ex takes the choice as a flag instead.  Running out of memory for the
+ * copies fails the open (the message names V4_NO_PREPARE).
  *
  * Ownership: v4_model_files owns all three; v4_model_close releases them (weights
  * first, then the mappings).  Thread: open/close from one thread; the weights are

@@ -13,8 +13,9 @@
  * then the rows of W are cut into chunks and the pool runs the row kernel on them.
  * Chunks are multiples of 128 rows for FP8 (whole scale blocks), 64 for row-major
  * EXACT (the SIMD tile), 8 for R8 EXACT (one row group), 32 for FP4, about 4 chunks
- * per thread for load balance; a call with
- * little work (rows*cols*n below V4_CPU_PAR_MIN) runs on the caller alone.  Every
+ * per thread for load balance; a call with little work (rows*cols*n below
+ * V4_CPU_PAR_MIN) runs on the caller alone.  R8 weights are accepted in EXACT mode
+ * only (other combinations get NaN outputs, see backend.h).  Every
  * output element is computed by exactly one kernel invocation with the scalar
  * reference's arithmetic, so results do not depend on the thread count or split.
  *
