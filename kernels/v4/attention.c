@@ -28,7 +28,8 @@ static void head_rms_bf16(float *q, int n, float eps)
         q[i] = v4_bf16(q[i] * g);
 }
 
-/* One head over the candidate list cand[0..L) (NULL = masked slot). */
+/* One head over the candidate list cand[0..L) (NULL = masked slot).  Masked slots
+ * contribute exactly 0 to every sum, so each chunk works on its valid slots only. */
 static void sparse_attn_head(const float *q, const float *const *cand, int L, int hd,
                              float scale, float sink, float *o)
 {
@@ -37,33 +38,34 @@ static void sparse_attn_head(const float *q, const float *const *cand, int L, in
     for (int d = 0; d < hd; d++)
         acc[d] = 0.0f;
     for (int c0 = 0; c0 < L; c0 += 64) {
-        int c1 = c0 + 64 < L ? c0 + 64 : L;
-        float s[64], p[64];
+        int c1 = c0 + 64 < L ? c0 + 64 : L, nv = 0;
+        const float *kv[64];
+        float s[64], pb[64];
         float rowmax = -INFINITY;
         for (int c = c0; c < c1; c++) {
-            if (!cand[c]) {
-                s[c - c0] = -INFINITY;
+            if (!cand[c])
                 continue;
-            }
-            s[c - c0] = v4_dot(q, cand[c], hd) * scale;
-            if (s[c - c0] > rowmax)
-                rowmax = s[c - c0];
+            kv[nv] = cand[c];
+            s[nv] = v4_dot(q, cand[c], hd) * scale;
+            if (s[nv] > rowmax)
+                rowmax = s[nv];
+            nv++;
         }
         float mnew = rowmax > m ? rowmax : m;
-        if (mnew == -INFINITY)
+        if (nv == 0 || mnew == -INFINITY)
             continue;           /* nothing valid yet */
         float f = v4_expf(m - mnew);
         double psum = 0.0;
-        for (int c = c0; c < c1; c++) {
-            p[c - c0] = cand[c] ? v4_expf(s[c - c0] - mnew) : 0.0f;
-            psum += p[c - c0];
+        for (int c = 0; c < nv; c++) {
+            float p = v4_expf(s[c] - mnew);
+            psum += p;
+            pb[c] = v4_bf16(p);
         }
         l = l * f + (float)psum;
         for (int d = 0; d < hd; d++) {
             double a = (double)(acc[d] * f);
-            for (int c = c0; c < c1; c++)
-                if (cand[c])
-                    a += (double)v4_bf16(p[c - c0]) * (double)cand[c][d];
+            for (int c = 0; c < nv; c++)
+                a += (double)pb[c] * (double)kv[c][d];
             acc[d] = (float)a;
         }
         m = mnew;
