@@ -106,6 +106,7 @@ int main(void)
     CHECK(rb.n_tokens == first_eos + 1 && !strcmp(rb.finish_reason, "stop"), "eos stops after %d tokens (got %d)",
           first_eos + 1, rb.n_tokens);
     v4_gen_result_free(&rb);
+    v4_gen_result_free(&ra);
     /* greedy is temperature 0 and deterministic regardless of seed */
     v4_gen_request rg = req;
     rg.sampling = (v4_sampling_params){0.0, 1.0, 0, 1};
