@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "chat.h"
+#include "strbuf.h"
 
 static const char BOS[] = "<｜begin▁of▁sentence｜>";
 static const char EOS[] = "<｜end▁of▁sentence｜>";
@@ -28,32 +29,6 @@ void v4_chat_markers_init(v4_chat_markers *m, const v4_tokenizer *tok)
     m->end_think_id = v4_tok_find(tok, m->end_think);
 }
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s)
-{
-    size_t n = strlen(s);
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n + 1);
-    b->n += n;
-}
 
 static int check(const v4_chat_msg *msgs, size_t n, v4_error *err)
 {
@@ -81,22 +56,22 @@ int v4_chat_prompt(const v4_chat_markers *m, const char *system, const v4_chat_m
     *len = 0;
     if (check(msgs, n, err))
         return -1;
-    sbuf b = {0};
-    put(&b, m->bos);
+    v4_strbuf b = {0};
+    v4_sb_put(&b, m->bos);
     if (system)
-        put(&b, system);
+        v4_sb_put(&b, system);
     for (size_t i = 0; i < n; i++) {
         if (msgs[i].role == V4_CHAT_ASSISTANT) {
-            put(&b, msgs[i].text);
-            put(&b, m->eos);
+            v4_sb_put(&b, msgs[i].text);
+            v4_sb_put(&b, m->eos);
             continue;
         }
-        put(&b, m->user);
-        put(&b, msgs[i].text);
+        v4_sb_put(&b, m->user);
+        v4_sb_put(&b, msgs[i].text);
         if (i + 1 == n || msgs[i + 1].role == V4_CHAT_ASSISTANT) {
-            put(&b, m->assistant);
+            v4_sb_put(&b, m->assistant);
             /* drop_thinking: only the turn being generated may open a reasoning block */
-            put(&b, thinking && i + 1 == n ? m->think : m->end_think);
+            v4_sb_put(&b, thinking && i + 1 == n ? m->think : m->end_think);
         }
     }
     if (b.oom) {

@@ -79,6 +79,7 @@
 #include "../kernels/codec.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "rng.h"
 #include "mktokenizer.h"
 
 #define CHUNK_BYTES (4u << 20)
@@ -87,23 +88,13 @@
 
 /* ------------------------------------------------------------------ PRNG */
 
-typedef struct rng {
-    uint64_t s[4];
-} rng;
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+typedef v4_rng rng;
 
 /* Stateless 64-bit hash of two words. */
 static uint64_t mix64(uint64_t a, uint64_t b)
 {
     uint64_t x = a ^ (b * 0xd1b54a32d192ed03ull);
-    return splitmix64(&x);
+    return v4_splitmix64(&x);
 }
 
 static uint64_t fnv1a(const char *s)
@@ -114,27 +105,8 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-static void rng_seed(rng *r, uint64_t seed)
-{
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&seed);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-/* xoshiro256** */
-static inline uint64_t rng_next(rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return res;
-}
+#define rng_seed v4_rng_seed
+#define rng_next v4_rng_next
 
 /* Approximately N(0,1): Irwin-Hall sum of four 16-bit uniforms (bounded at 3.46). */
 static inline float rng_normal(rng *r)

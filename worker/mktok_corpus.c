@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "mktok_internal.h"
+#include "strbuf.h"
 
 static const char PROSE[] =
     "The river ran slowly through the old town, past the market and the stone bridge, and "
@@ -72,32 +73,6 @@ static const char *const SYLLABLES[] = {
 #define NW (sizeof WORDS / sizeof WORDS[0])
 #define NS (sizeof SYLLABLES / sizeof SYLLABLES[0])
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s)
-{
-    size_t n = strlen(s);
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1 << 16;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n + 1);
-    b->n += n;
-}
 
 static uint64_t next(uint64_t *s)
 {
@@ -115,7 +90,7 @@ static size_t zipf(uint64_t *s, size_t n)
     return m < c ? m : c;
 }
 
-static void sentence(sbuf *b, uint64_t *s)
+static void sentence(v4_strbuf *b, uint64_t *s)
 {
     int words = 4 + (int)(next(s) % 12);
     for (int w = 0; w < words; w++) {
@@ -124,23 +99,23 @@ static void sentence(sbuf *b, uint64_t *s)
         if (w == 0 && tmp[0] >= 'a' && tmp[0] <= 'z')
             tmp[0] = (char)(tmp[0] - 'a' + 'A');
         if (w)
-            put(b, next(s) % 17 ? " " : ", ");
-        put(b, tmp);
+            v4_sb_put(b, next(s) % 17 ? " " : ", ");
+        v4_sb_put(b, tmp);
     }
-    put(b, next(s) % 6 ? ". " : "? ");
+    v4_sb_put(b, next(s) % 6 ? ". " : "? ");
     if (!(next(s) % 8))
-        put(b, "\n");
+        v4_sb_put(b, "\n");
 }
 
-static void pseudo_word(sbuf *b, uint64_t *s)
+static void pseudo_word(v4_strbuf *b, uint64_t *s)
 {
     int k = 2 + (int)(next(s) % 3);
-    put(b, next(s) % 4 ? " " : "\n");
+    v4_sb_put(b, next(s) % 4 ? " " : "\n");
     for (int i = 0; i < k; i++)
-        put(b, SYLLABLES[zipf(s, NS)]);
+        v4_sb_put(b, SYLLABLES[zipf(s, NS)]);
 }
 
-static void code_line(sbuf *b, uint64_t *s)
+static void code_line(v4_strbuf *b, uint64_t *s)
 {
     char line[160];
     const char *x = WORDS[zipf(s, NW)], *y = WORDS[zipf(s, NW)];
@@ -150,19 +125,19 @@ static void code_line(sbuf *b, uint64_t *s)
     case 2: snprintf(line, sizeof line, "    %s_%s(&%s, %d);\n", x, y, x, (int)(next(s) % 100)); break;
     default: snprintf(line, sizeof line, "def %s(%s):\n    return %s + 1\n", x, y, y); break;
     }
-    put(b, line);
+    v4_sb_put(b, line);
 }
 
 char *mktok_corpus(size_t *len)
 {
-    sbuf b = {0};
+    v4_strbuf b = {0};
     uint64_t s = 0x2545F4914F6CDD1Dull;
     for (int rep = 0; rep < 8; rep++)
-        put(&b, PROSE);
+        v4_sb_put(&b, PROSE);
     for (int i = 0; i < 1000; i++) {
         char num[16];
         snprintf(num, sizeof num, "%d%s", i, i % 10 == 9 ? "\n" : " ");
-        put(&b, num);
+        v4_sb_put(&b, num);
     }
     for (int i = 0; i < 4000; i++)
         sentence(&b, &s);

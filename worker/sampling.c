@@ -2,37 +2,16 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "rng.h"
 #include "sampling.h"
 
 struct v4_sampler {
     int vocab;
     v4_sampling_params p;
-    uint64_t s[4];          /* xoshiro256** state */
+    v4_rng rng;
     int *idx;               /* candidate ids */
     double *prob;
 };
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t xoshiro(uint64_t *s)
-{
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
-}
 
 int v4_sampling_validate(const v4_sampling_params *p, v4_error *err)
 {
@@ -61,9 +40,7 @@ v4_sampler *v4_sampler_create(int vocab, const v4_sampling_params *p, v4_error *
     }
     s->vocab = vocab;
     s->p = *p;
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->s[i] = splitmix64(&x);
+    v4_rng_seed(&s->rng, p->seed);
     return s;
 }
 
@@ -162,7 +139,7 @@ int v4_sample(v4_sampler *s, const float *logits)
     double mass = 0.0;
     for (int i = 0; i < keep; i++)
         mass += s->prob[i];
-    double u = (double)(xoshiro(s->s) >> 11) * 0x1p-53 * mass, c = 0.0;
+    double u = v4_rng_unit(&s->rng) * mass, c = 0.0;
     for (int i = 0; i < keep; i++) {
         c += s->prob[i];
         if (u < c)

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "tok_internal.h"
+#include "strbuf.h"
 
 /* ECMAScript WhiteSpace + LineTerminator (Zs of Unicode 17.0 included). */
 static const tok_range JS_SPACE[] = {
@@ -28,48 +29,22 @@ static const tok_range JS_SPACE[] = {
 };
 #define N_JS_SPACE (sizeof JS_SPACE / sizeof JS_SPACE[0])
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
 
-static void put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
+static void puts_(v4_strbuf *b, const char *s) { v4_sb_putn(b, s, strlen(s)); }
 
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-
-static void put_ranges(sbuf *b, const tok_range *r, size_t n)
+static void put_ranges(v4_strbuf *b, const tok_range *r, size_t n)
 {
     char tmp[48];
     for (size_t i = 0; i < n; i++) {
         int k = r[i].lo == r[i].hi
                     ? snprintf(tmp, sizeof tmp, "\\x{%X}", (unsigned)r[i].lo)
                     : snprintf(tmp, sizeof tmp, "\\x{%X}-\\x{%X}", (unsigned)r[i].lo, (unsigned)r[i].hi);
-        put(b, tmp, (size_t)k);
+        v4_sb_putn(b, tmp, (size_t)k);
     }
 }
 
 /* The complement of JS_SPACE in [0, 0x10FFFF], as ranges (for \S inside a class). */
-static void put_not_space(sbuf *b)
+static void put_not_space(v4_strbuf *b)
 {
     tok_range r[N_JS_SPACE + 1];
     size_t n = 0;
@@ -113,7 +88,7 @@ static size_t prop_name(const char *pat, size_t i, size_t len, const char **name
 
 int tok_regex_rewrite(const char *pat, size_t len, char **out, size_t *out_len, v4_error *err)
 {
-    sbuf b = {0};
+    v4_strbuf b = {0};
     int in_class = 0;
     size_t i = 0;
     while (i < len) {
@@ -126,7 +101,7 @@ int tok_regex_rewrite(const char *pat, size_t len, char **out, size_t *out_len, 
                     if (pat[j] == '\\' && pat[j + 1] == 'E')
                         e = pat + j;
                 size_t end = e ? (size_t)(e - pat) + 2 : len;
-                put(&b, pat + i, end - i);
+                v4_sb_putn(&b, pat + i, end - i);
                 i = end;
             } else if (d == 'p' || d == 'P') {
                 const char *name = NULL;
@@ -134,17 +109,17 @@ int tok_regex_rewrite(const char *pat, size_t len, char **out, size_t *out_len, 
                 const tok_unicode_delta *dl = name ? delta_for(name, n) : NULL;
                 if (dl && d == 'p') {
                     puts_(&b, in_class ? "" : "[");
-                    put(&b, pat + i, k);
+                    v4_sb_putn(&b, pat + i, k);
                     put_ranges(&b, dl->r, dl->n);
                     puts_(&b, in_class ? "" : "]");
                 } else if (dl && !in_class) {       /* \P{X} -> [^\p{X}...] */
                     puts_(&b, "[^\\p{");
-                    put(&b, name, n);
+                    v4_sb_putn(&b, name, n);
                     puts_(&b, "}");
                     put_ranges(&b, dl->r, dl->n);
                     puts_(&b, "]");
                 } else {
-                    put(&b, pat + i, k);
+                    v4_sb_putn(&b, pat + i, k);
                 }
                 i += k;
             } else if (d == 's' || d == 'S') {
@@ -159,29 +134,29 @@ int tok_regex_rewrite(const char *pat, size_t len, char **out, size_t *out_len, 
                 }
                 i += 2;
             } else {
-                put(&b, pat + i, 2);
+                v4_sb_putn(&b, pat + i, 2);
                 i += 2;
             }
         } else if (c == '[' && !in_class) {
             in_class = 1;
-            put(&b, pat + i, 1);
+            v4_sb_putn(&b, pat + i, 1);
             i++;
             if (i < len && pat[i] == '^')
-                put(&b, pat + i++, 1);
+                v4_sb_putn(&b, pat + i++, 1);
             if (i < len && pat[i] == ']')           /* a leading ']' is literal */
-                put(&b, pat + i++, 1);
+                v4_sb_putn(&b, pat + i++, 1);
         } else if (c == '[' && i + 1 < len && pat[i + 1] == ':') {   /* [:name:] */
             const char *e = NULL;
             for (size_t j = i + 2; j + 1 < len && !e; j++)
                 if (pat[j] == ':' && pat[j + 1] == ']')
                     e = pat + j;
             size_t end = e ? (size_t)(e - pat) + 2 : i + 1;
-            put(&b, pat + i, end - i);
+            v4_sb_putn(&b, pat + i, end - i);
             i = end;
         } else {
             if (c == ']' && in_class)
                 in_class = 0;
-            put(&b, pat + i, 1);
+            v4_sb_putn(&b, pat + i, 1);
             i++;
         }
     }
