@@ -107,6 +107,7 @@ int main(void)
           first_eos + 1, rb.n_tokens);
     v4_gen_result_free(&rb);
     /* greedy is temperature 0 and deterministic regardless of seed */
+    v4_gen_result_free(&ra);   /* ra is reused below */
     v4_gen_request rg = req;
     rg.sampling = (v4_sampling_params){0.0, 1.0, 0, 1};
     CHECK(gen(&e, rg, cap, &a, &ra, &err) == 0, "greedy");
