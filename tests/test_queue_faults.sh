@@ -6,6 +6,8 @@
 #            limit the task ends in the dead-letter queue; the worker keeps serving.
 #   R8       `rabbitmqctl close_all_connections` (CONNECTION_FORCED): the worker reconnects
 #            and keeps processing.
+#   R10      the task queue is deleted under the worker: basic.cancel (consumer_cancel_notify)
+#            is noticed, the worker reconnects, re-declares the topology and keeps serving.
 #   R1       kill -9 one of two workers mid-run: every task still gets a result
 #            (duplicates allowed, same id) and the task queue ends empty.
 # No broker = FAIL.
@@ -62,6 +64,13 @@ sleep 1
 "${CLIENT[@]}" publish "$P.tasks" 5 4 r8-
 "${CLIENT[@]}" collect "$P.results" 5 30 || fail "no processing after CONNECTION_FORCED"
 grep -q "connection lost" "$WORK/worker1.log" || fail "the worker did not notice the forced close"
+
+echo "--- R10: the task queue is deleted under the worker"
+rmqctl delete_queue "$P.tasks" > /dev/null 2>&1 || fail "delete_queue failed"
+wait_queue "$P.tasks" || fail "the worker did not re-declare $P.tasks"
+grep -q "cancelled the consumer" "$WORK/worker1.log" || fail "basic.cancel not noticed"
+"${CLIENT[@]}" publish "$P.tasks" 3 4 r10-
+"${CLIENT[@]}" collect "$P.results" 3 30 || fail "no processing after the queue was re-declared"
 
 echo "--- R1: kill -9 a worker mid-run, nothing lost"
 start_worker 2

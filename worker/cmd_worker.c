@@ -10,9 +10,11 @@
  * AMQP URL is ever logged.
  *
  * Signals: SIGTERM/SIGINT set a sig_atomic_t flag (the one piece of process-wide
- * mutable state, written only by the handler); the loop polls it every 200 ms, cancels
- * the consumer (unstarted deliveries are requeued by the AMQP thread), finishes the
- * running task, and returns 0.
+ * mutable state, written only by the handler).  It is polled every 200 ms between
+ * tasks and before every forward step of a running task: at the first sight the
+ * consumer is cancelled (unstarted deliveries are requeued by the AMQP thread); the
+ * running task may finish within V4_GRACE_MS, after that it is aborted and requeued
+ * (nack) without a result; then the command returns 0.
  * Thread: main thread; the AMQP thread is owned by the service.
  */
 #include <signal.h>
@@ -54,10 +56,33 @@ typedef struct worker {
     v4_worker_config cfg;
     v4q_service *svc;
     v4_runner *runner;
-    long done, failed, invalid;
+    long done, failed, invalid, requeued;
+    int stopping;               /* the consumer was cancelled after a signal */
+    double stop_at_ms;          /* when the signal was first seen */
 } worker;
 
-static void wlog(worker *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void wlog(struct worker *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* First sight of a signal: cancel the consumer at once, remember when. */
+static void notice_signal(worker *w)
+{
+    if (!g_stop_signal || w->stopping)
+        return;
+    w->stopping = 1;
+    w->stop_at_ms = v4_now_ms();
+    wlog(w, 1, "signal %d: stop consuming, requeue unstarted tasks (grace %ld ms for the running one)",
+         (int)g_stop_signal, w->cfg.grace_ms);
+    v4q_stop_consuming(w->svc);
+}
+
+/* The running task's abort check (inference thread, before every forward step). */
+static int shutdown_abort(void *ud)
+{
+    worker *w = ud;
+    notice_signal(w);
+    return w->stopping && v4_now_ms() - w->stop_at_ms > (double)w->cfg.grace_ms;
+}
+
 static void wlog(worker *w, int level, const char *fmt, ...)
 {
     if (level > w->cfg.log_level)
@@ -120,7 +145,15 @@ static void handle(worker *w, const v4q_delivery *d)
     double deadline = t0 + (double)(t.deadline_ms ? t.deadline_ms : w->cfg.deadline_ms);
     v4_run_output out;
     memset(&e, 0, sizeof e);
-    int rc = v4_runner_run(w->runner, &t, deadline, &out, &e);
+    int rc = v4_runner_run(w->runner, &t, deadline, shutdown_abort, w, &out, &e);
+    if (rc == -2) {
+        wlog(w, 1, "task %s: grace period over, requeued without a result", t.id);
+        v4q_requeue(w->svc, d);
+        w->requeued++;
+        v4_run_output_free(&out);
+        v4_task_free(&t);
+        return;
+    }
     v4_result_info ri = {
         .id = t.id, .model = v4_runner_model_name(w->runner), .worker = w->cfg.worker_id, .metadata = t.metadata,
         .text = out.text, .text_len = out.text_len, .token_ids = out.tokens, .n_tokens = out.n_tokens,
@@ -181,26 +214,22 @@ int v4_cmd_worker(int argc, char **argv)
         v4_runner_free(w.runner);
         return 1;
     }
-    int stopping = 0;
     for (;;) {
-        if (g_stop_signal && !stopping) {
-            wlog(&w, 1, "signal %d: stop consuming, requeue unstarted tasks", (int)g_stop_signal);
-            v4q_stop_consuming(w.svc);
-            stopping = 1;
-        }
+        notice_signal(&w);
         v4q_delivery *d = NULL;
         int r = v4q_next(w.svc, &d, 200);
         if (r < 0)
             break;
         if (r == 0)
             continue;
-        if (stopping)
+        if (w.stopping)
             v4q_requeue(w.svc, d);
         else
             handle(&w, d);
         v4q_delivery_free(d);
     }
-    wlog(&w, 1, "exiting: %ld succeeded, %ld failed, %ld invalid", w.done, w.failed, w.invalid);
+    wlog(&w, 1, "exiting: %ld succeeded, %ld failed, %ld invalid, %ld requeued", w.done, w.failed, w.invalid,
+         w.requeued);
     v4q_service_free(w.svc);
     v4_runner_free(w.runner);
     return 0;

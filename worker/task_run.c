@@ -150,7 +150,25 @@ static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_err
     return 0;
 }
 
-int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, v4_run_output *out, v4_task_error *e)
+typedef struct run_guard {
+    double deadline_ms;
+    int (*abort_fn)(void *);
+    void *abort_ud;
+    int why;                    /* 1 deadline, 2 abort */
+} run_guard;
+
+static int guard_cancel(void *ud)
+{
+    run_guard *g = ud;
+    if (g->abort_fn && g->abort_fn(g->abort_ud))
+        g->why = 2;
+    else if (v4_now_ms() > g->deadline_ms)
+        g->why = 1;
+    return g->why;
+}
+
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e)
 {
     memset(out, 0, sizeof *out);
     if (t->model && strcmp(t->model, r->name))
@@ -182,9 +200,17 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, v4_run_out
         goto out;
     }
     int32_t eos = v4_tok_eos(r->tok) >= 0 ? v4_tok_eos(r->tok) : r->m.cfg.eos_id;
-    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, eos, t->stops, t->n_stops};
+    run_guard guard = {deadline_ms, abort_fn, abort_ud, 0};
+    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, eos, t->stops, t->n_stops, guard_cancel, &guard};
     if (v4_generate(r->ctx, seq, r->tok, &req, emit_buf, &buf, &res, &err)) {
-        from_v4(e, &err);
+        if (guard.why == 2) {
+            fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err.msg);
+            rc = -2;
+        } else if (guard.why == 1) {
+            fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err.msg);
+        } else {
+            from_v4(e, &err);
+        }
         goto out;
     }
     if (buf.oom) {

@@ -6,9 +6,11 @@
  * the model name, the context length and the deadline, creates a fresh sequence,
  * calls v4_generate() and collects the text.  Every failure becomes a task error code
  * (model_not_available, context_length_exceeded, deadline_exceeded, invalid_field,
- * internal), never a process exit.  The deadline is checked before the run (time
- * already spent in the queue counts) and after it; v4_generate has no cancel hook yet,
- * so a run that overruns is reported as deadline_exceeded when it ends.
+ * internal), never a process exit.  The deadline is checked before the run and before
+ * every forward step (v4_generate's cancel hook), so an overrunning task stops within
+ * one step with deadline_exceeded.  The caller's abort callback (shutdown: the SIGTERM
+ * grace period ran out) is polled at the same points; an aborted run returns -2 and no
+ * result (the caller requeues the task).
  *
  * Ownership: the runner owns the engine objects; v4_run_output owns its text and
  * tokens (v4_run_output_free).  Thread: one thread at a time per runner.
@@ -38,8 +40,11 @@ typedef struct v4_run_output {
 v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task_error *e);
 void v4_runner_free(v4_runner *r);
 const char *v4_runner_model_name(const v4_runner *r);
-/* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by. */
-int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, v4_run_output *out, v4_task_error *e);
+/* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.
+ * abort (may be NULL): non-zero = stop now without a result.
+ * Returns 0 (out filled), -1 (e filled: the task failed), -2 (aborted). */
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e);
 void v4_run_output_free(v4_run_output *o);
 double v4_now_ms(void);
 

@@ -7,6 +7,8 @@
 #                       mnesia/log dirs, config file, no plugins); exports
 #                       V4_TEST_AMQP_URL, V4_TEST_REDIS_URL, V4_TEST_BROKER_DIR and
 #                       V4_TEST_RABBITMQCTL (a command line: $V4_TEST_RABBITMQCTL list_queues)
+#   brokers_crash_restart [DOWN_S]
+#                       kill -9 the RabbitMQ VM, wait DOWN_S (1), restart it on the same data
 #   brokers_stop        stop what brokers_start started (by pid), keep DIR
 #   brokers_ensure      reuse brokers already announced in V4_TEST_AMQP_URL (scripts/test.sh
 #                       starts one set for the whole run), else start private ones under
@@ -57,22 +59,37 @@ CONF
     # our own epmd on a private port, so that we can stop it by pid
     epmd -address 127.0.0.1 -port "$epmd_port" > "$dir/log/epmd.log" 2>&1 &
     echo $! > "$dir/epmd.pid"
+    echo "$amqp_port $dist_port" > "$dir/ports"
     export V4_TEST_BROKER_DIR="$dir"
-    (
-        export HOME="$dir/home" RABBITMQ_NODENAME="$node" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-            RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" ERL_EPMD_ADDRESS=127.0.0.1 \
-            ERL_EPMD_PORT="$epmd_port" RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" \
-            RABBITMQ_PID_FILE="$dir/rabbitmq.pid" RABBITMQ_CONFIG_FILE="$dir/rabbitmq" \
-            RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config"
-        "$sbin/rabbitmq-server" > "$dir/log/console.log" 2>&1 &
-        echo $! > "$dir/rabbitmq.launcher.pid"
-    )
+    _brokers_launch_rabbit || return 1
     redis-server --port "$redis_port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
         --dir "$dir/redis" --pidfile "$dir/redis.pid" --logfile "$dir/log/redis.log" || return 1
     export V4_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$amqp_port/"
     export V4_TEST_REDIS_URL="redis://127.0.0.1:$redis_port/0"
     export V4_TEST_RABBITMQCTL="rmqctl"
-    local i
+    _brokers_wait_rabbit || return 1
+    echo "brokers.sh: RabbitMQ $node on 127.0.0.1:$amqp_port, Redis on 127.0.0.1:$redis_port ($dir)"
+}
+
+# Start the RabbitMQ node of $V4_TEST_BROKER_DIR (first start or restart on the same data).
+_brokers_launch_rabbit() {
+    local dir="$V4_TEST_BROKER_DIR" sbin amqp_port dist_port
+    sbin="$(_brokers_sbin)" || return 1
+    read -r amqp_port dist_port < "$dir/ports" || return 1
+    rm -f "$dir/rabbitmq.pid"
+    (
+        export HOME="$dir/home" RABBITMQ_NODENAME="$(cat "$dir/node")" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+            RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" ERL_EPMD_ADDRESS=127.0.0.1 \
+            ERL_EPMD_PORT="$(cat "$dir/epmd.port")" RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" \
+            RABBITMQ_PID_FILE="$dir/rabbitmq.pid" RABBITMQ_CONFIG_FILE="$dir/rabbitmq" \
+            RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config"
+        "$sbin/rabbitmq-server" >> "$dir/log/console.log" 2>&1 &
+        echo $! > "$dir/rabbitmq.launcher.pid"
+    )
+}
+
+_brokers_wait_rabbit() {
+    local dir="$V4_TEST_BROKER_DIR" i
     for i in $(seq 1 600); do
         [ -s "$dir/rabbitmq.pid" ] && break
         sleep 0.1
@@ -82,7 +99,15 @@ CONF
         tail -n 20 "$dir/log/console.log" >&2
         return 1
     fi
-    echo "brokers.sh: RabbitMQ $node on 127.0.0.1:$amqp_port, Redis on 127.0.0.1:$redis_port ($dir)"
+}
+
+# Crash the RabbitMQ node (kill -9 of the Erlang VM) and start it again on the same data.
+brokers_crash_restart() {
+    local pid
+    pid="$(cat "$V4_TEST_BROKER_DIR/rabbitmq.pid")" || return 1
+    kill -9 "$pid" || return 1
+    sleep "${1:-1}"
+    _brokers_launch_rabbit && _brokers_wait_rabbit
 }
 
 brokers_stop() {

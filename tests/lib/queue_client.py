@@ -6,6 +6,10 @@
   queue_client.py URL collect QUEUE N TIMEOUT_S
       read results from QUEUE until N distinct ids were seen (duplicates allowed, counted),
       exit 1 if fewer arrive in time; prints "distinct D duplicates U"
+  queue_client.py URL task QUEUE JSON
+      publish one task body as given (with confirm)
+  queue_client.py URL result QUEUE TIMEOUT_S
+      wait for one message in QUEUE and print its body
   queue_client.py URL count QUEUE
       print the ready message count of QUEUE
   queue_client.py URL dead QUEUE ID TIMEOUT_S
@@ -49,6 +53,19 @@ elif cmd == "collect":
         seen.add(r["id"])
     print("distinct %d duplicates %d" % (len(seen), dups))
     sys.exit(0 if len(seen) >= n else 1)
+elif cmd == "task":
+    ch.confirm_delivery()
+    ch.basic_publish("", sys.argv[3], sys.argv[4].encode(), pika.BasicProperties(delivery_mode=2), mandatory=True)
+elif cmd == "result":
+    end = time.time() + float(sys.argv[4])
+    while time.time() < end:
+        m, p, b = ch.basic_get(sys.argv[3], auto_ack=True)
+        if m is not None:
+            print(b.decode())
+            sys.exit(0)
+        time.sleep(0.05)
+    print("no message in %s" % sys.argv[3], file=sys.stderr)
+    sys.exit(1)
 elif cmd == "count":
     print(ch.queue_declare(sys.argv[3], passive=True).method.message_count)
 elif cmd == "dead":
