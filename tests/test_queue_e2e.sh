@@ -3,7 +3,8 @@
 # model: `v4fleet worker` serves N tasks published by python3-pika (reply_to /
 # correlation_id and the results exchange), malformed packets land once each in the
 # invalid queue, the worker keeps serving, SIGTERM exits 0, the log never shows the
-# AMQP password.  No broker = FAIL (not skip).
+# AMQP password; R25: the test broker's consumer_timeout exceeds the default task
+# deadline.  No broker = FAIL (not skip).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
@@ -40,6 +41,9 @@ WPID=""
 grep -q "exiting:" "$WORK/worker.log" || { echo "FAIL: no orderly exit" >&2; status=1; }
 if grep -q "guest:guest@\|:guest@" "$WORK/worker.log"; then echo "FAIL: password in the log" >&2; status=1; fi
 grep -q "guest:\*\*\*@" "$WORK/worker.log" || { echo "FAIL: masked URL not logged" >&2; status=1; }
+# R25: the broker's consumer_timeout is above the worker's default task deadline
+ct="$(rmqctl eval 'application:get_env(rabbit, consumer_timeout).' 2>/dev/null | sed -nE 's/.*\{ok,([0-9]+)\}.*/\1/p')"
+[ -n "$ct" ] && [ "$ct" -gt 600000 ] || { echo "FAIL: consumer_timeout '$ct' not above the 600000 ms deadline" >&2; status=1; }
 # the task queue is a quorum queue with the delivery limit
 rmqctl list_queues name type arguments 2>/dev/null | grep "^$P.tasks" | grep -q quorum ||
     { echo "FAIL: $P.tasks is not a quorum queue" >&2; status=1; }

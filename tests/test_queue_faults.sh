@@ -10,6 +10,7 @@
 #            is noticed, the worker reconnects, re-declares the topology and keeps serving.
 #   R1       kill -9 one of two workers mid-run: every task still gets a result
 #            (duplicates allowed, same id) and the task queue ends empty.
+#   R16      two workers with prefetch 1: messages_unacknowledged never exceeds 2.
 # No broker = FAIL.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -85,6 +86,17 @@ for _ in $(seq 1 50); do
 done
 [ "$("${CLIENT[@]}" count "$P.tasks")" = 0 ] || fail "$P.tasks not empty"
 [ "$("${CLIENT[@]}" count "$P.dead")" = 0 ] || fail "$P.dead not empty"
+
+echo "--- R16: prefetch respected"
+"${CLIENT[@]}" publish "$P.tasks" 20 150 r16-
+max=0
+for _ in 1 2 3 4; do
+    n="$(rmqctl list_queues name messages_unacknowledged 2>/dev/null | awk -v q="$P.tasks" '$1 == q { print $2 }')"
+    [ -n "$n" ] && [ "$n" -gt "$max" ] && max="$n"
+done
+echo "max messages_unacknowledged: $max"
+[ "$max" -le 2 ] || fail "R16: $max unacked deliveries with 2 workers x prefetch 1"
+"${CLIENT[@]}" collect "$P.results" 20 120 || fail "R16 tasks not served"
 
 for w in "$W2" "$W3"; do
     kill -TERM "$w"
