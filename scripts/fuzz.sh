@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fuzz.sh - build and run the safetensors header fuzzer for a bounded time.
+# fuzz.sh - build and run the safetensors header fuzzer and the task packet fuzzer
+# (worker/task_packet.c; V4_FUZZ_TASK_SECONDS, default 20) for a bounded time.
 #
 # Configures build-fuzz/ with clang and -DV4_FUZZ=ON, builds only the fuzz target,
 # and runs it for V4_FUZZ_SECONDS (default 60) on a scratch copy of
@@ -15,7 +16,7 @@ seconds=${V4_FUZZ_SECONDS:-60}
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER="${CC:-clang}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DV4_FUZZ=ON >/dev/null
-ninja -C "$build" fuzz_safetensors
+ninja -C "$build" fuzz_safetensors fuzz_task_packet
 
 rm -rf "$build/corpus-run"
 mkdir -p "$build/corpus-run" "$build/artifacts"
@@ -31,3 +32,18 @@ if [ "$rc" -ne 0 ]; then
     exit "$rc"
 fi
 echo "fuzz.sh: no crash in ${seconds}s"
+
+task_seconds=${V4_FUZZ_TASK_SECONDS:-20}
+rm -rf "$build/corpus-task-run"
+mkdir -p "$build/corpus-task-run"
+cp "$root"/tests/fuzz/corpus_task/* "$build/corpus-task-run/"
+echo "fuzzing worker/task_packet.c for ${task_seconds}s ..."
+rc=0
+"$build/tests/fuzz/fuzz_task_packet" -max_total_time="$task_seconds" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=70000 -print_final_stats=1 -artifact_prefix="$build/artifacts/task-" \
+    "$build/corpus-task-run" || rc=$?
+if [ "$rc" -ne 0 ]; then
+    echo "fuzz.sh: task packet fuzzer failed (exit $rc); reproducers in $build/artifacts/" >&2
+    exit "$rc"
+fi
+echo "fuzz.sh: no crash in the task packet parser in ${task_seconds}s"

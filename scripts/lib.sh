@@ -14,7 +14,11 @@
 # V4_ROOT is the repository root (set here from this file's location).
 
 V4_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev libpcre2-dev clang)
+# librabbitmq-dev: the worker's AMQP client; rabbitmq-server, redis-server: the real brokers
+# the queue tests start on loopback (tests/lib/brokers.sh); python3-pika: the third-party
+# producer of the end-to-end queue test.
+V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev libpcre2-dev clang
+             librabbitmq-dev rabbitmq-server redis-server python3-pika)
 
 v4_section() {
     printf '\n==== %s ====\n' "$*"
@@ -42,6 +46,7 @@ v4_check_tools() {
     done
     pkg-config --exists jansson || { echo "error: jansson development files not found (pkg-config jansson)" >&2; return 1; }
     pkg-config --exists libpcre2-8 || { echo "error: PCRE2 development files not found (pkg-config libpcre2-8)" >&2; return 1; }
+    pkg-config --exists librabbitmq || { echo "error: rabbitmq-c development files not found (pkg-config librabbitmq)" >&2; return 1; }
 }
 
 # apt-get update once + install, only when something is missing; root, non-interactive.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test.sh - THE test command of v4fleet: bash scripts/test.sh
 #
-# Stages: (1) install the Debian build dependencies if missing, (2) release build in
+# Stages: (1) install the Debian build dependencies if missing and start one private
+# RabbitMQ + Redis on loopback for the queue tests (tests/lib/brokers.sh; stopped at
+# exit; a queue test without a broker fails), (2) release build in
 # build/ + ctest, (3) ASan/UBSan build in build-asan/ (-DV4_SANITIZE=ON) + ctest,
 # (4) scripts/fuzz.sh if it exists.  Every stage runs even if an earlier one failed
 # (except (1): without dependencies nothing can build); the ctest results of both
@@ -18,7 +20,9 @@ PASSED=0
 FAILED=0
 SKIPPED=0
 LOG_DIR="$(mktemp -d)"
-trap 'rm -rf "$LOG_DIR"' EXIT
+# shellcheck source=tests/lib/brokers.sh
+source "$V4_ROOT/tests/lib/brokers.sh"
+trap 'brokers_release; rm -rf "$LOG_DIR"' EXIT
 
 summary() {
     local line="$PASSED passed, $FAILED failed"
@@ -77,6 +81,11 @@ main() {
         FAILED=$((FAILED + 1))
         summary
         exit 1
+    fi
+
+    v4_section "brokers (RabbitMQ + Redis on loopback)"
+    if ! brokers_ensure; then
+        echo "test.sh: cannot start the test brokers (the queue tests will fail)" >&2
     fi
 
     build_and_test release build -DCMAKE_BUILD_TYPE=Release || status=1

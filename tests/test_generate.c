@@ -64,7 +64,7 @@ int main(void)
     v4_chat_msg msg = {V4_CHAT_USER, "Write a short poem about queues."};
     CHECK(v4_chat_encode(e.tok, NULL, &msg, 1, 0, &e.prompt, &err) == 0, "chat encode: %s", err.msg);
 
-    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0};
+    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0, NULL, NULL};
     static sink a, b;
     v4_gen_result ra = {0}, rb = {0};
     int cap = (int)e.prompt.n + 64;
@@ -108,6 +108,7 @@ int main(void)
     v4_gen_result_free(&rb);
     v4_gen_result_free(&ra);
     /* greedy is temperature 0 and deterministic regardless of seed */
+    v4_gen_result_free(&ra);   /* ra is reused below */
     v4_gen_request rg = req;
     rg.sampling = (v4_sampling_params){0.0, 1.0, 0, 1};
     CHECK(gen(&e, rg, cap, &a, &ra, &err) == 0, "greedy");

@@ -51,9 +51,14 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
         goto done;
 
     double t0 = now_s();
-    for (int p = 0; p < req->n_prompt; p++)
+    for (int p = 0; p < req->n_prompt; p++) {
+        if (req->cancel && req->cancel(req->cancel_ud)) {
+            v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled during the prompt");
+            goto done;
+        }
         if (v4_step(ctx, &seq, &req->prompt[p], 1, p + 1 == req->n_prompt ? logits : NULL, NULL, err))
             goto done;
+    }
     double t1 = now_s();
     res->prefill_s = t1 - t0;
     int stopped = 0;
@@ -79,6 +84,10 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
                 stopped = 1;
                 break;
             }
+        }
+        if (res->n_tokens < req->max_tokens && req->cancel && req->cancel(req->cancel_ud)) {
+            v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled after %d tokens", res->n_tokens);
+            goto done;
         }
         if (res->n_tokens < req->max_tokens && v4_step(ctx, &seq, &next, 1, logits, NULL, err))
             goto done;

@@ -7,7 +7,8 @@
  * matcher (stop.h) into the caller's emit callback.  Generation ends on the EOS id
  * (finish "stop"), on a stop string (finish "stop", the stop text is not emitted), or
  * after max_tokens (finish "length").  The EOS token itself is neither emitted nor
- * counted in the text; it is counted in the generated tokens.
+ * counted in the text; it is counted in the generated tokens.  An optional cancel
+ * callback, polled before every forward step, aborts the run (error, where "cancel").
  *
  * Ownership: the result's token array is malloc'd (v4_gen_result_free).  The model,
  * context, tokenizer and sequence are borrowed.
@@ -31,6 +32,10 @@ typedef struct v4_gen_request {
     int32_t eos_id;             /* -1: never stop on a token */
     const char *const *stops;   /* stop strings (matched on decoded text) */
     int n_stops;
+    /* Optional: polled before every step; non-zero aborts the run with an error whose
+     * where is "cancel" (deadlines, shutdown).  NULL = never. */
+    int (*cancel)(void *ud);
+    void *cancel_ud;
 } v4_gen_request;
 
 typedef struct v4_gen_result {

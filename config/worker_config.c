@@ -1,0 +1,114 @@
+/* worker_config.c - environment variables -> v4_worker_config, with validation.
+ * See worker_config.h.  Thread: any; reads getenv only. */
+#include "worker_config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int get_str(const char *var, const char *dflt, char *out, size_t n, v4_error *err)
+{
+    const char *v = getenv(var);
+    if (!v || !*v)
+        v = dflt;
+    if (strlen(v) >= n)
+        return v4_err_set(err, V4_ERR_CONFIG, var, "value longer than %zu bytes", n - 1);
+    memcpy(out, v, strlen(v) + 1);
+    return 0;
+}
+
+static int get_long(const char *var, long dflt, long lo, long hi, long *out, v4_error *err)
+{
+    const char *v = getenv(var);
+    if (!v || !*v) {
+        *out = dflt;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi)
+        return v4_err_set(err, V4_ERR_CONFIG, var, "'%s' is not an integer in [%ld, %ld]", v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int get_int(const char *var, long dflt, long lo, long hi, int *out, v4_error *err)
+{
+    long x;
+    if (get_long(var, dflt, lo, hi, &x, err))
+        return -1;
+    *out = (int)x;
+    return 0;
+}
+
+static int check_name(const char *var, const char *v, v4_error *err)
+{
+    if (!*v)
+        return v4_err_set(err, V4_ERR_CONFIG, var, "must not be empty");
+    return 0;
+}
+
+int v4_worker_config_from_env(v4_worker_config *c, v4_error *err)
+{
+    memset(c, 0, sizeof *c);
+    char host[64] = "worker";
+    gethostname(host, sizeof host - 1);
+    char wid[128];
+    snprintf(wid, sizeof wid, "%s-%ld", host, (long)getpid());
+    long lvl = 1;
+    if (get_str("V4_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", c->amqp_url, sizeof c->amqp_url, err) ||
+        get_str("V4_REDIS_URL", "redis://127.0.0.1:6379/0", c->redis_url, sizeof c->redis_url, err) ||
+        get_str("V4_MODEL_DIR", "models/tiny", c->model_dir, sizeof c->model_dir, err) ||
+        get_str("V4_MODEL_NAME", "deepseek-v4", c->model_name, sizeof c->model_name, err) ||
+        get_str("V4_TASK_QUEUE", "tasks", c->task_queue, sizeof c->task_queue, err) ||
+        get_str("V4_DEAD_QUEUE", "tasks.dead", c->dead_queue, sizeof c->dead_queue, err) ||
+        get_str("V4_DLX_EXCHANGE", "tasks.dlx", c->dlx_exchange, sizeof c->dlx_exchange, err) ||
+        get_str("V4_INVALID_QUEUE", "tasks.invalid", c->invalid_queue, sizeof c->invalid_queue, err) ||
+        get_str("V4_RESULTS_EXCHANGE", "results", c->results_exchange, sizeof c->results_exchange, err) ||
+        get_str("V4_RESULTS_ROUTING_KEY", "results", c->results_routing_key, sizeof c->results_routing_key, err) ||
+        get_str("V4_RESULTS_QUEUE", "results", c->results_queue, sizeof c->results_queue, err) ||
+        get_str("V4_WORKER_ID", wid, c->worker_id, sizeof c->worker_id, err) ||
+        get_int("V4_PREFETCH", 1, 1, 64, &c->prefetch, err) ||
+        get_int("V4_HEARTBEAT_S", 10, 0, 600, &c->heartbeat_s, err) ||
+        get_int("V4_DELIVERY_LIMIT", 5, 1, 1000, &c->delivery_limit, err) ||
+        get_long("V4_DEADLINE_MS", 600000, 1, 86400000, &c->deadline_ms, err) ||
+        get_long("V4_CONFIRM_TIMEOUT_MS", 10000, 100, 600000, &c->confirm_timeout_ms, err) ||
+        get_long("V4_MAX_BODY_BYTES", 1 << 20, 64, 64L << 20, &c->max_body_bytes, err) ||
+        get_long("V4_GRACE_MS", 30000, 0, 86400000, &c->grace_ms, err) ||
+        get_long("V4_LOG_LEVEL", 1, 0, 2, &lvl, err))
+        return -1;
+    c->log_level = (int)lvl;
+    if (strncmp(c->amqp_url, "amqp://", 7) && strncmp(c->amqp_url, "amqps://", 8))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_AMQP_URL", "must start with amqp:// or amqps://");
+    if (strncmp(c->redis_url, "redis://", 8))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_REDIS_URL", "must start with redis://");
+    if (check_name("V4_TASK_QUEUE", c->task_queue, err) || check_name("V4_DEAD_QUEUE", c->dead_queue, err) ||
+        check_name("V4_DLX_EXCHANGE", c->dlx_exchange, err) ||
+        check_name("V4_INVALID_QUEUE", c->invalid_queue, err) ||
+        check_name("V4_RESULTS_EXCHANGE", c->results_exchange, err))
+        return -1;
+    return 0;
+}
+
+void v4_mask_url(const char *url, char *out, size_t n)
+{
+    if (!n)
+        return;
+    const char *scheme = strstr(url, "://");
+    const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+    const char *colon = NULL;
+    if (at)
+        for (const char *p = scheme + 3; p < at; p++)
+            if (*p == ':') {
+                colon = p;
+                break;
+            }
+    if (!colon) {
+        snprintf(out, n, "%s", url);
+        return;
+    }
+    snprintf(out, n, "%.*s***%s", (int)(colon + 1 - url), url, at);
+}

@@ -1,0 +1,47 @@
+/* worker_config.h - the queue worker's settings, read from environment variables.
+ *
+ * Design: v4_worker_config_from_env() fills every field with its default, overrides
+ * it from the environment (V4_AMQP_URL, V4_REDIS_URL, V4_MODEL_DIR, V4_MODEL_NAME,
+ * V4_TASK_QUEUE, V4_DEAD_QUEUE, V4_DLX_EXCHANGE, V4_INVALID_QUEUE,
+ * V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY, V4_RESULTS_QUEUE, V4_PREFETCH,
+ * V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS, V4_CONFIRM_TIMEOUT_MS,
+ * V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL) and validates the
+ * result; the error names the variable.  Credentials: v4_mask_url() replaces the
+ * password of a URL by "***"; only masked URLs may be logged.
+ *
+ * Ownership: the struct holds copies (fixed buffers), nothing to free.
+ * Thread: any (reads the environment: call before starting threads).
+ */
+#ifndef V4_WORKER_CONFIG_H
+#define V4_WORKER_CONFIG_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+#define V4_CFG_STR 512
+
+typedef struct v4_worker_config {
+    char amqp_url[V4_CFG_STR];
+    char redis_url[V4_CFG_STR];
+    char model_dir[V4_CFG_STR];
+    char model_name[128];           /* the model name this worker serves */
+    char task_queue[128], dead_queue[128], dlx_exchange[128], invalid_queue[128];
+    char results_exchange[128], results_routing_key[128], results_queue[128];
+    char worker_id[128];
+    int prefetch;                   /* unacked deliveries = task slots (1..64) */
+    int heartbeat_s;                /* AMQP heartbeat (0 = off, 1..600) */
+    int delivery_limit;             /* x-delivery-limit of the task queue (1..1000) */
+    long deadline_ms;               /* default per-task deadline (1..86400000) */
+    long confirm_timeout_ms;        /* wait for a publisher confirm (100..600000) */
+    long max_body_bytes;            /* largest task body accepted (64..64 MiB) */
+    long grace_ms;                  /* SIGTERM grace period for the running task */
+    int log_level;                  /* 0 error, 1 info, 2 debug */
+} v4_worker_config;
+
+int v4_worker_config_from_env(v4_worker_config *c, v4_error *err);
+
+/* Copy url into out (size n) with the password of scheme://user:PASS@host replaced by ***. */
+void v4_mask_url(const char *url, char *out, size_t n);
+
+#endif

@@ -1,0 +1,21 @@
+/* topology.h - declare the worker's exchanges and queues, idempotently.
+ *
+ * Declared (names from v4_worker_config): fanout exchange DLX -> durable queue DEAD;
+ * quorum queue TASKS with x-delivery-limit and x-dead-letter-exchange = DLX; durable
+ * queue INVALID (error records of malformed packets, published through the default
+ * exchange); direct exchange RESULTS and, when a results queue name is set, a durable
+ * queue bound to it with the results routing key.  Re-declaring with the same
+ * arguments is a no-op for the broker; different arguments on an existing queue make
+ * the broker close the channel (406), reported with the queue name.
+ *
+ * Thread: the AMQP thread (owner of the link).
+ */
+#ifndef V4_QUEUE_TOPOLOGY_H
+#define V4_QUEUE_TOPOLOGY_H
+
+#include "../config/worker_config.h"
+#include "amqp_link.h"
+
+int v4q_declare_topology(v4q_link *l, const v4_worker_config *c, v4_error *err);
+
+#endif

@@ -1,0 +1,144 @@
+# shellcheck shell=bash
+# brokers.sh - start a private RabbitMQ node and a private Redis on loopback for the
+# queue tests (source it, don't run it).  Recipe: shared spec queue-reliability.md §5.1-5.2.
+#
+#   brokers_start DIR [AMQP_PORT]
+#                       start both under DIR (own node name, ports, epmd, HOME/cookie,
+#                       mnesia/log dirs, config file, no plugins); exports
+#                       V4_TEST_AMQP_URL, V4_TEST_REDIS_URL, V4_TEST_BROKER_DIR and
+#                       V4_TEST_RABBITMQCTL (a command line: $V4_TEST_RABBITMQCTL list_queues)
+#   brokers_crash_restart [DOWN_S]
+#                       kill -9 the RabbitMQ VM, wait DOWN_S (1), restart it on the same data
+#   brokers_stop        stop what brokers_start started (by pid), keep DIR
+#   brokers_ensure      reuse brokers already announced in V4_TEST_AMQP_URL (scripts/test.sh
+#                       starts one set for the whole run), else start private ones under
+#                       a temp dir and stop them at exit (EXIT trap)
+#   brokers_release     brokers_stop + remove the temp dir, only if brokers_ensure started them
+#   rmqctl ARGS...      rabbitmqctl against the test node
+#
+# Every function returns non-zero on failure; a test that cannot get a broker must fail.
+# Runs as any user: calls /usr/lib/rabbitmq/lib/*/sbin/rabbitmq-server directly (the
+# Debian wrapper would su to the rabbitmq user).
+
+_brokers_free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+_brokers_sbin() {
+    local d
+    for d in /usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin; do
+        [ -x "$d/rabbitmq-server" ] && { echo "$d"; return 0; }
+    done
+    echo "brokers.sh: rabbitmq-server is not installed (apt-get install rabbitmq-server)" >&2
+    return 1
+}
+
+rmqctl() {
+    env HOME="$V4_TEST_BROKER_DIR/home" ERL_EPMD_PORT="$(cat "$V4_TEST_BROKER_DIR/epmd.port")" \
+        "$(_brokers_sbin)/rabbitmqctl" -n "$(cat "$V4_TEST_BROKER_DIR/node")" "$@"
+}
+
+brokers_start() {
+    local dir="$1" sbin amqp_port="${2:-}" dist_port epmd_port redis_port node
+    sbin="$(_brokers_sbin)" || return 1
+    command -v redis-server >/dev/null || { echo "brokers.sh: redis-server is not installed" >&2; return 1; }
+    mkdir -p "$dir/home" "$dir/mnesia" "$dir/log" "$dir/redis" || return 1
+    [ -n "$amqp_port" ] || amqp_port="$(_brokers_free_port)" || return 1
+    dist_port="$(_brokers_free_port)" &&
+        epmd_port="$(_brokers_free_port)" && redis_port="$(_brokers_free_port)" || return 1
+    node="v4test$$r$RANDOM@localhost"
+    echo "$node" > "$dir/node"
+    echo "$epmd_port" > "$dir/epmd.port"
+    cat > "$dir/rabbitmq.conf" <<CONF
+listeners.tcp.default = 127.0.0.1:$amqp_port
+loopback_users = none
+consumer_timeout = 1800000
+max_message_size = 16777216
+CONF
+    echo "[]." > "$dir/enabled_plugins"
+    # our own epmd on a private port, so that we can stop it by pid
+    epmd -address 127.0.0.1 -port "$epmd_port" > "$dir/log/epmd.log" 2>&1 &
+    echo $! > "$dir/epmd.pid"
+    echo "$amqp_port $dist_port" > "$dir/ports"
+    export V4_TEST_BROKER_DIR="$dir"
+    _brokers_launch_rabbit || return 1
+    redis-server --port "$redis_port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
+        --dir "$dir/redis" --pidfile "$dir/redis.pid" --logfile "$dir/log/redis.log" || return 1
+    export V4_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$amqp_port/"
+    export V4_TEST_REDIS_URL="redis://127.0.0.1:$redis_port/0"
+    export V4_TEST_RABBITMQCTL="rmqctl"
+    _brokers_wait_rabbit || return 1
+    echo "brokers.sh: RabbitMQ $node on 127.0.0.1:$amqp_port, Redis on 127.0.0.1:$redis_port ($dir)"
+}
+
+# Start the RabbitMQ node of $V4_TEST_BROKER_DIR (first start or restart on the same data).
+_brokers_launch_rabbit() {
+    local dir="$V4_TEST_BROKER_DIR" sbin amqp_port dist_port
+    sbin="$(_brokers_sbin)" || return 1
+    read -r amqp_port dist_port < "$dir/ports" || return 1
+    rm -f "$dir/rabbitmq.pid"
+    (
+        export HOME="$dir/home" RABBITMQ_NODENAME="$(cat "$dir/node")" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+            RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$dist_port" ERL_EPMD_ADDRESS=127.0.0.1 \
+            ERL_EPMD_PORT="$(cat "$dir/epmd.port")" RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" \
+            RABBITMQ_PID_FILE="$dir/rabbitmq.pid" RABBITMQ_CONFIG_FILE="$dir/rabbitmq" \
+            RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config"
+        "$sbin/rabbitmq-server" >> "$dir/log/console.log" 2>&1 &
+        echo $! > "$dir/rabbitmq.launcher.pid"
+    )
+}
+
+_brokers_wait_rabbit() {
+    local dir="$V4_TEST_BROKER_DIR" i
+    for i in $(seq 1 600); do
+        [ -s "$dir/rabbitmq.pid" ] && break
+        sleep 0.1
+    done
+    if ! rmqctl wait --timeout 120 "$dir/rabbitmq.pid" > "$dir/log/wait.log" 2>&1; then
+        echo "brokers.sh: RabbitMQ did not start; see $dir/log" >&2
+        tail -n 20 "$dir/log/console.log" >&2
+        return 1
+    fi
+}
+
+# Crash the RabbitMQ node (kill -9 of the Erlang VM) and start it again on the same data.
+brokers_crash_restart() {
+    local pid
+    pid="$(cat "$V4_TEST_BROKER_DIR/rabbitmq.pid")" || return 1
+    kill -9 "$pid" || return 1
+    sleep "${1:-1}"
+    _brokers_launch_rabbit && _brokers_wait_rabbit
+}
+
+brokers_stop() {
+    local dir="${V4_TEST_BROKER_DIR:-}" pid="" f
+    [ -n "$dir" ] || return 0
+    [ -s "$dir/rabbitmq.pid" ] && pid="$(cat "$dir/rabbitmq.pid" 2> /dev/null)" || true
+    if [ -n "$pid" ]; then
+        rmqctl stop > /dev/null 2>&1 || true
+        kill -9 "$pid" 2> /dev/null || true
+    fi
+    for f in redis.pid rabbitmq.launcher.pid epmd.pid; do
+        pid=""
+        [ -s "$dir/$f" ] && pid="$(cat "$dir/$f" 2> /dev/null)" || true
+        [ -n "$pid" ] && { kill "$pid" 2> /dev/null || true; }
+    done
+    return 0
+}
+
+_BROKERS_OWNED=""
+
+brokers_ensure() {
+    if [ -n "${V4_TEST_AMQP_URL:-}" ] && [ -n "${V4_TEST_BROKER_DIR:-}" ]; then
+        return 0
+    fi
+    _BROKERS_OWNED="$(mktemp -d /tmp/v4brokers.XXXXXX)" || return 1
+    brokers_start "$_BROKERS_OWNED"
+}
+
+brokers_release() {
+    [ -n "$_BROKERS_OWNED" ] || return 0
+    brokers_stop
+    rm -rf "$_BROKERS_OWNED"
+    _BROKERS_OWNED=""
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test_queue_startup.sh - checklist R21 (the worker starts before the broker is up and
+# connects once it is) and R20 (no busy loop while the broker is down: < 5 % CPU, the
+# reconnect attempts back off).  Starts its own private RabbitMQ (tests/lib/brokers.sh)
+# on a port chosen in advance.  No broker = FAIL.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/lib/brokers.sh
+source "$HERE/lib/brokers.sh"
+: "${V4_BIN:?}" "${V4_TMP:?}"
+unset V4_TEST_AMQP_URL V4_TEST_BROKER_DIR
+WORK="$(mktemp -d "$V4_TMP/queue_startup.XXXXXX")"
+WPID=""
+cleanup() {
+    [ -n "$WPID" ] && kill -9 "$WPID" 2>/dev/null
+    brokers_stop
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; status=1; }
+status=0
+
+"$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 2 > /dev/null
+PORT="$(_brokers_free_port)"
+export V4_AMQP_URL="amqp://guest:guest@127.0.0.1:$PORT/" V4_MODEL_DIR="$WORK/model" V4_MODEL_NAME=tiny \
+    V4_HEARTBEAT_S=2 V4_LOG_LEVEL=1
+"$V4_BIN" worker > "$WORK/worker.log" 2>&1 &
+WPID=$!
+sleep 4
+kill -0 "$WPID" 2>/dev/null || fail "the worker exited while the broker was down"
+ticks="$(awk '{print $14 + $15}' "/proc/$WPID/stat")"
+hz="$(getconf CLK_TCK)"
+echo "worker CPU while the broker was down: $ticks ticks of 1/$hz s in ~4 s"
+[ "$ticks" -le $((4 * hz / 20)) ] || fail "busy loop while the broker is down ($ticks ticks)"
+attempts="$(grep -c "cannot connect" "$WORK/worker.log" || true)"
+echo "connection attempts in ~4 s: $attempts"
+[ "$attempts" -ge 2 ] && [ "$attempts" -le 8 ] || fail "no backoff: $attempts attempts in 4 s"
+
+brokers_start "$WORK/brokers" "$PORT" || { fail "cannot start RabbitMQ"; exit 1; }
+for _ in $(seq 1 400); do
+    grep -q "amqp: connected" "$WORK/worker.log" && break
+    sleep 0.1
+done
+grep -q "amqp: connected" "$WORK/worker.log" || fail "the worker did not connect after the broker came up"
+CLIENT=(/usr/bin/python3 "$HERE/lib/queue_client.py" "$V4_TEST_AMQP_URL")
+"${CLIENT[@]}" publish tasks 2 4 s
+"${CLIENT[@]}" collect results 2 30 || fail "no results after a late broker start"
+kill -TERM "$WPID"
+wrc=0
+wait "$WPID" || wrc=$?
+WPID=""
+[ "$wrc" -eq 0 ] || fail "worker exit status $wrc after SIGTERM"
+[ "$status" -eq 0 ] || tail -n 30 "$WORK/worker.log" >&2
+exit "$status"

@@ -1,0 +1,178 @@
+/* test_task_packet.c - the task packet parser and the result/error records:
+ * a table of malformed packets with the exact error code and field (checklist R11,
+ * parser side), the accepted forms, and the JSON shape of results. */
+#include <string.h>
+
+#include "../worker/result_packet.h"
+#include "../worker/task_packet.h"
+#include "testutil.h"
+
+typedef struct bad_case {
+    const char *body;
+    v4_task_errcode code;
+    const char *where;
+    int line, column;   /* invalid_json: expected position (0 = not checked) */
+} bad_case;
+
+static const bad_case BAD[] = {
+    {"", V4_TASK_INVALID_JSON, "body", 1, 0},
+    {"not json", V4_TASK_INVALID_JSON, "body", 1, 3},
+    {"{\"id\":\"a\",\"id\":\"b\",\"prompt\":\"x\"}", V4_TASK_INVALID_JSON, "body", 1, 14},
+    {"{\"id\":\"a\",\"prompt\":NaN}", V4_TASK_INVALID_JSON, "body", 0, 0},
+    {"{\"id\":\"a\",\"seed\":9223372036854775808,\"prompt\":\"x\"}", V4_TASK_INVALID_JSON, "body", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"a\\u0000b\"}", V4_TASK_INVALID_JSON, "body", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"\xff\"}", V4_TASK_INVALID_JSON, "body", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\"} {}", V4_TASK_INVALID_JSON, "body", 0, 0},
+    {"\"just a string\"", V4_TASK_INVALID_JSON, "body", 0, 0},
+    {"[1,2]", V4_TASK_INVALID_JSON, "body", 0, 0},
+    {"{\"prompt\":\"x\"}", V4_TASK_INVALID_FIELD, "id", 0, 0},
+    {"{\"id\":7,\"prompt\":\"x\"}", V4_TASK_INVALID_FIELD, "id", 0, 0},
+    {"{\"id\":\"\",\"prompt\":\"x\"}", V4_TASK_INVALID_FIELD, "id", 0, 0},
+    {"{\"id\":\"a\"}", V4_TASK_INVALID_FIELD, "messages", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"input_ids\":[1]}", V4_TASK_INVALID_FIELD, "messages", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":5}", V4_TASK_INVALID_FIELD, "prompt", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":0}", V4_TASK_INVALID_FIELD, "max_tokens", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":1.5}", V4_TASK_INVALID_FIELD, "max_tokens", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":\"8\"}", V4_TASK_INVALID_FIELD, "max_tokens", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"temperature\":-1}", V4_TASK_INVALID_FIELD, "temperature", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"top_p\":0}", V4_TASK_INVALID_FIELD, "top_p", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"top_p\":1.5}", V4_TASK_INVALID_FIELD, "top_p", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"top_k\":-1}", V4_TASK_INVALID_FIELD, "top_k", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":-1}", V4_TASK_INVALID_FIELD, "seed", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[1]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"\"]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"thinking\":1}", V4_TASK_INVALID_FIELD, "thinking", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"deadline_ms\":0}", V4_TASK_INVALID_FIELD, "deadline_ms", 0, 0},
+    {"{\"id\":\"a\",\"input_ids\":[]}", V4_TASK_INVALID_FIELD, "input_ids", 0, 0},
+    {"{\"id\":\"a\",\"input_ids\":[1,-2]}", V4_TASK_INVALID_FIELD, "input_ids[1]", 0, 0},
+    {"{\"id\":\"a\",\"input_ids\":[1,2.0]}", V4_TASK_INVALID_FIELD, "input_ids[1]", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[]}", V4_TASK_INVALID_FIELD, "messages", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", V4_TASK_INVALID_FIELD, "messages[0].role", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", V4_TASK_INVALID_FIELD, "messages[0].content", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\"}]}",
+     V4_TASK_INVALID_FIELD, "messages", 0, 0},
+};
+
+static void test_bad(void)
+{
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        const bad_case *c = &BAD[i];
+        v4_task t;
+        v4_task_error e;
+        int rc = v4_task_parse(c->body, strlen(c->body), 4096, &t, &e);
+        CHECK(rc == -1, "case %zu accepted: %s", i, c->body);
+        CHECK(e.code == c->code, "case %zu: code %s, want %s (%s)", i, v4_task_errcode_name(e.code),
+              v4_task_errcode_name(c->code), e.message);
+        CHECK(!strcmp(e.where, c->where), "case %zu: where '%s', want '%s'", i, e.where, c->where);
+        if (c->line)
+            CHECK(e.line == c->line, "case %zu: line %d, want %d", i, e.line, c->line);
+        if (c->column)
+            CHECK(e.column == c->column && e.position == c->column, "case %zu: column %d position %ld, want %d", i,
+                  e.column, e.position, c->column);
+        CHECK(e.message[0], "case %zu: empty message", i);
+        v4_task_free(&t);
+    }
+}
+
+static void test_limits(void)
+{
+    /* oversize body */
+    char big[300];
+    memset(big, ' ', sizeof big);
+    memcpy(big, "{\"id\":\"a\",\"prompt\":\"x\"}", 23);
+    v4_task t;
+    v4_task_error e;
+    CHECK(v4_task_parse(big, sizeof big, 256, &t, &e) == -1 && e.code == V4_TASK_INVALID_JSON, "oversize accepted");
+    CHECK(strstr(e.message, "exceeds") != NULL, "oversize message: %s", e.message);
+    v4_task_free(&t);
+    /* depth 3000 */
+    static char deep[6100];
+    size_t n = 0;
+    n += (size_t)sprintf(deep, "{\"id\":\"a\",\"prompt\":\"x\",\"metadata\":");
+    for (int i = 0; i < 3000; i++)
+        deep[n++] = '[';
+    for (int i = 0; i < 3000; i++)
+        deep[n++] = ']';
+    deep[n++] = '}';
+    CHECK(v4_task_parse(deep, n, sizeof deep, &t, &e) == -1 && e.code == V4_TASK_INVALID_JSON, "depth 3000 accepted");
+    v4_task_free(&t);
+    /* id of 129 bytes; the id of a field error is kept */
+    char body[400];
+    snprintf(body, sizeof body, "{\"id\":\"%0129d\",\"prompt\":\"x\"}", 0);
+    CHECK(v4_task_parse(body, strlen(body), 4096, &t, &e) == -1 && !strcmp(e.where, "id"), "long id accepted");
+    v4_task_free(&t);
+    const char *b2 = "{\"id\":\"keep\",\"prompt\":\"x\",\"top_k\":\"3\"}";
+    CHECK(v4_task_parse(b2, strlen(b2), 4096, &t, &e) == -1 && t.id && !strcmp(t.id, "keep"), "id not kept");
+    v4_task_free(&t);
+}
+
+static void test_good(void)
+{
+    const char *b = "{\"id\":\"t1\",\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+                    "{\"role\":\"user\",\"content\":\"Q\"}],\"max_tokens\":5,\"temperature\":0,\"top_p\":0.9,"
+                    "\"top_k\":3,\"seed\":42,\"stop\":[\"a\",\"b\"],\"thinking\":true,\"deadline_ms\":1000,"
+                    "\"metadata\":{\"x\":[1]},\"extra\":1}";
+    v4_task t;
+    v4_task_error e;
+    CHECK(v4_task_parse(b, strlen(b), 4096, &t, &e) == 0, "good packet rejected: %s: %s", e.where, e.message);
+    CHECK(!strcmp(t.id, "t1") && !strcmp(t.model, "m") && t.n_messages == 2 && t.max_tokens == 5, "fields");
+    CHECK(t.temperature == 0 && t.top_p == 0.9 && t.top_k == 3 && t.seed == 42 && t.n_stops == 2, "sampling");
+    CHECK(t.thinking == 1 && t.deadline_ms == 1000 && json_is_object(t.metadata), "flags");
+    CHECK(t.n_unknown == 1 && !strcmp(t.unknown[0], "extra"), "unknown fields listed");
+    v4_task_free(&t);
+    const char *b2 = "{\"id\":\"t2\",\"input_ids\":[0,5,7],\"stop\":\"zz\"}";
+    CHECK(v4_task_parse(b2, strlen(b2), 4096, &t, &e) == 0 && t.n_input_ids == 3 && t.input_ids[2] == 7 &&
+              t.n_stops == 1 && t.max_tokens == 64 && t.temperature == 1.0,
+          "input_ids form");
+    v4_task_free(&t);
+}
+
+static void test_results(void)
+{
+    int32_t ids[2] = {5, 9};
+    json_t *meta = json_pack("{s:i}", "k", 1);
+    v4_result_info ok = {.id = "t1", .model = "m", .worker = "w1", .metadata = meta, .text = "hi", .text_len = 2,
+                         .token_ids = ids, .n_tokens = 2, .finish_reason = "length", .prompt_tokens = 3};
+    char *s = v4_result_json(&ok);
+    json_t *o = json_loads(s, 0, NULL);
+    CHECK(o && !strcmp(json_string_value(json_object_get(o, "status")), "succeeded"), "status: %s", s);
+    CHECK(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")) == 5, "usage: %s", s);
+    CHECK(json_array_size(json_object_get(json_object_get(o, "output"), "token_ids")) == 2, "token_ids: %s", s);
+    CHECK(json_equal(json_object_get(o, "metadata"), meta) && !json_object_get(o, "error"), "metadata: %s", s);
+    json_decref(o);
+    free(s);
+    v4_task_error e = {.code = V4_TASK_MODEL_NOT_AVAILABLE, .message = "serves m", .where = "model"};
+    v4_result_info bad = {.id = "t2", .model = "m", .worker = "w1", .error = &e};
+    s = v4_result_json(&bad);
+    o = json_loads(s, 0, NULL);
+    json_t *err = json_object_get(o, "error");
+    CHECK(!strcmp(json_string_value(json_object_get(o, "status")), "failed") && !json_object_get(o, "output"), "%s", s);
+    CHECK(!strcmp(json_string_value(json_object_get(err, "code")), "model_not_available"), "%s", s);
+    json_decref(o);
+    free(s);
+    v4_task_error je = {.code = V4_TASK_INVALID_JSON, .message = "m", .where = "body", .line = 1, .column = 3,
+                        .position = 3};
+    s = v4_invalid_record_json(&je, NULL, "w1", "not json", 8);
+    o = json_loads(s, 0, NULL);
+    err = json_object_get(o, "error");
+    CHECK(json_is_null(json_object_get(o, "id")) && json_integer_value(json_object_get(err, "column")) == 3 &&
+              !strcmp(json_string_value(json_object_get(o, "body")), "not json"),
+          "%s", s);
+    json_decref(o);
+    free(s);
+    s = v4_invalid_record_json(&je, "x", "w1", "\xff\xfe", 2);
+    o = json_loads(s, 0, NULL);
+    CHECK(o && json_is_null(json_object_get(o, "body")), "binary body: %s", s);
+    json_decref(o);
+    free(s);
+    json_decref(meta);
+}
+
+int main(void)
+{
+    test_bad();
+    test_limits();
+    test_good();
+    test_results();
+    TEST_DONE();
+}

@@ -1,0 +1,236 @@
+/* cmd_worker.c - `v4fleet worker`: the stateless queue worker.
+ *
+ * Loop (main thread = inference thread): take a delivery from the AMQP thread
+ * (queue/service.h) -> parse/validate the task packet -> invalid: publish one error
+ * record to the invalid queue, wait for its confirm, ack -> valid: run it on the engine
+ * (task_run.h) -> publish the result (to the AMQP reply_to queue with the delivery's
+ * correlation_id when present, else to the results exchange; message_id = task id) ->
+ * the AMQP thread acks the task only after the broker confirmed the result.
+ * Settings come from environment variables (config/worker_config.h); only the masked
+ * AMQP URL is ever logged.
+ *
+ * Signals: SIGTERM/SIGINT set a sig_atomic_t flag (the one piece of process-wide
+ * mutable state, written only by the handler).  It is polled every 200 ms between
+ * tasks and before every forward step of a running task: at the first sight the
+ * consumer is cancelled (unstarted deliveries are requeued by the AMQP thread); the
+ * running task may finish within V4_GRACE_MS, after that it is aborted and requeued
+ * (nack) without a result; then the command returns 0.
+ * Thread: main thread; the AMQP thread is owned by the service.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "../config/worker_config.h"
+#include "../queue/service.h"
+#include "commands.h"
+#include "result_packet.h"
+#include "task_packet.h"
+#include "task_run.h"
+
+#define PROG "worker"
+
+static volatile sig_atomic_t g_stop_signal;
+
+static void on_signal(int sig)
+{
+    g_stop_signal = sig;
+}
+
+static void log_line(void *ud, int level, const char *line)
+{
+    (void)ud;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    fprintf(stderr, "%02d:%02d:%02d.%03ld v4fleet worker %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+            (long)(tv.tv_usec / 1000), level == 0 ? "error" : level == 1 ? "info" : "debug", line);
+}
+
+typedef struct worker {
+    v4_worker_config cfg;
+    v4q_service *svc;
+    v4_runner *runner;
+    long done, failed, invalid, requeued;
+    int stopping;               /* the consumer was cancelled after a signal */
+    double stop_at_ms;          /* when the signal was first seen */
+} worker;
+
+static void wlog(struct worker *w, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* First sight of a signal: cancel the consumer at once, remember when. */
+static void notice_signal(worker *w)
+{
+    if (!g_stop_signal || w->stopping)
+        return;
+    w->stopping = 1;
+    w->stop_at_ms = v4_now_ms();
+    wlog(w, 1, "signal %d: stop consuming, requeue unstarted tasks (grace %ld ms for the running one)",
+         (int)g_stop_signal, w->cfg.grace_ms);
+    v4q_stop_consuming(w->svc);
+}
+
+/* The running task's abort check (inference thread, before every forward step). */
+static int shutdown_abort(void *ud)
+{
+    worker *w = ud;
+    notice_signal(w);
+    return w->stopping && v4_now_ms() - w->stop_at_ms > (double)w->cfg.grace_ms;
+}
+
+static void wlog(worker *w, int level, const char *fmt, ...)
+{
+    if (level > w->cfg.log_level)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    log_line(NULL, level, line);
+}
+
+static double queue_ms_of(const v4q_delivery *d)
+{
+    if (!d->timestamp_s)
+        return 0;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    double ms = (tv.tv_sec - d->timestamp_s) * 1e3 + tv.tv_usec / 1e3;
+    return ms > 0 ? ms : 0;
+}
+
+static void publish(worker *w, const v4q_delivery *d, const v4q_message *m, const char *id, const char *what)
+{
+    v4_error err = {0};
+    if (v4q_finish(w->svc, d, m, &err))
+        wlog(w, 0, "task %s: %s not confirmed, task not acked (will be redelivered): %s: %s", id ? id : "?", what,
+             err.where, err.msg);
+}
+
+static void handle_invalid(worker *w, const v4q_delivery *d, const v4_task *t, const v4_task_error *e)
+{
+    const char *id = t->id ? t->id : d->message_id;
+    char *rec = v4_invalid_record_json(e, id, w->cfg.worker_id, d->body, d->len);
+    wlog(w, 1, "task %s: invalid packet: %s: %s: %s", id ? id : "(no id)", v4_task_errcode_name(e->code), e->where,
+         e->message);
+    w->invalid++;
+    if (!rec) {
+        wlog(w, 0, "out of memory building an error record; requeueing");
+        v4q_requeue(w->svc, d);
+        return;
+    }
+    v4q_message m = {"", w->cfg.invalid_queue, rec, strlen(rec), id, d->correlation_id};
+    publish(w, d, &m, id, "error record");
+    free(rec);
+}
+
+static void handle(worker *w, const v4q_delivery *d)
+{
+    double t0 = v4_now_ms();
+    v4_task t;
+    v4_task_error e;
+    if (v4_task_parse(d->body, d->len, (size_t)w->cfg.max_body_bytes, &t, &e)) {
+        handle_invalid(w, d, &t, &e);
+        v4_task_free(&t);
+        return;
+    }
+    for (int i = 0; i < t.n_unknown; i++)
+        wlog(w, 2, "task %s: unknown field '%s' ignored", t.id, t.unknown[i]);
+    double deadline = t0 + (double)(t.deadline_ms ? t.deadline_ms : w->cfg.deadline_ms);
+    v4_run_output out;
+    memset(&e, 0, sizeof e);
+    int rc = v4_runner_run(w->runner, &t, deadline, shutdown_abort, w, &out, &e);
+    if (rc == -2) {
+        wlog(w, 1, "task %s: grace period over, requeued without a result", t.id);
+        v4q_requeue(w->svc, d);
+        w->requeued++;
+        v4_run_output_free(&out);
+        v4_task_free(&t);
+        return;
+    }
+    v4_result_info ri = {
+        .id = t.id, .model = v4_runner_model_name(w->runner), .worker = w->cfg.worker_id, .metadata = t.metadata,
+        .text = out.text, .text_len = out.text_len, .token_ids = out.tokens, .n_tokens = out.n_tokens,
+        .finish_reason = out.finish_reason, .prompt_tokens = out.prompt_tokens, .queue_ms = queue_ms_of(d),
+        .prefill_ms = out.prefill_ms, .decode_ms = out.decode_ms, .total_ms = v4_now_ms() - t0,
+        .error = rc ? &e : NULL};
+    char *json = v4_result_json(&ri);
+    if (!json) {
+        wlog(w, 0, "task %s: out of memory building the result; requeueing", t.id);
+        v4q_requeue(w->svc, d);
+    } else {
+        v4q_message m = {d->reply_to ? "" : w->cfg.results_exchange,
+                         d->reply_to ? d->reply_to : w->cfg.results_routing_key, json, strlen(json), t.id,
+                         d->correlation_id};
+        publish(w, d, &m, t.id, "result");
+        wlog(w, 1, "task %s: %s%s%s, %d+%d tokens, %.1f ms", t.id, rc ? "failed " : "succeeded",
+             rc ? v4_task_errcode_name(e.code) : "", rc ? "" : "", out.prompt_tokens, out.n_tokens, v4_now_ms() - t0);
+        rc ? w->failed++ : w->done++;
+    }
+    free(json);
+    v4_run_output_free(&out);
+    v4_task_free(&t);
+}
+
+int v4_cmd_worker(int argc, char **argv)
+{
+    if (argc > 1) {
+        FILE *f = strcmp(argv[1], "--help") ? stderr : stdout;
+        fprintf(f, "usage: v4fleet worker   (all settings from environment variables; see README \"Queue worker\")\n");
+        return f == stdout ? 0 : 2;
+    }
+    worker w = {0};
+    v4_error err = {0};
+    if (v4_worker_config_from_env(&w.cfg, &err)) {
+        fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, err.where, err.msg);
+        return 2;
+    }
+    json_object_seed(0);   /* before any thread starts (jansson thread-safety note) */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    v4_task_error te = {0};
+    if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_name, &te))) {
+        fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, te.where, te.message);
+        return 1;
+    }
+    char masked[V4_CFG_STR];
+    v4_mask_url(w.cfg.amqp_url, masked, sizeof masked);
+    wlog(&w, 1, "worker %s serving model \"%s\" from %s; broker %s", w.cfg.worker_id, w.cfg.model_name,
+         w.cfg.model_dir, masked);
+    if (!(w.svc = v4q_service_start(&w.cfg, log_line, NULL, &err))) {
+        fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, err.where, err.msg);
+        v4_runner_free(w.runner);
+        return 1;
+    }
+    for (;;) {
+        notice_signal(&w);
+        v4q_delivery *d = NULL;
+        int r = v4q_next(w.svc, &d, 200);
+        if (r < 0)
+            break;
+        if (r == 0)
+            continue;
+        if (w.stopping)
+            v4q_requeue(w.svc, d);
+        else
+            handle(&w, d);
+        v4q_delivery_free(d);
+    }
+    wlog(&w, 1, "exiting: %ld succeeded, %ld failed, %ld invalid, %ld requeued", w.done, w.failed, w.invalid,
+         w.requeued);
+    v4q_service_free(w.svc);
+    v4_runner_free(w.runner);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* result_packet.c - result and error records as compact JSON (see result_packet.h).
+ * Thread: any. */
+#include "result_packet.h"
+
+#include <string.h>
+
+static json_t *error_obj(const v4_task_error *e)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s}", "code", v4_task_errcode_name(e->code), "message", e->message,
+                          "where", e->where);
+    if (o && e->code == V4_TASK_INVALID_JSON && (e->line || e->position)) {
+        json_object_set_new(o, "line", json_integer(e->line));
+        json_object_set_new(o, "column", json_integer(e->column));
+        json_object_set_new(o, "position", json_integer(e->position));
+    }
+    return o;
+}
+
+static char *dump(json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+char *v4_result_json(const v4_result_info *r)
+{
+    int ok = !r->error || r->error->code == V4_TASK_OK;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "id", r->id ? json_string(r->id) : json_null());
+    json_object_set_new(o, "status", json_string(ok ? "succeeded" : "failed"));
+    json_object_set_new(o, "model", r->model ? json_string(r->model) : json_null());
+    if (ok) {
+        json_t *ids = json_array();
+        for (int i = 0; i < r->n_tokens; i++)
+            json_array_append_new(ids, json_integer(r->token_ids[i]));
+        json_object_set_new(o, "output", json_pack("{s:s%, s:o, s:s}", "text", r->text ? r->text : "",
+                                                   r->text ? r->text_len : 0, "token_ids", ids,
+                                                   "finish_reason", r->finish_reason ? r->finish_reason : "stop"));
+        json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->prompt_tokens,
+                                                  "completion_tokens", r->n_tokens, "total_tokens",
+                                                  r->prompt_tokens + r->n_tokens));
+    } else {
+        json_object_set_new(o, "error", error_obj(r->error));
+    }
+    json_object_set_new(o, "timing", json_pack("{s:f, s:f, s:f, s:f}", "queue_ms", r->queue_ms, "prefill_ms",
+                                               r->prefill_ms, "decode_ms", r->decode_ms, "total_ms", r->total_ms));
+    json_object_set_new(o, "worker", json_string(r->worker ? r->worker : ""));
+    if (r->metadata)
+        json_object_set(o, "metadata", r->metadata);
+    return dump(o);
+}
+
+char *v4_invalid_record_json(const v4_task_error *e, const char *id, const char *worker, const char *body,
+                             size_t len)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "id", id ? json_string(id) : json_null());
+    json_object_set_new(o, "status", json_string("failed"));
+    json_object_set_new(o, "error", error_obj(e));
+    json_object_set_new(o, "worker", json_string(worker ? worker : ""));
+    size_t n = len < 4096 ? len : 4096;
+    json_t *b = json_stringn(body, n);   /* NULL when not valid UTF-8 (or contains a cut char) */
+    json_object_set_new(o, "body", b ? b : json_null());
+    json_object_set_new(o, "body_bytes", json_integer((json_int_t)len));
+    return dump(o);
+}

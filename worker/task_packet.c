@@ -1,0 +1,246 @@
+/* task_packet.c - strict task packet parser (see task_packet.h).  Thread: any. */
+#include "task_packet.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
+{
+    e->code = code;
+    snprintf(e->where, sizeof e->where, "%s", where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define FIELD(e, where, ...) fail(e, V4_TASK_INVALID_FIELD, where, __VA_ARGS__)
+
+static int get_string(json_t *v, const char *name, const char **out, size_t max, v4_task_error *e)
+{
+    if (!json_is_string(v))
+        return FIELD(e, name, "must be a string");
+    size_t n = json_string_length(v);
+    const char *s = json_string_value(v);
+    if (memchr(s, 0, n))
+        return FIELD(e, name, "must not contain NUL characters");
+    if (max && n > max)
+        return FIELD(e, name, "longer than %zu bytes", max);
+    *out = s;
+    return 0;
+}
+
+static int get_int(json_t *v, const char *name, long long lo, long long hi, long long *out, v4_task_error *e)
+{
+    if (!json_is_integer(v))
+        return FIELD(e, name, "must be an integer");
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return FIELD(e, name, "must be in [%lld, %lld], got %lld", lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_num(json_t *v, const char *name, double *out, v4_task_error *e)
+{
+    if (!json_is_number(v))
+        return FIELD(e, name, "must be a number");
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int parse_messages(json_t *v, v4_task *t, v4_task_error *e)
+{
+    if (!json_is_array(v))
+        return FIELD(e, "messages", "must be an array");
+    size_t n = json_array_size(v);
+    if (n == 0 || n > V4_TASK_MAX_MESSAGES)
+        return FIELD(e, "messages", "must hold 1..%d messages", V4_TASK_MAX_MESSAGES);
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(v, i);
+        char where[64];
+        snprintf(where, sizeof where, "messages[%zu]", i);
+        if (!json_is_object(m))
+            return FIELD(e, where, "must be an object {role, content}");
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        snprintf(where, sizeof where, "messages[%zu].role", i);
+        if (!role)
+            return FIELD(e, where, "is required");
+        if (get_string(role, where, &t->messages[i].role, 0, e))
+            return -1;
+        if (strcmp(t->messages[i].role, "system") && strcmp(t->messages[i].role, "user") &&
+            strcmp(t->messages[i].role, "assistant"))
+            return FIELD(e, where, "must be \"system\", \"user\" or \"assistant\"");
+        snprintf(where, sizeof where, "messages[%zu].content", i);
+        if (!content)
+            return FIELD(e, where, "is required");
+        if (get_string(content, where, &t->messages[i].content, 0, e))
+            return -1;
+    }
+    t->n_messages = (int)n;
+    t->has_messages = 1;
+    return 0;
+}
+
+static int parse_ids(json_t *v, v4_task *t, v4_task_error *e)
+{
+    if (!json_is_array(v))
+        return FIELD(e, "input_ids", "must be an array of integers");
+    size_t n = json_array_size(v);
+    if (n == 0 || n > (1u << 20))
+        return FIELD(e, "input_ids", "must hold 1..%u ids", 1u << 20);
+    if (!(t->input_ids = malloc(n * sizeof *t->input_ids)))
+        return fail(e, V4_TASK_INTERNAL, "input_ids", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        char where[48];
+        long long x = 0;
+        snprintf(where, sizeof where, "input_ids[%zu]", i);
+        if (get_int(json_array_get(v, i), where, 0, INT32_MAX, &x, e))
+            return -1;
+        t->input_ids[i] = (int32_t)x;
+    }
+    t->n_input_ids = (int)n;
+    t->has_input_ids = 1;
+    return 0;
+}
+
+static int parse_stop(json_t *v, v4_task *t, v4_task_error *e)
+{
+    if (json_is_string(v)) {
+        t->n_stops = 1;
+        return get_string(v, "stop", &t->stops[0], 256, e);
+    }
+    if (!json_is_array(v) || json_array_size(v) > V4_TASK_MAX_STOPS)
+        return FIELD(e, "stop", "must be a string or an array of at most %d strings", V4_TASK_MAX_STOPS);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char where[32];
+        snprintf(where, sizeof where, "stop[%zu]", i);
+        if (get_string(json_array_get(v, i), where, &t->stops[i], 256, e))
+            return -1;
+        if (!*t->stops[i])
+            return FIELD(e, where, "must not be empty");
+    }
+    t->n_stops = (int)json_array_size(v);
+    return 0;
+}
+
+static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
+{
+    long long x = 0;
+    if (!strcmp(k, "id"))
+        return 0;   /* done first */
+    if (!strcmp(k, "model"))
+        return get_string(v, k, &t->model, 256, e);
+    if (!strcmp(k, "messages"))
+        return parse_messages(v, t, e);
+    if (!strcmp(k, "prompt")) {
+        t->has_prompt = 1;
+        return get_string(v, k, &t->prompt, 0, e);
+    }
+    if (!strcmp(k, "input_ids"))
+        return parse_ids(v, t, e);
+    if (!strcmp(k, "max_tokens")) {
+        if (get_int(v, k, 1, 1 << 20, &x, e))
+            return -1;
+        t->max_tokens = (long)x;
+        return 0;
+    }
+    if (!strcmp(k, "temperature")) {
+        if (get_num(v, k, &t->temperature, e))
+            return -1;
+        return t->temperature >= 0 && t->temperature <= 1e6 ? 0 : FIELD(e, k, "must be in [0, 1e6]");
+    }
+    if (!strcmp(k, "top_p")) {
+        if (get_num(v, k, &t->top_p, e))
+            return -1;
+        return t->top_p > 0 && t->top_p <= 1 ? 0 : FIELD(e, k, "must be in (0, 1]");
+    }
+    if (!strcmp(k, "top_k")) {
+        if (get_int(v, k, 0, 1 << 24, &x, e))
+            return -1;
+        t->top_k = (long)x;
+        return 0;
+    }
+    if (!strcmp(k, "seed")) {
+        if (get_int(v, k, 0, INT64_MAX, &x, e))
+            return -1;
+        t->seed = (uint64_t)x;
+        return 0;
+    }
+    if (!strcmp(k, "stop"))
+        return parse_stop(v, t, e);
+    if (!strcmp(k, "thinking")) {
+        if (!json_is_boolean(v))
+            return FIELD(e, k, "must be true or false");
+        t->thinking = json_is_true(v);
+        return 0;
+    }
+    if (!strcmp(k, "deadline_ms")) {
+        if (get_int(v, k, 1, 86400000, &x, e))
+            return -1;
+        t->deadline_ms = (long)x;
+        return 0;
+    }
+    if (!strcmp(k, "metadata")) {
+        t->metadata = v;
+        return 0;
+    }
+    if (t->n_unknown < V4_TASK_MAX_UNKNOWN)
+        t->unknown[t->n_unknown++] = k;
+    return 0;
+}
+
+int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_task_error *e)
+{
+    memset(t, 0, sizeof *t);
+    memset(e, 0, sizeof *e);
+    t->max_tokens = 64;
+    t->temperature = 1.0;
+    t->top_p = 1.0;
+    if (len > max_len)
+        return fail(e, V4_TASK_INVALID_JSON, "body", "body of %zu bytes exceeds the limit of %zu bytes", len, max_len);
+    json_error_t je;
+    t->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!t->root) {
+        fail(e, V4_TASK_INVALID_JSON, "body", "%s", je.text);
+        e->line = je.line;
+        e->column = je.column;
+        e->position = (long)je.position;
+        return -1;
+    }
+    if (!json_is_object(t->root))
+        return fail(e, V4_TASK_INVALID_JSON, "body", "the task must be a JSON object");
+    json_t *id = json_object_get(t->root, "id");
+    if (!id)
+        return FIELD(e, "id", "is required");
+    if (get_string(id, "id", &t->id, V4_TASK_MAX_ID, e))
+        return -1;
+    if (!*t->id) {
+        t->id = NULL;
+        return FIELD(e, "id", "must not be empty");
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(t->root, k, v) {
+        if (parse_field(k, v, t, e))
+            return -1;
+    }
+    int forms = t->has_messages + t->has_prompt + t->has_input_ids;
+    if (forms != 1)
+        return FIELD(e, "messages", "exactly one of messages, prompt and input_ids is required (got %d)", forms);
+    if (t->has_messages && strcmp(t->messages[t->n_messages - 1].role, "user"))
+        return FIELD(e, "messages", "the last message must have role \"user\"");
+    return 0;
+}
+
+void v4_task_free(v4_task *t)
+{
+    free(t->input_ids);
+    json_decref(t->root);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,65 @@
+/* task_packet.h - parse and validate one task packet (JSON, README "Packets").
+ *
+ * Design: the body is checked against a byte limit, then parsed with jansson
+ * json_loadb(JSON_REJECT_DUPLICATES) (bodies are not NUL-terminated; jansson's default
+ * keeps the last duplicate key silently).  Types are strict: integers must be JSON
+ * integers, numbers may be integers or reals, strings must not contain NUL.  Fields:
+ *   id (string, 1..128 bytes, required), model (string), exactly one of
+ *   messages [{role: system|user|assistant, content: string}] | prompt (string) |
+ *   input_ids [int >= 0], max_tokens (1..1048576, default 64), temperature (>= 0,
+ *   default 1), top_p ((0,1], default 1), top_k (>= 0), seed (>= 0), stop (string or
+ *   array of <= 16 strings), thinking (bool), deadline_ms (1..86400000), metadata (any
+ *   JSON value, echoed back).  Unknown fields are ignored and listed in unknown[].
+ * On failure the error says invalid_json (with line, column and byte position) or
+ * invalid_field (with the field in where); e->id is still filled when the packet had
+ * a usable id, so the error record can carry it.
+ *
+ * Ownership: v4_task owns its JSON root; every string points into it; free with
+ * v4_task_free.  Thread: any; a task is used by one thread at a time.
+ */
+#ifndef V4_TASK_PACKET_H
+#define V4_TASK_PACKET_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "task_error.h"
+
+#define V4_TASK_MAX_ID 128
+#define V4_TASK_MAX_STOPS 16
+#define V4_TASK_MAX_MESSAGES 256
+#define V4_TASK_MAX_UNKNOWN 16
+
+typedef struct v4_task_msg {
+    const char *role;               /* "system" | "user" | "assistant" */
+    const char *content;
+} v4_task_msg;
+
+typedef struct v4_task {
+    json_t *root;
+    const char *id;                 /* NULL if the packet had no usable id */
+    const char *model;              /* NULL: any */
+    v4_task_msg messages[V4_TASK_MAX_MESSAGES];
+    int n_messages;
+    const char *prompt;
+    int32_t *input_ids;             /* malloc'd */
+    int n_input_ids;
+    int has_messages, has_prompt, has_input_ids;
+    long max_tokens;
+    double temperature, top_p;
+    long top_k;
+    uint64_t seed;
+    const char *stops[V4_TASK_MAX_STOPS];
+    int n_stops;
+    int thinking;
+    long deadline_ms;               /* 0: the worker default */
+    json_t *metadata;               /* borrowed from root, NULL if absent */
+    const char *unknown[V4_TASK_MAX_UNKNOWN];
+    int n_unknown;
+} v4_task;
+
+int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_task_error *e);
+void v4_task_free(v4_task *t);
+
+#endif

@@ -1,0 +1,248 @@
+/* task_run.c - one task through the engine (see task_run.h).
+ * Thread: one thread at a time per runner. */
+#include "task_run.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../cache/model_files.h"
+#include "../kernels/v4/model.h"
+#include "chat.h"
+#include "cli_util.h"
+#include "generate.h"
+
+struct v4_runner {
+    v4_model_files m;
+    int m_open;
+    v4_tokenizer *tok;
+    v4_backend *be;
+    v4_ctx *ctx;
+    char name[256];
+};
+
+double v4_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
+{
+    e->code = code;
+    snprintf(e->where, sizeof e->where, "%s", where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int from_v4(v4_task_error *e, const v4_error *err)
+{
+    return fail(e, V4_TASK_INTERNAL, err->where, "%s", err->msg);
+}
+
+v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task_error *e)
+{
+    v4_runner *r = calloc(1, sizeof *r);
+    v4_error err = {0};
+    if (!r) {
+        fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
+        return NULL;
+    }
+    snprintf(r->name, sizeof r->name, "%s", model_name);
+    v4_engine_opts eo = {model_dir, 0, NULL};
+    if (v4_model_open(model_dir, &r->m, &err))
+        goto fail;
+    r->m_open = 1;
+    if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
+        !(r->ctx = v4_ctx_create(&r->m.w, r->be, 1, &err)))
+        goto fail;
+    return r;
+fail:
+    from_v4(e, &err);
+    v4_runner_free(r);
+    return NULL;
+}
+
+void v4_runner_free(v4_runner *r)
+{
+    if (!r)
+        return;
+    v4_ctx_free(r->ctx);
+    if (r->be)
+        r->be->ops->destroy(r->be);
+    v4_tok_free(r->tok);
+    if (r->m_open)
+        v4_model_close(&r->m);
+    free(r);
+}
+
+const char *v4_runner_model_name(const v4_runner *r)
+{
+    return r->name;
+}
+
+typedef struct text_buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} text_buf;
+
+static void emit_buf(void *ud, const char *text, size_t len)
+{
+    text_buf *b = ud;
+    if (b->oom)
+        return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = (b->n + len + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, text, len);
+    b->n += len;
+    b->p[b->n] = 0;
+}
+
+static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_error *e)
+{
+    v4_error err = {0};
+    if (t->has_input_ids) {
+        for (int i = 0; i < t->n_input_ids; i++) {
+            if (t->input_ids[i] >= r->m.cfg.vocab_size)
+                return fail(e, V4_TASK_INVALID_FIELD, "input_ids", "id %d at index %d is outside the vocabulary of %d",
+                            t->input_ids[i], i, r->m.cfg.vocab_size);
+            if (v4_ids_push(ids, t->input_ids[i], &err))
+                return from_v4(e, &err);
+        }
+        return 0;
+    }
+    v4_chat_msg msgs[V4_TASK_MAX_MESSAGES];
+    size_t n = 0;
+    const char *system = NULL;
+    if (t->has_prompt) {
+        msgs[n++] = (v4_chat_msg){V4_CHAT_USER, t->prompt};
+    } else {
+        for (int i = 0; i < t->n_messages; i++) {
+            const v4_task_msg *m = &t->messages[i];
+            if (!strcmp(m->role, "system")) {
+                if (i != 0)
+                    return fail(e, V4_TASK_INVALID_FIELD, "messages", "only the first message may have role \"system\"");
+                system = m->content;
+                continue;
+            }
+            msgs[n++] = (v4_chat_msg){strcmp(m->role, "user") ? V4_CHAT_ASSISTANT : V4_CHAT_USER, m->content};
+        }
+    }
+    if (v4_chat_encode(r->tok, system, msgs, n, t->thinking, ids, &err))
+        return fail(e, V4_TASK_INVALID_FIELD, "messages", "%s", err.msg);
+    return 0;
+}
+
+typedef struct run_guard {
+    double deadline_ms;
+    int (*abort_fn)(void *);
+    void *abort_ud;
+    int why;                    /* 1 deadline, 2 abort */
+} run_guard;
+
+static int guard_cancel(void *ud)
+{
+    run_guard *g = ud;
+    if (g->abort_fn && g->abort_fn(g->abort_ud))
+        g->why = 2;
+    else if (v4_now_ms() > g->deadline_ms)
+        g->why = 1;
+    return g->why;
+}
+
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e)
+{
+    memset(out, 0, sizeof *out);
+    if (t->model && strcmp(t->model, r->name))
+        return fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves \"%s\", not \"%s\"", r->name, t->model);
+    if (v4_now_ms() >= deadline_ms)
+        return fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the deadline passed before the task started");
+    v4_ids ids = {0};
+    v4_error err = {0};
+    v4_seq *seq = NULL;
+    v4_gen_result res = {0};
+    text_buf buf = {0};
+    int rc = -1;
+    if (build_prompt(r, t, &ids, e))
+        goto out;
+    long long total = (long long)ids.n + t->max_tokens;
+    if (total > r->m.cfg.max_position) {
+        fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_tokens",
+             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %lld tokens", ids.n, t->max_tokens,
+             r->m.cfg.max_position);
+        goto out;
+    }
+    v4_sampling_params sp = {t->temperature, t->top_p, (int)t->top_k, t->seed};
+    if (v4_sampling_validate(&sp, &err)) {
+        fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
+        goto out;
+    }
+    if (!(seq = v4_seq_create(&r->m.w, (int)total, &err))) {
+        from_v4(e, &err);
+        goto out;
+    }
+    int32_t eos = v4_tok_eos(r->tok) >= 0 ? v4_tok_eos(r->tok) : r->m.cfg.eos_id;
+    run_guard guard = {deadline_ms, abort_fn, abort_ud, 0};
+    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, eos, t->stops, t->n_stops, guard_cancel, &guard};
+    if (v4_generate(r->ctx, seq, r->tok, &req, emit_buf, &buf, &res, &err)) {
+        if (guard.why == 2) {
+            fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err.msg);
+            rc = -2;
+        } else if (guard.why == 1) {
+            fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err.msg);
+        } else {
+            from_v4(e, &err);
+        }
+        goto out;
+    }
+    if (buf.oom) {
+        fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+        goto out;
+    }
+    if (v4_now_ms() > deadline_ms) {
+        fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline");
+        goto out;
+    }
+    out->text = buf.p ? buf.p : calloc(1, 1);
+    buf.p = NULL;
+    out->text_len = buf.n;
+    out->tokens = res.tokens;
+    res.tokens = NULL;
+    out->n_tokens = res.n_tokens;
+    out->prompt_tokens = (int)ids.n;
+    out->finish_reason = res.finish_reason;
+    out->prefill_ms = res.prefill_s * 1e3;
+    out->decode_ms = res.decode_s * 1e3;
+    rc = out->text ? 0 : fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+out:
+    free(buf.p);
+    v4_gen_result_free(&res);
+    v4_seq_free(seq);
+    v4_ids_free(&ids);
+    return rc;
+}
+
+void v4_run_output_free(v4_run_output *o)
+{
+    free(o->text);
+    free(o->tokens);
+    memset(o, 0, sizeof *o);
+}

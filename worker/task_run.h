@@ -1,0 +1,51 @@
+/* task_run.h - run one validated task on the engine and fill its result.
+ *
+ * Design: v4_runner holds what is loaded once per worker (model files, tokenizer,
+ * backend, forward context); v4_runner_run() builds the prompt (messages -> the
+ * DeepSeek-V4 chat prompt, prompt -> one user message, input_ids as given), checks
+ * the model name, the context length and the deadline, creates a fresh sequence,
+ * calls v4_generate() and collects the text.  Every failure becomes a task error code
+ * (model_not_available, context_length_exceeded, deadline_exceeded, invalid_field,
+ * internal), never a process exit.  The deadline is checked before the run and before
+ * every forward step (v4_generate's cancel hook), so an overrunning task stops within
+ * one step with deadline_exceeded.  The caller's abort callback (shutdown: the SIGTERM
+ * grace period ran out) is polled at the same points; an aborted run returns -2 and no
+ * result (the caller requeues the task).
+ *
+ * Ownership: the runner owns the engine objects; v4_run_output owns its text and
+ * tokens (v4_run_output_free).  Thread: one thread at a time per runner.
+ */
+#ifndef V4_TASK_RUN_H
+#define V4_TASK_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "task_error.h"
+#include "task_packet.h"
+
+typedef struct v4_runner v4_runner;
+
+typedef struct v4_run_output {
+    char *text;
+    size_t text_len;
+    int32_t *tokens;
+    int n_tokens;
+    int prompt_tokens;
+    const char *finish_reason;
+    double prefill_ms, decode_ms;
+} v4_run_output;
+
+/* model_name: what this worker serves (tasks naming another model are refused). */
+v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task_error *e);
+void v4_runner_free(v4_runner *r);
+const char *v4_runner_model_name(const v4_runner *r);
+/* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.
+ * abort (may be NULL): non-zero = stop now without a result.
+ * Returns 0 (out filled), -1 (e filled: the task failed), -2 (aborted). */
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e);
+void v4_run_output_free(v4_run_output *o);
+double v4_now_ms(void);
+
+#endif
