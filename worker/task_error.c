@@ -1,4 +1,7 @@
-/* task_error.c - names of the task error codes.  Thread: any. */
+/* task_error.c - names of the task error codes and the one error-filling helper.  Thread: any. */
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "task_error.h"
 
 const char *v4_task_errcode_name(v4_task_errcode c)
@@ -13,4 +16,15 @@ const char *v4_task_errcode_name(v4_task_errcode c)
     case V4_TASK_INTERNAL: return "internal";
     }
     return "internal";
+}
+
+int v4_task_fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
+{
+    e->code = code;
+    snprintf(e->where, sizeof e->where, "%s", where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
 }

@@ -27,5 +27,8 @@ typedef struct v4_task_error {
 } v4_task_error;
 
 const char *v4_task_errcode_name(v4_task_errcode c);
+/* Fill e (code, where, formatted message) and return -1. */
+int v4_task_fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

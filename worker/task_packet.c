@@ -6,20 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
-{
-    e->code = code;
-    snprintf(e->where, sizeof e->where, "%s", where);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
-#define FIELD(e, where, ...) fail(e, V4_TASK_INVALID_FIELD, where, __VA_ARGS__)
+#define FIELD(e, where, ...) v4_task_fail(e, V4_TASK_INVALID_FIELD, where, __VA_ARGS__)
 
 static int get_string(json_t *v, const char *name, const char **out, size_t max, v4_task_error *e)
 {
@@ -95,7 +83,7 @@ static int parse_ids(json_t *v, v4_task *t, v4_task_error *e)
     if (n == 0 || n > (1u << 20))
         return FIELD(e, "input_ids", "must hold 1..%u ids", 1u << 20);
     if (!(t->input_ids = malloc(n * sizeof *t->input_ids)))
-        return fail(e, V4_TASK_INTERNAL, "input_ids", "out of memory");
+        return v4_task_fail(e, V4_TASK_INTERNAL, "input_ids", "out of memory");
     for (size_t i = 0; i < n; i++) {
         char where[48];
         long long x = 0;
@@ -203,18 +191,18 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
     t->temperature = 1.0;
     t->top_p = 1.0;
     if (len > max_len)
-        return fail(e, V4_TASK_INVALID_JSON, "body", "body of %zu bytes exceeds the limit of %zu bytes", len, max_len);
+        return v4_task_fail(e, V4_TASK_INVALID_JSON, "body", "body of %zu bytes exceeds the limit of %zu bytes", len, max_len);
     json_error_t je;
     t->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!t->root) {
-        fail(e, V4_TASK_INVALID_JSON, "body", "%s", je.text);
+        v4_task_fail(e, V4_TASK_INVALID_JSON, "body", "%s", je.text);
         e->line = je.line;
         e->column = je.column;
         e->position = (long)je.position;
         return -1;
     }
     if (!json_is_object(t->root))
-        return fail(e, V4_TASK_INVALID_JSON, "body", "the task must be a JSON object");
+        return v4_task_fail(e, V4_TASK_INVALID_JSON, "body", "the task must be a JSON object");
     json_t *id = json_object_get(t->root, "id");
     if (!id)
         return FIELD(e, "id", "is required");

@@ -30,22 +30,10 @@ double v4_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(v4_task_error *e, v4_task_errcode code, const char *where, const char *fmt, ...)
-{
-    e->code = code;
-    snprintf(e->where, sizeof e->where, "%s", where);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static int from_v4(v4_task_error *e, const v4_error *err)
 {
-    return fail(e, V4_TASK_INTERNAL, err->where, "%s", err->msg);
+    return v4_task_fail(e, V4_TASK_INTERNAL, err->where, "%s", err->msg);
 }
 
 v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task_error *e)
@@ -53,7 +41,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task
     v4_runner *r = calloc(1, sizeof *r);
     v4_error err = {0};
     if (!r) {
-        fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
+        v4_task_fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
         return NULL;
     }
     snprintf(r->name, sizeof r->name, "%s", model_name);
@@ -121,7 +109,7 @@ static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_err
     if (t->has_input_ids) {
         for (int i = 0; i < t->n_input_ids; i++) {
             if (t->input_ids[i] >= r->m.cfg.vocab_size)
-                return fail(e, V4_TASK_INVALID_FIELD, "input_ids", "id %d at index %d is outside the vocabulary of %d",
+                return v4_task_fail(e, V4_TASK_INVALID_FIELD, "input_ids", "id %d at index %d is outside the vocabulary of %d",
                             t->input_ids[i], i, r->m.cfg.vocab_size);
             if (v4_ids_push(ids, t->input_ids[i], &err))
                 return from_v4(e, &err);
@@ -138,7 +126,7 @@ static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_err
             const v4_task_msg *m = &t->messages[i];
             if (!strcmp(m->role, "system")) {
                 if (i != 0)
-                    return fail(e, V4_TASK_INVALID_FIELD, "messages", "only the first message may have role \"system\"");
+                    return v4_task_fail(e, V4_TASK_INVALID_FIELD, "messages", "only the first message may have role \"system\"");
                 system = m->content;
                 continue;
             }
@@ -146,7 +134,7 @@ static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_err
         }
     }
     if (v4_chat_encode(r->tok, system, msgs, n, t->thinking, ids, &err))
-        return fail(e, V4_TASK_INVALID_FIELD, "messages", "%s", err.msg);
+        return v4_task_fail(e, V4_TASK_INVALID_FIELD, "messages", "%s", err.msg);
     return 0;
 }
 
@@ -172,9 +160,9 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
 {
     memset(out, 0, sizeof *out);
     if (t->model && strcmp(t->model, r->name))
-        return fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves \"%s\", not \"%s\"", r->name, t->model);
+        return v4_task_fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves \"%s\", not \"%s\"", r->name, t->model);
     if (v4_now_ms() >= deadline_ms)
-        return fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the deadline passed before the task started");
+        return v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the deadline passed before the task started");
     v4_ids ids = {0};
     v4_error err = {0};
     v4_seq *seq = NULL;
@@ -185,14 +173,14 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
         goto out;
     long long total = (long long)ids.n + t->max_tokens;
     if (total > r->m.cfg.max_position) {
-        fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_tokens",
+        v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_tokens",
              "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %lld tokens", ids.n, t->max_tokens,
              r->m.cfg.max_position);
         goto out;
     }
     v4_sampling_params sp = {t->temperature, t->top_p, (int)t->top_k, t->seed};
     if (v4_sampling_validate(&sp, &err)) {
-        fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
+        v4_task_fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
         goto out;
     }
     if (!(seq = v4_seq_create(&r->m.w, (int)total, &err))) {
@@ -204,21 +192,21 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, eos, t->stops, t->n_stops, guard_cancel, &guard};
     if (v4_generate(r->ctx, seq, r->tok, &req, emit_buf, &buf, &res, &err)) {
         if (guard.why == 2) {
-            fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err.msg);
+            v4_task_fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err.msg);
             rc = -2;
         } else if (guard.why == 1) {
-            fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err.msg);
+            v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err.msg);
         } else {
             from_v4(e, &err);
         }
         goto out;
     }
     if (buf.oom) {
-        fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+        v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
         goto out;
     }
     if (v4_now_ms() > deadline_ms) {
-        fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline");
+        v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline");
         goto out;
     }
     out->text = buf.p ? buf.p : calloc(1, 1);
@@ -231,7 +219,7 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     out->finish_reason = res.finish_reason;
     out->prefill_ms = res.prefill_s * 1e3;
     out->decode_ms = res.decode_s * 1e3;
-    rc = out->text ? 0 : fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+    rc = out->text ? 0 : v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
 out:
     free(buf.p);
     v4_gen_result_free(&res);
