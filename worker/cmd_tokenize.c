@@ -132,36 +132,55 @@ static int blank(const char *s)
     return s[strspn(s, " \t\r\n")] == 0;
 }
 
-static int tokenize_jsonl(v4_tok_encoder *enc, v4_error *err)
+/* Run fn on the JSON value of every non-blank stdin line; where = "stdin line N".
+ * Stops at the first error. */
+typedef int (*json_line_fn)(const json_t *v, const char *where, void *ud, v4_error *err);
+
+static int each_json_line(size_t jflags, json_line_fn fn, void *ud, v4_error *err)
 {
     char *line = NULL, where[64];
     size_t cap = 0;
     long lineno = 0;
     int rc = 0;
-    v4_ids ids = {0};
     while (!rc && getline(&line, &cap, stdin) > 0) {
         lineno++;
         if (blank(line))
             continue;
         snprintf(where, sizeof where, "stdin line %ld", lineno);
         json_error_t je;
-        json_t *o = json_loads(line, JSON_ALLOW_NUL, &je);
-        const json_t *text = json_object_get(o, "text");
-        if (!o)
-            rc = v4_err_set(err, V4_ERR_FORMAT, where, "invalid JSON: %s", je.text);
-        else if (!json_is_string(text))
-            rc = v4_err_set(err, V4_ERR_FORMAT, where, "expected an object with a \"text\" string");
-        else if (v4_tok_encoder_run(enc, json_string_value(text), json_string_length(text), &ids, err))
-            rc = at(err, where);
-        else
-            print_ids(stdout, &ids);
-        ids.n = 0;
-        json_decref(o);
+        json_t *v = json_loads(line, jflags, &je);
+        rc = v ? fn(v, where, ud, err) : v4_err_set(err, V4_ERR_FORMAT, where, "invalid JSON: %s", je.text);
+        json_decref(v);
     }
     if (!rc && ferror(stdin))
         rc = v4_err_set(err, V4_ERR_IO, "stdin", "read error");
-    v4_ids_free(&ids);
     free(line);
+    return rc;
+}
+
+typedef struct tok_line {
+    v4_tok_encoder *enc;
+    v4_ids ids;
+} tok_line;
+
+static int tokenize_line(const json_t *o, const char *where, void *ud, v4_error *err)
+{
+    tok_line *t = ud;
+    const json_t *text = json_object_get(o, "text");
+    t->ids.n = 0;
+    if (!json_is_string(text))
+        return v4_err_set(err, V4_ERR_FORMAT, where, "expected an object with a \"text\" string");
+    if (v4_tok_encoder_run(t->enc, json_string_value(text), json_string_length(text), &t->ids, err))
+        return at(err, where);
+    print_ids(stdout, &t->ids);
+    return 0;
+}
+
+static int tokenize_jsonl(v4_tok_encoder *enc, v4_error *err)
+{
+    tok_line t = {enc, {0}};
+    int rc = each_json_line(JSON_ALLOW_NUL, tokenize_line, &t, err);
+    v4_ids_free(&t.ids);
     return rc;
 }
 
@@ -260,30 +279,23 @@ static int decode_to(const v4_tokenizer *t, const v4_ids *ids, int flags, const 
     return 0;
 }
 
+typedef struct detok_line {
+    const v4_tokenizer *tok;
+    int flags;
+    v4_ids ids;
+} detok_line;
+
+static int detokenize_line(const json_t *v, const char *where, void *ud, v4_error *err)
+{
+    detok_line *d = ud;
+    return json_ids(v, where, &d->ids, err) || decode_to(d->tok, &d->ids, d->flags, where, 1, err) ? -1 : 0;
+}
+
 static int detokenize_jsonl(const v4_tokenizer *t, int flags, v4_error *err)
 {
-    char *line = NULL, where[64];
-    size_t cap = 0;
-    long lineno = 0;
-    int rc = 0;
-    v4_ids ids = {0};
-    while (!rc && getline(&line, &cap, stdin) > 0) {
-        lineno++;
-        if (blank(line))
-            continue;
-        snprintf(where, sizeof where, "stdin line %ld", lineno);
-        json_error_t je;
-        json_t *v = json_loads(line, 0, &je);
-        if (!v)
-            rc = v4_err_set(err, V4_ERR_FORMAT, where, "invalid JSON: %s", je.text);
-        else
-            rc = json_ids(v, where, &ids, err) || decode_to(t, &ids, flags, where, 1, err) ? -1 : 0;
-        json_decref(v);
-    }
-    if (!rc && ferror(stdin))
-        rc = v4_err_set(err, V4_ERR_IO, "stdin", "read error");
-    v4_ids_free(&ids);
-    free(line);
+    detok_line d = {t, flags, {0}};
+    int rc = each_json_line(0, detokenize_line, &d, err);
+    v4_ids_free(&d.ids);
     return rc;
 }
 
