@@ -1,6 +1,9 @@
-/* worker_config.c - environment variables -> v4_worker_config, with validation.
+/* worker_config.c - environment variables (+ NAME_FILE secrets, + a config file)
+ * -> v4_worker_config, with validation.
  * See worker_config.h.  Thread: any; reads getenv only. */
 #include "worker_config.h"
+
+#include "config_file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,9 +11,50 @@
 #include <string.h>
 #include <unistd.h>
 
-static int get_str(const char *var, const char *dflt, char *out, size_t n, v4_error *err)
+/* Where settings come from, in order: the environment variable NAME, the first line of
+ * the file named by NAME_FILE (secrets, e.g. Docker/Kubernetes secret mounts), the
+ * config file (V4_CONFIG_FILE), the default. */
+typedef struct cfg_src {
+    char **names, **values;     /* config file entries (owned) */
+    int n;
+    char file_value[V4_CFG_STR + 2];
+} cfg_src;
+
+static const char *lookup(cfg_src *src, const char *var, v4_error *err, int *failed)
 {
     const char *v = getenv(var);
+    if (v && *v)
+        return v;
+    char fvar[160];
+    snprintf(fvar, sizeof fvar, "%s_FILE", var);
+    const char *path = getenv(fvar);
+    for (int i = 0; !(path && *path) && i < src->n; i++)
+        if (!strcmp(src->names[i], var))
+            return src->values[i];
+    for (int i = 0; !(path && *path) && i < src->n; i++)
+        if (!strcmp(src->names[i], fvar))
+            path = src->values[i];
+    if (!path || !*path)
+        return NULL;
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(src->file_value, sizeof src->file_value, f)) {
+        v4_err_set(err, V4_ERR_CONFIG, fvar, "cannot read '%s': %s", path, f ? "empty file" : strerror(errno));
+        if (f)
+            fclose(f);
+        *failed = 1;
+        return NULL;
+    }
+    fclose(f);
+    src->file_value[strcspn(src->file_value, "\r\n")] = 0;
+    return src->file_value;
+}
+
+static int get_str(cfg_src *src, const char *var, const char *dflt, char *out, size_t n, v4_error *err)
+{
+    int failed = 0;
+    const char *v = lookup(src, var, err, &failed);
+    if (failed)
+        return -1;
     if (!v || !*v)
         v = dflt;
     if (strlen(v) >= n)
@@ -19,9 +63,12 @@ static int get_str(const char *var, const char *dflt, char *out, size_t n, v4_er
     return 0;
 }
 
-static int get_long(const char *var, long dflt, long lo, long hi, long *out, v4_error *err)
+static int get_long(cfg_src *src, const char *var, long dflt, long lo, long hi, long *out, v4_error *err)
 {
-    const char *v = getenv(var);
+    int failed = 0;
+    const char *v = lookup(src, var, err, &failed);
+    if (failed)
+        return -1;
     if (!v || !*v) {
         *out = dflt;
         return 0;
@@ -35,10 +82,10 @@ static int get_long(const char *var, long dflt, long lo, long hi, long *out, v4_
     return 0;
 }
 
-static int get_int(const char *var, long dflt, long lo, long hi, int *out, v4_error *err)
+static int get_int(cfg_src *src, const char *var, long dflt, long lo, long hi, int *out, v4_error *err)
 {
     long x;
-    if (get_long(var, dflt, lo, hi, &x, err))
+    if (get_long(src, var, dflt, lo, hi, &x, err))
         return -1;
     *out = (int)x;
     return 0;
@@ -51,46 +98,81 @@ static int check_name(const char *var, const char *v, v4_error *err)
     return 0;
 }
 
-int v4_worker_config_from_env(v4_worker_config *c, v4_error *err)
+/* Every setting name (also accepted with the _FILE suffix), for config-file checking. */
+static const char *const KNOWN[] = {
+    "V4_AMQP_URL", "V4_REDIS_URL", "V4_MODEL_DIR", "V4_MODEL_NAME", "V4_TASK_QUEUE", "V4_DEAD_QUEUE",
+    "V4_DLX_EXCHANGE", "V4_INVALID_QUEUE", "V4_RESULTS_EXCHANGE", "V4_RESULTS_ROUTING_KEY", "V4_RESULTS_QUEUE",
+    "V4_WORKER_ID", "V4_PREFETCH", "V4_HEARTBEAT_S", "V4_DELIVERY_LIMIT", "V4_DEADLINE_MS",
+    "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
+    "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
+    "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK",
+};
+
+static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
 {
-    memset(c, 0, sizeof *c);
     char host[64] = "worker";
     gethostname(host, sizeof host - 1);
     char wid[128];
     snprintf(wid, sizeof wid, "%s-%ld", host, (long)getpid());
     long lvl = 1;
-    if (get_str("V4_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", c->amqp_url, sizeof c->amqp_url, err) ||
-        get_str("V4_REDIS_URL", "redis://127.0.0.1:6379/0", c->redis_url, sizeof c->redis_url, err) ||
-        get_str("V4_MODEL_DIR", "models/tiny", c->model_dir, sizeof c->model_dir, err) ||
-        get_str("V4_MODEL_NAME", "deepseek-v4", c->model_name, sizeof c->model_name, err) ||
-        get_str("V4_TASK_QUEUE", "tasks", c->task_queue, sizeof c->task_queue, err) ||
-        get_str("V4_DEAD_QUEUE", "tasks.dead", c->dead_queue, sizeof c->dead_queue, err) ||
-        get_str("V4_DLX_EXCHANGE", "tasks.dlx", c->dlx_exchange, sizeof c->dlx_exchange, err) ||
-        get_str("V4_INVALID_QUEUE", "tasks.invalid", c->invalid_queue, sizeof c->invalid_queue, err) ||
-        get_str("V4_RESULTS_EXCHANGE", "results", c->results_exchange, sizeof c->results_exchange, err) ||
-        get_str("V4_RESULTS_ROUTING_KEY", "results", c->results_routing_key, sizeof c->results_routing_key, err) ||
-        get_str("V4_RESULTS_QUEUE", "results", c->results_queue, sizeof c->results_queue, err) ||
-        get_str("V4_WORKER_ID", wid, c->worker_id, sizeof c->worker_id, err) ||
-        get_int("V4_PREFETCH", 1, 1, 64, &c->prefetch, err) ||
-        get_int("V4_HEARTBEAT_S", 10, 0, 600, &c->heartbeat_s, err) ||
-        get_int("V4_DELIVERY_LIMIT", 5, 1, 1000, &c->delivery_limit, err) ||
-        get_long("V4_DEADLINE_MS", 600000, 1, 86400000, &c->deadline_ms, err) ||
-        get_long("V4_CONFIRM_TIMEOUT_MS", 10000, 100, 600000, &c->confirm_timeout_ms, err) ||
-        get_long("V4_MAX_BODY_BYTES", 1 << 20, 64, 64L << 20, &c->max_body_bytes, err) ||
-        get_long("V4_GRACE_MS", 30000, 0, 86400000, &c->grace_ms, err) ||
-        get_long("V4_LOG_LEVEL", 1, 0, 2, &lvl, err))
+    if (get_str(src, "V4_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", c->amqp_url, sizeof c->amqp_url, err) ||
+        get_str(src, "V4_REDIS_URL", "redis://127.0.0.1:6379/0", c->redis_url, sizeof c->redis_url, err) ||
+        get_str(src, "V4_MODEL_DIR", "models/tiny", c->model_dir, sizeof c->model_dir, err) ||
+        get_str(src, "V4_MODEL_NAME", "deepseek-v4", c->model_name, sizeof c->model_name, err) ||
+        get_str(src, "V4_TASK_QUEUE", "tasks", c->task_queue, sizeof c->task_queue, err) ||
+        get_str(src, "V4_DEAD_QUEUE", "tasks.dead", c->dead_queue, sizeof c->dead_queue, err) ||
+        get_str(src, "V4_DLX_EXCHANGE", "tasks.dlx", c->dlx_exchange, sizeof c->dlx_exchange, err) ||
+        get_str(src, "V4_INVALID_QUEUE", "tasks.invalid", c->invalid_queue, sizeof c->invalid_queue, err) ||
+        get_str(src, "V4_RESULTS_EXCHANGE", "results", c->results_exchange, sizeof c->results_exchange, err) ||
+        get_str(src, "V4_RESULTS_ROUTING_KEY", "results", c->results_routing_key, sizeof c->results_routing_key,
+                err) ||
+        get_str(src, "V4_RESULTS_QUEUE", "results", c->results_queue, sizeof c->results_queue, err) ||
+        get_str(src, "V4_WORKER_ID", wid, c->worker_id, sizeof c->worker_id, err) ||
+        get_int(src, "V4_PREFETCH", 1, 1, 64, &c->prefetch, err) ||
+        get_int(src, "V4_HEARTBEAT_S", 10, 0, 600, &c->heartbeat_s, err) ||
+        get_int(src, "V4_DELIVERY_LIMIT", 5, 1, 1000, &c->delivery_limit, err) ||
+        get_long(src, "V4_DEADLINE_MS", 600000, 1, 86400000, &c->deadline_ms, err) ||
+        get_long(src, "V4_CONFIRM_TIMEOUT_MS", 10000, 100, 600000, &c->confirm_timeout_ms, err) ||
+        get_long(src, "V4_MAX_BODY_BYTES", 1 << 20, 64, 64L << 20, &c->max_body_bytes, err) ||
+        get_long(src, "V4_GRACE_MS", 30000, 0, 86400000, &c->grace_ms, err) ||
+        get_long(src, "V4_LOG_LEVEL", 1, 0, 2, &lvl, err) ||
+        get_str(src, "V4_REDIS_PREFIX", "v4", c->redis_prefix, sizeof c->redis_prefix, err) ||
+        get_long(src, "V4_REDIS_BUCKET_S", 3600, 60, 86400, &c->redis_bucket_s, err) ||
+        get_long(src, "V4_REDIS_BUCKET_TTL_S", 172800, 60, 31536000, &c->redis_bucket_ttl_s, err) ||
+        get_long(src, "V4_REDIS_DONE_TTL_S", 604800, 60, 31536000, &c->redis_done_ttl_s, err) ||
+        get_long(src, "V4_REDIS_TIMEOUT_MS", 1000, 10, 60000, &c->redis_timeout_ms, err) ||
+        get_long(src, "V4_REDIS_BACKLOG", 10000, 1, 10000000, &c->redis_backlog, err) ||
+        get_int(src, "V4_FAULT_EXIT_BEFORE_ACK", 0, 0, 1, &c->fault_exit_before_ack, err))
         return -1;
     c->log_level = (int)lvl;
     if (strncmp(c->amqp_url, "amqp://", 7) && strncmp(c->amqp_url, "amqps://", 8))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_AMQP_URL", "must start with amqp:// or amqps://");
-    if (strncmp(c->redis_url, "redis://", 8))
-        return v4_err_set(err, V4_ERR_CONFIG, "V4_REDIS_URL", "must start with redis://");
+    if (strcmp(c->redis_url, "off") && strncmp(c->redis_url, "redis://", 8))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_REDIS_URL", "must start with redis:// (or be \"off\")");
     if (check_name("V4_TASK_QUEUE", c->task_queue, err) || check_name("V4_DEAD_QUEUE", c->dead_queue, err) ||
         check_name("V4_DLX_EXCHANGE", c->dlx_exchange, err) ||
         check_name("V4_INVALID_QUEUE", c->invalid_queue, err) ||
-        check_name("V4_RESULTS_EXCHANGE", c->results_exchange, err))
+        check_name("V4_RESULTS_EXCHANGE", c->results_exchange, err) ||
+        check_name("V4_REDIS_PREFIX", c->redis_prefix, err))
         return -1;
     return 0;
+}
+
+int v4_worker_config_from_env(v4_worker_config *c, v4_error *err)
+{
+    memset(c, 0, sizeof *c);
+    cfg_src src;
+    memset(&src, 0, sizeof src);
+    const char *path = getenv("V4_CONFIG_FILE");
+    if (path && *path) {
+        if (v4_cfgfile_load(path, KNOWN, (int)(sizeof KNOWN / sizeof KNOWN[0]), &src.names, &src.values, &src.n,
+                            err))
+            return -1;
+        snprintf(c->config_file, sizeof c->config_file, "%s", path);
+    }
+    int rc = read_all(&src, c, err);
+    v4_cfgfile_free(src.names, src.values, src.n);
+    return rc;
 }
 
 void v4_mask_url(const char *url, char *out, size_t n)

@@ -1,13 +1,19 @@
-/* worker_config.h - the queue worker's settings, read from environment variables.
+/* worker_config.h - the queue worker's settings, from the environment and/or a file.
  *
- * Design: v4_worker_config_from_env() fills every field with its default, overrides
- * it from the environment (V4_AMQP_URL, V4_REDIS_URL, V4_MODEL_DIR, V4_MODEL_NAME,
- * V4_TASK_QUEUE, V4_DEAD_QUEUE, V4_DLX_EXCHANGE, V4_INVALID_QUEUE,
- * V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY, V4_RESULTS_QUEUE, V4_PREFETCH,
- * V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS, V4_CONFIRM_TIMEOUT_MS,
- * V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL) and validates the
- * result; the error names the variable.  Credentials: v4_mask_url() replaces the
- * password of a URL by "***"; only masked URLs may be logged.
+ * Design: v4_worker_config_from_env() fills every field with its default and
+ * overrides it, per setting, from (highest first) the environment variable NAME, the
+ * first line of the file named by NAME_FILE (for secrets mounted as files), the
+ * config file named by V4_CONFIG_FILE (NAME=value lines, config/config_file.h; the
+ * same NAME and NAME_FILE keys), then validates the result; the error names the
+ * setting (or the config file line).  Names: V4_AMQP_URL, V4_REDIS_URL ("off" = no
+ * counters), V4_MODEL_DIR, V4_MODEL_NAME, V4_TASK_QUEUE, V4_DEAD_QUEUE,
+ * V4_DLX_EXCHANGE, V4_INVALID_QUEUE, V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY,
+ * V4_RESULTS_QUEUE, V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
+ * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
+ * V4_REDIS_PREFIX, V4_REDIS_BUCKET_S, V4_REDIS_BUCKET_TTL_S, V4_REDIS_DONE_TTL_S,
+ * V4_REDIS_TIMEOUT_MS, V4_REDIS_BACKLOG, and the test hook V4_FAULT_EXIT_BEFORE_ACK.
+ * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
+ * URLs may be logged.
  *
  * Ownership: the struct holds copies (fixed buffers), nothing to free.
  * Thread: any (reads the environment: call before starting threads).
@@ -37,6 +43,15 @@ typedef struct v4_worker_config {
     long max_body_bytes;            /* largest task body accepted (64..64 MiB) */
     long grace_ms;                  /* SIGTERM grace period for the running task */
     int log_level;                  /* 0 error, 1 info, 2 debug */
+    /* Redis expert-utilization counters (cache/util_redis.h) */
+    char redis_prefix[64];          /* key prefix */
+    long redis_bucket_s;            /* time-bucket width */
+    long redis_bucket_ttl_s;        /* expiry of a bucket hash */
+    long redis_done_ttl_s;          /* expiry of a done:{task id} guard */
+    long redis_timeout_ms;          /* connect / command timeout */
+    long redis_backlog;             /* task records kept while Redis is unreachable */
+    int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
+    char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;
 
 int v4_worker_config_from_env(v4_worker_config *c, v4_error *err);

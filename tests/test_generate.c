@@ -2,7 +2,8 @@
  * its tokenizer (made by `v4fleet mkmodel`): seeded sampling is reproducible, a stop
  * string ends generation and is cut from the text, EOS ends generation, max_tokens
  * gives finish_reason "length", and a request that does not fit the sequence fails
- * cleanly.  Text is collected from the streaming callback. */
+ * cleanly, and the per-(layer, expert) routing counts match the decode path's traced
+ * routes.  Text is collected from the streaming callback. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,7 @@ int main(void)
     v4_chat_msg msg = {V4_CHAT_USER, "Write a short poem about queues."};
     CHECK(v4_chat_encode(e.tok, NULL, &msg, 1, 0, &e.prompt, &err) == 0, "chat encode: %s", err.msg);
 
-    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0, NULL, NULL};
+    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0, NULL, NULL, NULL};
     static sink a, b;
     v4_gen_result ra = {0}, rb = {0};
     int cap = (int)e.prompt.n + 64;
@@ -80,6 +81,47 @@ int main(void)
           flen == a.len && !memcmp(full, a.buf, flen), "streamed text == decode(ids)");
     free(full);
     v4_gen_result_free(&rb);
+
+    /* expert routing counts: every step adds K per layer; they equal the routes the
+     * decode path reports when the same tokens are stepped one by one with a trace */
+    {
+        const v4_config *c = &e.m.cfg;
+        const int L = c->n_layers, E = c->n_routed_experts, K = c->n_act_experts;
+        uint32_t *cnt = calloc((size_t)L * E, sizeof *cnt), *ref = calloc((size_t)L * E, sizeof *ref);
+        int32_t *rid = malloc(sizeof(int32_t) * L * K);
+        float *rw = malloc(sizeof(float) * L * K);
+        v4_gen_request rc = req;
+        rc.expert_counts = cnt;
+        CHECK(gen(&e, rc, cap, &b, &rb, &err) == 0 && rb.n_tokens == ra.n_tokens &&
+              !memcmp(rb.tokens, ra.tokens, sizeof(int32_t) * ra.n_tokens), "counting does not change generation");
+        long steps = (long)e.prompt.n + rb.n_tokens - 1;   /* finish "length": the last token is not fed */
+        v4_seq *s = v4_seq_create(&e.m.w, cap, &err);
+        v4_trace tr = {.route_ids = rid, .route_w = rw};
+        v4_trace *trp = &tr;
+        for (long p = 0; p < steps; p++) {
+            int32_t tok = p < (long)e.prompt.n ? e.prompt.v[p] : rb.tokens[p - (long)e.prompt.n];
+            CHECK(v4_step(e.ctx, &s, &tok, 1, NULL, &trp, &err) == 0, "traced step %ld", p);
+            for (int l = 0; l < L; l++)
+                for (int k = 0; k < K; k++)
+                    ref[(size_t)l * E + rid[l * K + k]]++;
+        }
+        v4_seq_free(s);
+        int same = 1;
+        for (int l = 0; l < L; l++) {
+            long sum = 0;
+            for (int x = 0; x < E; x++) {
+                sum += cnt[(size_t)l * E + x];
+                same &= cnt[(size_t)l * E + x] == ref[(size_t)l * E + x];
+            }
+            CHECK(sum == steps * K, "layer %d: %ld routed = %ld steps x K=%d", l, sum, steps, K);
+        }
+        CHECK(same, "expert counts == traced routes");
+        v4_gen_result_free(&rb);
+        free(cnt);
+        free(ref);
+        free(rid);
+        free(rw);
+    }
 
     /* stop string: a piece from the middle of the text */
     if (a.len > 12) {

@@ -1,5 +1,8 @@
 /* test_worker_config.c - worker settings from the environment: defaults, overrides,
- * validation naming the variable, and password masking of URLs. */
+ * validation naming the variable, password masking of URLs, the config file
+ * (V4_CONFIG_FILE: values, precedence of the environment, errors naming the line) and
+ * NAME_FILE secrets. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,5 +43,69 @@ int main(void)
     CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_HEARTBEAT_S") &&
               !strstr(err.msg, "topsecret"),
           "bad heartbeat");
+    unsetenv("V4_AMQP_URL");
+    unsetenv("V4_HEARTBEAT_S");
+    unsetenv("V4_TASK_QUEUE");
+
+    /* config file */
+    char path[4096], secret[4096];
+    const char *tmp = t_env("V4_TMP", "/tmp");
+    snprintf(path, sizeof path, "%s/worker_config_test.conf", tmp);
+    snprintf(secret, sizeof secret, "%s/worker_config_test.secret", tmp);
+    FILE *f = fopen(secret, "w");
+    fputs("redis://:filepw@redis.example:6380/2\n", f);
+    fclose(f);
+    f = fopen(path, "w");
+    fprintf(f, "# worker settings\n\nV4_TASK_QUEUE = from-file\nV4_PREFETCH=3\n  V4_MODEL_NAME = \"my model\"  \n"
+               "V4_REDIS_URL_FILE=%s\nV4_REDIS_BACKLOG=77\n", secret);
+    fclose(f);
+    setenv("V4_CONFIG_FILE", path, 1);
+    setenv("V4_PREFETCH", "5", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0, "config file: %s: %s", err.where, err.msg);
+    CHECK(!strcmp(c.task_queue, "from-file") && !strcmp(c.model_name, "my model") && c.redis_backlog == 77,
+          "file values (%s, %s, %ld)", c.task_queue, c.model_name, c.redis_backlog);
+    CHECK(c.prefetch == 5, "environment overrides the file (%d)", c.prefetch);
+    CHECK(!strcmp(c.redis_url, "redis://:filepw@redis.example:6380/2"), "NAME_FILE in the file: %s", c.redis_url);
+    CHECK(!strcmp(c.config_file, path), "config file recorded");
+    unsetenv("V4_PREFETCH");
+    setenv("V4_REDIS_URL", "redis://envhost:1/0", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.redis_url, "redis://envhost:1/0"),
+          "env beats NAME_FILE");
+    unsetenv("V4_REDIS_URL");
+    setenv("V4_AMQP_URL_FILE", secret, 1);   /* a redis URL: must be refused, naming the setting */
+    CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_AMQP_URL") &&
+              !strstr(err.msg, "filepw"),
+          "secret file validated without echoing it: %s: %s", err.where, err.msg);
+    setenv("V4_AMQP_URL_FILE", "/nonexistent/secret", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_AMQP_URL_FILE") &&
+              strstr(err.msg, "/nonexistent/secret"),
+          "unreadable secret file: %s: %s", err.where, err.msg);
+    unsetenv("V4_AMQP_URL_FILE");
+
+    static const char *const bad[][2] = {
+        {"V4_PREFETCH=2\nV4_TASK_QUEUE\n", "config file line 2"},
+        {"V4_PREFETCH=2\nV4_NOPE=1\n", "config file line 2"},
+        {"\n\nV4_PREFETCH=2\nV4_PREFETCH=3\n", "config file line 4"},
+        {"V4_PREFETCH=0\n", "V4_PREFETCH"},
+        {"V4_REDIS_URL=http://x\n", "V4_REDIS_URL"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "w");
+        fputs(bad[i][0], f);
+        fclose(f);
+        CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, bad[i][1]),
+              "bad file %zu: where '%s' (want '%s'): %s", i, err.where, bad[i][1], err.msg);
+    }
+    setenv("V4_CONFIG_FILE", "/nonexistent/v4.conf", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_CONFIG_FILE"), "missing file");
+    unsetenv("V4_CONFIG_FILE");
+    f = fopen(path, "w");
+    fputs("V4_REDIS_URL=off\n", f);
+    fclose(f);
+    setenv("V4_CONFIG_FILE", path, 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.redis_url, "off"), "redis off");
+    unsetenv("V4_CONFIG_FILE");
+    remove(path);
+    remove(secret);
     TEST_DONE();
 }

@@ -166,7 +166,7 @@ int v4_cmd_generate(int argc, char **argv)
         goto out;
     int32_t eos = tok && v4_tok_eos(tok) >= 0 ? v4_tok_eos(tok) : cfg->eos_id;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
-                          o.stops, o.n_stops, NULL, NULL};
+                          o.stops, o.n_stops, NULL, NULL, NULL};
     if (v4_generate(ctx, seq, tok, &req, emit_stdout, NULL, &res, &err))
         goto out;
     if (o.prompt) {

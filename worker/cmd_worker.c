@@ -6,8 +6,8 @@
  * (task_run.h) -> publish the result (to the AMQP reply_to queue with the delivery's
  * correlation_id when present, else to the results exchange; message_id = task id) ->
  * the AMQP thread acks the task only after the broker confirmed the result.
- * Settings come from environment variables (config/worker_config.h); only the masked
- * AMQP URL is ever logged.
+ * Settings come from environment variables and/or a config file (--config FILE or
+ * V4_CONFIG_FILE; config/worker_config.h); only masked URLs are ever logged.
  *
  * Signals: SIGTERM/SIGINT set a sig_atomic_t flag (the one piece of process-wide
  * mutable state, written only by the handler).  It is polled every 200 ms between
@@ -159,7 +159,8 @@ static void handle(worker *w, const v4q_delivery *d)
         .text = out.text, .text_len = out.text_len, .token_ids = out.tokens, .n_tokens = out.n_tokens,
         .finish_reason = out.finish_reason, .prompt_tokens = out.prompt_tokens, .queue_ms = queue_ms_of(d),
         .prefill_ms = out.prefill_ms, .decode_ms = out.decode_ms, .total_ms = v4_now_ms() - t0,
-        .error = rc ? &e : NULL};
+        .expert_hits = out.expert_hits, .expert_misses = out.expert_misses,
+        .expert_bytes_loaded = out.expert_bytes_loaded, .error = rc ? &e : NULL};
     char *json = v4_result_json(&ri);
     if (!json) {
         wlog(w, 0, "task %s: out of memory building the result; requeueing", t.id);
@@ -180,9 +181,13 @@ static void handle(worker *w, const v4q_delivery *d)
 
 int v4_cmd_worker(int argc, char **argv)
 {
-    if (argc > 1) {
+    if (argc == 3 && !strcmp(argv[1], "--config")) {
+        setenv("V4_CONFIG_FILE", argv[2], 1);   /* before any thread starts */
+    } else if (argc > 1) {
         FILE *f = strcmp(argv[1], "--help") ? stderr : stdout;
-        fprintf(f, "usage: v4fleet worker   (all settings from environment variables; see README \"Queue worker\")\n");
+        fprintf(f, "usage: v4fleet worker [--config FILE]\n"
+                   "  settings: environment variables V4_*, their V4_*_FILE forms (secrets), or FILE\n"
+                   "  (NAME=value lines, also via V4_CONFIG_FILE); the environment wins.  See README \"Queue worker\".\n");
         return f == stdout ? 0 : 2;
     }
     worker w = {0};
@@ -207,8 +212,8 @@ int v4_cmd_worker(int argc, char **argv)
     }
     char masked[V4_CFG_STR];
     v4_mask_url(w.cfg.amqp_url, masked, sizeof masked);
-    wlog(&w, 1, "worker %s serving model \"%s\" from %s; broker %s", w.cfg.worker_id, w.cfg.model_name,
-         w.cfg.model_dir, masked);
+    wlog(&w, 1, "worker %s serving model \"%s\" from %s; broker %s%s%s", w.cfg.worker_id, w.cfg.model_name,
+         w.cfg.model_dir, masked, w.cfg.config_file[0] ? "; settings file " : "", w.cfg.config_file);
     if (!(w.svc = v4q_service_start(&w.cfg, log_line, NULL, &err))) {
         fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, err.where, err.msg);
         v4_runner_free(w.runner);

@@ -18,6 +18,30 @@ void v4_gen_result_free(v4_gen_result *res)
     res->n_tokens = 0;
 }
 
+/* One forward step of seq; adds its routing to req->expert_counts when asked. */
+typedef struct step_obs {
+    v4_trace tr;
+    v4_trace *ptr;
+    const v4_config *cfg;
+    uint32_t *counts;
+} step_obs;
+
+static int step(v4_ctx *ctx, v4_seq *seq, int32_t token, float *logits, step_obs *o, v4_error *err)
+{
+    if (v4_step(ctx, &seq, &token, 1, logits, o->counts ? &o->ptr : NULL, err))
+        return -1;
+    if (o->counts) {
+        const int K = o->cfg->n_act_experts, E = o->cfg->n_routed_experts;
+        for (int l = 0; l < o->cfg->n_layers; l++)
+            for (int k = 0; k < K; k++) {
+                int32_t id = o->tr.route_ids[l * K + k];
+                if (id >= 0 && id < E)
+                    o->counts[(size_t)l * E + id]++;
+            }
+    }
+    return 0;
+}
+
 int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                 v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err)
 {
@@ -31,7 +55,13 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
     v4_sampler *smp = NULL;
     v4_stop *stop = NULL;
     v4_tok_stream *ts = NULL;
-    if (!logits || !res->tokens) {
+    step_obs obs = {.cfg = cfg, .counts = req->expert_counts};
+    obs.ptr = &obs.tr;
+    if (obs.counts) {   /* the trace's route ids and weights come together */
+        obs.tr.route_ids = malloc(sizeof(int32_t) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+        obs.tr.route_w = malloc(sizeof(float) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+    }
+    if (!logits || !res->tokens || (obs.counts && (!obs.tr.route_ids || !obs.tr.route_w))) {
         v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
         goto done;
     }
@@ -56,7 +86,7 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
             v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled during the prompt");
             goto done;
         }
-        if (v4_step(ctx, &seq, &req->prompt[p], 1, p + 1 == req->n_prompt ? logits : NULL, NULL, err))
+        if (step(ctx, seq, req->prompt[p], p + 1 == req->n_prompt ? logits : NULL, &obs, err))
             goto done;
     }
     double t1 = now_s();
@@ -89,7 +119,7 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
             v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled after %d tokens", res->n_tokens);
             goto done;
         }
-        if (res->n_tokens < req->max_tokens && v4_step(ctx, &seq, &next, 1, logits, NULL, err))
+        if (res->n_tokens < req->max_tokens && step(ctx, seq, next, logits, &obs, err))
             goto done;
     }
     if (ts && !stopped) {
@@ -104,6 +134,8 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
     res->decode_s = now_s() - t1;
     rc = 0;
 done:
+    free(obs.tr.route_ids);
+    free(obs.tr.route_w);
     free(logits);
     v4_sampler_free(smp);
     v4_stop_free(stop);

@@ -9,6 +9,8 @@
  * after max_tokens (finish "length").  The EOS token itself is neither emitted nor
  * counted in the text; it is counted in the generated tokens.  An optional cancel
  * callback, polled before every forward step, aborts the run (error, where "cancel").
+ * Expert routing is counted per (layer, expert) when the caller asks (expert_counts):
+ * the worker's utilization telemetry and the result's `experts` figures.
  *
  * Ownership: the result's token array is malloc'd (v4_gen_result_free).  The model,
  * context, tokenizer and sequence are borrowed.
@@ -36,6 +38,10 @@ typedef struct v4_gen_request {
      * where is "cancel" (deadlines, shutdown).  NULL = never. */
     int (*cancel)(void *ud);
     void *cancel_ud;
+    /* Optional: [n_layers * n_routed_experts] counters; every forward step adds 1 to
+     * each (layer, expert) its token was routed to (learned and hash layers alike).
+     * The caller zeroes it; NULL = not collected. */
+    uint32_t *expert_counts;
 } v4_gen_request;
 
 typedef struct v4_gen_result {

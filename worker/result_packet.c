@@ -47,6 +47,9 @@ char *v4_result_json(const v4_result_info *r)
     }
     json_object_set_new(o, "timing", json_pack("{s:f, s:f, s:f, s:f}", "queue_ms", r->queue_ms, "prefill_ms",
                                                r->prefill_ms, "decode_ms", r->decode_ms, "total_ms", r->total_ms));
+    json_object_set_new(o, "experts", json_pack("{s:I, s:I, s:I}", "hits", (json_int_t)r->expert_hits, "misses",
+                                                (json_int_t)r->expert_misses, "bytes_loaded",
+                                                (json_int_t)r->expert_bytes_loaded));
     json_object_set_new(o, "worker", json_string(r->worker ? r->worker : ""));
     if (r->metadata)
         json_object_set(o, "metadata", r->metadata);

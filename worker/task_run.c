@@ -155,6 +155,22 @@ static int guard_cancel(void *ud)
     return g->why;
 }
 
+/* The result's experts figures from the routing counts.  Every expert of this engine
+ * is resident (mmap'd checkpoint), so every activation is a hit; the tiered expert
+ * cache will report its own misses and bytes. */
+static void count_experts(v4_run_output *out)
+{
+    long long hits = 0, layer0 = 0;
+    for (size_t i = 0, n = (size_t)out->expert_layers * (size_t)out->expert_n; out->expert_counts && i < n; i++) {
+        hits += out->expert_counts[i];
+        if (i < (size_t)out->expert_n)
+            layer0 += out->expert_counts[i];
+    }
+    out->expert_hits = hits;
+    out->expert_misses = out->expert_bytes_loaded = 0;
+    out->forwarded = out->expert_k ? (long)(layer0 / out->expert_k) : 0;
+}
+
 int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
                   v4_run_output *out, v4_task_error *e)
 {
@@ -188,8 +204,17 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
         goto out;
     }
     int32_t eos = v4_tok_eos(r->tok) >= 0 ? v4_tok_eos(r->tok) : r->m.cfg.eos_id;
+    const v4_config *mc = &r->m.cfg;
+    if (!(out->expert_counts = calloc((size_t)mc->n_layers * (size_t)mc->n_routed_experts, sizeof(uint32_t)))) {
+        v4_task_fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
+        goto out;
+    }
+    out->expert_layers = mc->n_layers;
+    out->expert_n = mc->n_routed_experts;
+    out->expert_k = mc->n_act_experts;
     run_guard guard = {deadline_ms, abort_fn, abort_ud, 0};
-    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, eos, t->stops, t->n_stops, guard_cancel, &guard};
+    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, eos, t->stops, t->n_stops, guard_cancel, &guard,
+                          out->expert_counts};
     if (v4_generate(r->ctx, seq, r->tok, &req, emit_buf, &buf, &res, &err)) {
         if (guard.why == 2) {
             v4_task_fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err.msg);
@@ -221,6 +246,7 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     out->decode_ms = res.decode_s * 1e3;
     rc = out->text ? 0 : v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
 out:
+    count_experts(out);
     free(buf.p);
     v4_gen_result_free(&res);
     v4_seq_free(seq);
@@ -230,6 +256,7 @@ out:
 
 void v4_run_output_free(v4_run_output *o)
 {
+    free(o->expert_counts);
     free(o->text);
     free(o->tokens);
     memset(o, 0, sizeof *o);

@@ -34,6 +34,13 @@ typedef struct v4_run_output {
     int prompt_tokens;
     const char *finish_reason;
     double prefill_ms, decode_ms;
+    /* Expert routing of the run, also filled when the task failed after starting:
+     * counts [expert_layers * expert_n] routed tokens per (layer, expert) (NULL when
+     * nothing ran), positions forwarded, and the result's experts figures. */
+    uint32_t *expert_counts;
+    int expert_layers, expert_n, expert_k;
+    long forwarded;
+    long long expert_hits, expert_misses, expert_bytes_loaded;
 } v4_run_output;
 
 /* model_name: what this worker serves (tasks naming another model are refused). */
