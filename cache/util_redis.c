@@ -1,0 +1,755 @@
+/* util_redis.c - expert-utilization counters shipped to Redis by one owned thread;
+ * see util_redis.h for the key schema, the wire protocol and the failure policy.
+ *
+ * Backlog: a singly linked FIFO (head/tail) under u->mu.  v4_util_record builds the
+ * record (one malloc: header + task id + sparse (index, count) pairs) outside the lock
+ * and only links it in under the lock.  The thread is the only one that unlinks; it
+ * snapshots the first N records of the list under the lock and reads them without it
+ * (a record's contents are immutable once linked; producers only touch tail->next).
+ *
+ * Thread loop: lock, decide one action (exit, log a backlog note, wait, connect, send a
+ * batch), unlock, do it (I/O and log callbacks always run unlocked), repeat.
+ * Memory: the thread owns the redisContext and a scratch buffer for EVAL arguments;
+ * v4_util_free frees whatever is left in the backlog.
+ */
+#include "util_redis.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOGP "util-redis: "
+#define MAX_TASK_ID 512
+#define MAX_CELLS (1u << 24)
+#define BATCH_MAX_RECS 64
+#define BATCH_MAX_BYTES ((size_t)4 << 20)
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 10000
+
+/* KEYS[1] done guard, KEYS[2] total hash, KEYS[3] bucket hash.
+ * ARGV[1] done ttl, ARGV[2] bucket ttl, ARGV[3] tokens, ARGV[4] shape, then field, count pairs. */
+static const char LUA_SCRIPT[] =
+    "if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end\n"
+    "local t, b = KEYS[2], KEYS[3]\n"
+    "for _, k in ipairs({t, b}) do\n"
+    "  redis.call('HINCRBY', k, '_tasks', 1)\n"
+    "  redis.call('HINCRBY', k, '_tokens', ARGV[3])\n"
+    "  redis.call('HSET', k, '_shape', ARGV[4])\n"
+    "end\n"
+    "for i = 5, #ARGV, 2 do\n"
+    "  redis.call('HINCRBY', t, ARGV[i], ARGV[i + 1])\n"
+    "  redis.call('HINCRBY', b, ARGV[i], ARGV[i + 1])\n"
+    "end\n"
+    "redis.call('EXPIRE', b, ARGV[2])\n"
+    "return 1\n";
+
+typedef struct rec {
+    struct rec *next;
+    long long unix_s;   /* time of the record: selects the bucket */
+    long tokens;
+    uint32_t n;         /* non-zero cells */
+    uint32_t *idx;      /* cell index layer * n_experts + expert */
+    uint32_t *cnt;
+    size_t bytes;       /* size of the allocation */
+    char id[];          /* task id; the arrays follow, 4-byte aligned */
+} rec;
+
+typedef enum { ACT_EXIT, ACT_NOTE, ACT_CONNECT, ACT_SEND } action;
+
+struct v4_util {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* the thread: new work, stop, backlog note */
+    pthread_cond_t drained;  /* v4_util_flush: the backlog shrank */
+    rec *head, *tail;
+    size_t n_pending, bytes_pending;
+    v4_util_stats st;        /* under mu (pending is n_pending) */
+    int stop;
+    struct timespec stop_deadline;
+    struct timespec next_attempt;  /* earliest next connect attempt */
+    int full;                /* a drop episode is open (set by record, closed by the thread) */
+    int full_logged;         /* its "backlog full" line was logged */
+    uint64_t dropped_at_note;/* stats.dropped before the episode */
+
+    /* configuration (immutable after start) */
+    char *url, *url_masked, *prefix, *model;
+    char shape[64];
+    long bucket_s, bucket_ttl_s, done_ttl_s, timeout_ms;
+    size_t max_backlog, max_backlog_bytes;
+    size_t n_cells;
+    int n_experts;
+    v4_util_log_fn log;
+    void *ud;
+    pthread_t th;
+
+    /* thread-only state */
+    redisContext *c;
+    int fails;               /* consecutive failed attempts: backoff exponent */
+    int down_logged;         /* "cannot connect" logged for this outage */
+    int attempted;           /* the first (eager) connect attempt was made */
+    uint64_t rng;
+    uint64_t rejected_logged;
+    const char **argv;
+    size_t *argl;
+    size_t argcap;
+    char *num;
+    size_t numcap;
+};
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static void now_mono(struct timespec *t)
+{
+    clock_gettime(CLOCK_MONOTONIC, t);
+}
+
+static void ts_add_ms(struct timespec *t, long ms)
+{
+    t->tv_sec += ms / 1000;
+    t->tv_nsec += (ms % 1000) * 1000000L;
+    if (t->tv_nsec >= 1000000000L) {
+        t->tv_sec++;
+        t->tv_nsec -= 1000000000L;
+    }
+}
+
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+static long ts_ms_until(const struct timespec *t)
+{
+    struct timespec n;
+    now_mono(&n);
+    return (long)((t->tv_sec - n.tv_sec) * 1000 + (t->tv_nsec - n.tv_nsec) / 1000000L);
+}
+
+static void ulog(v4_util *u, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void ulog(v4_util *u, int level, const char *fmt, ...)
+{
+    if (!u->log)
+        return;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    u->log(u->ud, level, line);
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static char *dupstr(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* ---- key names --------------------------------------------------------------------- */
+
+static const char *pfx(const char *prefix)
+{
+    return prefix && *prefix ? prefix : "v4";
+}
+
+void v4_util_key_total(const char *prefix, const char *model, char *out, size_t n)
+{
+    if (out && n)
+        snprintf(out, n, "%s:util:%s:total", pfx(prefix), model ? model : "");
+}
+
+void v4_util_key_bucket(const char *prefix, const char *model, long long unix_s, long bucket_s, char *out,
+                        size_t n)
+{
+    if (!out || !n)
+        return;
+    if (bucket_s <= 0)
+        bucket_s = 3600;
+    long long q = unix_s / bucket_s;
+    if (unix_s % bucket_s != 0 && unix_s < 0)
+        q--;                                  /* floor for times before 1970 */
+    time_t start = (time_t)(q * bucket_s);
+    struct tm tm;
+    char stamp[32] = "000000000000";
+    if (gmtime_r(&start, &tm))
+        snprintf(stamp, sizeof stamp, "%04d%02d%02d%02d%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                 tm.tm_hour, tm.tm_min);
+    snprintf(out, n, "%s:util:%s:b:%s", pfx(prefix), model ? model : "", stamp);
+}
+
+void v4_util_key_done(const char *prefix, const char *task_id, char *out, size_t n)
+{
+    if (out && n)
+        snprintf(out, n, "%s:done:%s", pfx(prefix), task_id ? task_id : "");
+}
+
+/* ---- backlog ------------------------------------------------------------------------ */
+
+static void rec_unlink(v4_util *u, rec *prev, rec *r)
+{
+    if (prev)
+        prev->next = r->next;
+    else
+        u->head = r->next;
+    if (u->tail == r)
+        u->tail = prev;
+    u->n_pending--;
+    u->bytes_pending -= r->bytes;
+}
+
+int v4_util_record(v4_util *u, const char *task_id, const uint32_t *counts, long tokens)
+{
+    if (!u)
+        return 0;
+    if (!task_id || !*task_id || !counts || tokens < 0)
+        return -1;
+    size_t idlen = strnlen(task_id, MAX_TASK_ID + 1);
+    if (idlen > MAX_TASK_ID)
+        return -1;
+    uint32_t nz = 0;
+    for (size_t i = 0; i < u->n_cells; i++)
+        nz += counts[i] != 0;
+    size_t off = (sizeof(rec) + idlen + 1 + 3) & ~(size_t)3;
+    size_t bytes = off + (size_t)nz * 2 * sizeof(uint32_t);
+    rec *r = malloc(bytes);
+    if (r) {
+        r->next = NULL;
+        r->unix_s = (long long)time(NULL);
+        r->tokens = tokens;
+        r->n = nz;
+        r->bytes = bytes;
+        memcpy(r->id, task_id, idlen + 1);
+        r->idx = (uint32_t *)((char *)r + off);
+        r->cnt = r->idx + nz;
+        uint32_t k = 0;
+        for (size_t i = 0; i < u->n_cells; i++)
+            if (counts[i]) {
+                r->idx[k] = (uint32_t)i;
+                r->cnt[k++] = counts[i];
+            }
+    }
+    pthread_mutex_lock(&u->mu);
+    int dropped = !r || u->n_pending >= u->max_backlog || u->bytes_pending + bytes > u->max_backlog_bytes;
+    if (dropped) {
+        u->st.dropped++;
+        if (!u->full) {
+            u->full = 1;
+            u->dropped_at_note = u->st.dropped - 1;
+            pthread_cond_signal(&u->cv);   /* the thread logs "dropping started" once */
+        }
+    } else {
+        u->st.recorded++;
+        if (u->tail)
+            u->tail->next = r;
+        else
+            u->head = r;
+        u->tail = r;
+        u->n_pending++;
+        u->bytes_pending += bytes;
+        pthread_cond_signal(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+    if (dropped)
+        free(r);
+    return dropped ? 1 : 0;
+}
+
+void v4_util_get_stats(v4_util *u, v4_util_stats *s)
+{
+    if (!s)
+        return;
+    memset(s, 0, sizeof *s);
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->mu);
+    *s = u->st;
+    s->pending = u->n_pending;
+    pthread_mutex_unlock(&u->mu);
+}
+
+long v4_util_flush(v4_util *u, long timeout_ms)
+{
+    if (!u)
+        return 0;
+    struct timespec dl;
+    now_mono(&dl);
+    ts_add_ms(&dl, timeout_ms > 0 ? timeout_ms : 0);
+    pthread_mutex_lock(&u->mu);
+    while (u->n_pending > 0) {
+        if (pthread_cond_timedwait(&u->drained, &u->mu, &dl) == ETIMEDOUT)
+            break;
+    }
+    long left = (long)u->n_pending;
+    pthread_mutex_unlock(&u->mu);
+    return left;
+}
+
+/* ---- the thread ---------------------------------------------------------------------- */
+
+static void schedule_retry(v4_util *u)
+{
+    /* under mu: exponential backoff with "equal jitter": [d/2, d] */
+    long d = BACKOFF_MIN_MS;
+    for (int i = 0; i < u->fails && d < BACKOFF_MAX_MS; i++)
+        d *= 2;
+    if (d > BACKOFF_MAX_MS)
+        d = BACKOFF_MAX_MS;
+    long j = d / 2 + (long)(rng_next(&u->rng) % (uint64_t)(d / 2 + 1));
+    u->fails++;
+    now_mono(&u->next_attempt);
+    ts_add_ms(&u->next_attempt, j);
+}
+
+static int transient_error(const char *s)
+{
+    static const char *const pre[] = { "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "OOM",
+                                       "CLUSTERDOWN", "NOREPLICAS" };
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+        if (strncmp(s, pre[i], strlen(pre[i])) == 0)
+            return 1;
+    return 0;
+}
+
+static int scratch_reserve(v4_util *u, size_t argc, size_t numbytes)
+{
+    if (argc > u->argcap) {
+        size_t cap = argc + argc / 2;
+        const char **a = realloc(u->argv, cap * sizeof *a);
+        if (!a)
+            return -1;
+        u->argv = a;
+        size_t *l = realloc(u->argl, cap * sizeof *l);
+        if (!l)
+            return -1;
+        u->argl = l;
+        u->argcap = cap;
+    }
+    if (numbytes > u->numcap) {
+        char *p = realloc(u->num, numbytes + numbytes / 2);
+        if (!p)
+            return -1;
+        u->num = p;
+        u->numcap = numbytes + numbytes / 2;
+    }
+    return 0;
+}
+
+/* Append the EVAL of r to the context's output buffer.  0 ok, -1 out of memory. */
+static int append_eval(v4_util *u, const rec *r)
+{
+    size_t argc = 10 + 2 * (size_t)r->n;
+    size_t plen = strlen(u->prefix), mlen = strlen(u->model), idlen = strlen(r->id);
+    size_t need = (plen + idlen + 8) + 2 * (plen + mlen + 32) + 4 * 24 + sizeof u->shape + (size_t)r->n * 36;
+    if (scratch_reserve(u, argc, need) != 0)
+        return -1;
+    char *p = u->num, *end = u->num + u->numcap;
+    size_t a = 0;
+#define ARG_LIT(s) (u->argv[a] = (s), u->argl[a] = strlen(s), a++)
+#define ARG_FMT(...) do { int w_ = snprintf(p, (size_t)(end - p), __VA_ARGS__); \
+        u->argv[a] = p; u->argl[a] = (size_t)w_; a++; p += w_ + 1; } while (0)
+    ARG_LIT("EVAL");
+    u->argv[a] = LUA_SCRIPT;
+    u->argl[a++] = sizeof LUA_SCRIPT - 1;
+    ARG_LIT("3");
+    ARG_FMT("%s:done:%s", u->prefix, r->id);
+    ARG_FMT("%s:util:%s:total", u->prefix, u->model);
+    v4_util_key_bucket(u->prefix, u->model, r->unix_s, u->bucket_s, p, (size_t)(end - p));
+    u->argv[a] = p;
+    u->argl[a] = strlen(p);
+    p += u->argl[a++] + 1;
+    ARG_FMT("%ld", u->done_ttl_s);
+    ARG_FMT("%ld", u->bucket_ttl_s);
+    ARG_FMT("%ld", r->tokens);
+    ARG_LIT(u->shape);
+    unsigned ne = (unsigned)u->n_experts;
+    for (uint32_t i = 0; i < r->n; i++) {
+        ARG_FMT("%u:%u", r->idx[i] / ne, r->idx[i] % ne);
+        ARG_FMT("%u", r->cnt[i]);
+    }
+#undef ARG_LIT
+#undef ARG_FMT
+    return redisAppendCommandArgv(u->c, (int)a, u->argv, u->argl) == REDIS_OK ? 0 : -1;
+}
+
+static void ctx_reason(const v4_util *u, char *out, size_t n)
+{
+    const redisContext *c = u->c;
+    if (c->err == REDIS_ERR_IO && (strstr(c->errstr, "temporarily unavailable") || strstr(c->errstr, "timed out")))
+        snprintf(out, n, "no answer within %ld ms", u->timeout_ms);
+    else if (c->err == REDIS_ERR_EOF)
+        snprintf(out, n, "server closed the connection");
+    else
+        snprintf(out, n, "%s", c->errstr[0] ? c->errstr : "unknown error");
+}
+
+enum { RES_KEEP = -1, RES_DUP = 0, RES_SENT = 1, RES_REJECTED = 2 };
+
+/* Send batch[0..n) as one pipeline and read the replies into res[].  Returns 0 when the
+ * connection is still good, -1 (reason filled) when it must be dropped. */
+static int send_batch(v4_util *u, rec **batch, int n, int *res, char *reason, size_t rn, char *rej, size_t rjn)
+{
+    for (int i = 0; i < n; i++)
+        res[i] = RES_KEEP;
+    for (int i = 0; i < n; i++)
+        if (append_eval(u, batch[i]) != 0) {
+            snprintf(reason, rn, "out of memory building the EVAL of task '%.64s'", batch[i]->id);
+            return -1;
+        }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        void *rv = NULL;
+        if (redisGetReply(u->c, &rv) != REDIS_OK || !rv) {
+            ctx_reason(u, reason, rn);
+            return -1;
+        }
+        redisReply *r = rv;
+        if (r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)) {
+            res[i] = r->integer ? RES_SENT : RES_DUP;
+        } else if (r->type == REDIS_REPLY_ERROR && transient_error(r->str)) {
+            if (rc == 0)
+                snprintf(reason, rn, "server busy: %.200s", r->str);
+            rc = -1;   /* keep the record; read the other replies first */
+        } else {
+            res[i] = RES_REJECTED;
+            if (rej[0] == '\0') {
+                if (r->type == REDIS_REPLY_ERROR)
+                    snprintf(rej, rjn, "task '%.64s': %.200s", batch[i]->id, r->str);
+                else
+                    snprintf(rej, rjn, "task '%.64s': unexpected reply type %d", batch[i]->id, r->type);
+            }
+        }
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+static void *util_thread(void *arg)
+{
+    v4_util *u = arg;
+    sigset_t ss;
+    sigemptyset(&ss);
+    sigaddset(&ss, SIGPIPE);   /* a write to a closed socket must fail with EPIPE, not kill us */
+    pthread_sigmask(SIG_BLOCK, &ss, NULL);
+
+    rec *batch[BATCH_MAX_RECS];
+    int res[BATCH_MAX_RECS];
+    for (;;) {
+        action act;
+        int nb = 0;
+        long conn_timeout = u->timeout_ms;
+        size_t note_pending = 0;
+        uint64_t note_dropped = 0;
+        int note_kind = 0;   /* 1 full, 2 recovered */
+        pthread_mutex_lock(&u->mu);
+        for (;;) {
+            struct timespec now;
+            now_mono(&now);
+            if (u->stop && (!u->head || !ts_before(&now, &u->stop_deadline))) {
+                act = ACT_EXIT;
+                break;
+            }
+            if (u->full && !u->full_logged) {
+                u->full_logged = 1;
+                note_kind = 1;
+                note_pending = u->n_pending;
+                act = ACT_NOTE;
+                break;
+            }
+            if (u->full && u->full_logged && u->n_pending <= u->max_backlog / 2 &&
+                u->bytes_pending <= u->max_backlog_bytes / 2) {
+                u->full = u->full_logged = 0;
+                note_kind = 2;
+                note_dropped = u->st.dropped - u->dropped_at_note;
+                note_pending = u->n_pending;
+                act = ACT_NOTE;
+                break;
+            }
+            if (!u->head && (u->c || u->attempted)) {   /* connect eagerly once, then on demand */
+                if (u->stop)
+                    pthread_cond_timedwait(&u->cv, &u->mu, &u->stop_deadline);
+                else
+                    pthread_cond_wait(&u->cv, &u->mu);
+                continue;
+            }
+            if (!u->c && ts_before(&now, &u->next_attempt)) {
+                const struct timespec *until = &u->next_attempt;
+                if (u->stop && ts_before(&u->stop_deadline, until))
+                    until = &u->stop_deadline;
+                pthread_cond_timedwait(&u->cv, &u->mu, until);
+                continue;
+            }
+            if (!u->c) {
+                act = ACT_CONNECT;
+                u->attempted = 1;
+                if (u->stop) {
+                    long left = ts_ms_until(&u->stop_deadline);
+                    if (left < conn_timeout)
+                        conn_timeout = left < 1 ? 1 : left;
+                }
+                note_pending = u->n_pending;
+                break;
+            }
+            size_t bytes = 0;
+            for (rec *r = u->head; r && nb < BATCH_MAX_RECS; r = r->next) {
+                if (nb > 0 && bytes + r->bytes * 4 > BATCH_MAX_BYTES)
+                    break;
+                batch[nb++] = r;
+                bytes += r->bytes * 4;
+            }
+            if (u->stop) {
+                long left = ts_ms_until(&u->stop_deadline);
+                if (left < conn_timeout)
+                    conn_timeout = left < 1 ? 1 : left;
+            }
+            act = ACT_SEND;
+            break;
+        }
+        pthread_mutex_unlock(&u->mu);
+
+        if (act == ACT_EXIT)
+            break;
+        if (act == ACT_NOTE) {
+            if (note_kind == 1)
+                ulog(u, 0, LOGP "backlog full (%zu records, limit %zu records / %zu bytes): dropping new records",
+                     note_pending, u->max_backlog, u->max_backlog_bytes);
+            else
+                ulog(u, 1, LOGP "backlog below half again (%zu records pending); %llu records were dropped",
+                     note_pending, (unsigned long long)note_dropped);
+            continue;
+        }
+        if (act == ACT_CONNECT) {
+            v4_error e;
+            v4_err_clear(&e);
+            redisContext *c = v4_redis_connect(u->url, conn_timeout, &e);
+            pthread_mutex_lock(&u->mu);
+            if (!c) {
+                u->st.errors++;
+                schedule_retry(u);
+                long delay = ts_ms_until(&u->next_attempt);
+                int attempt = u->fails;
+                pthread_mutex_unlock(&u->mu);
+                if (!u->down_logged) {
+                    u->down_logged = 1;
+                    ulog(u, 0, LOGP "cannot connect to %s: %s; %zu records pending, retrying with backoff "
+                                    "(%d..%d ms)", u->url_masked, e.msg, note_pending, BACKOFF_MIN_MS,
+                         BACKOFF_MAX_MS);
+                } else {
+                    ulog(u, 2, LOGP "connect attempt %d to %s failed: %s; next in %ld ms", attempt,
+                         u->url_masked, e.msg, delay);
+                }
+                continue;
+            }
+            u->c = c;
+            u->fails = 0;
+            u->down_logged = 0;
+            if (u->st.connects++ > 0)
+                u->st.reconnects++;
+            uint64_t nconn = u->st.connects;
+            size_t pend = u->n_pending;
+            pthread_mutex_unlock(&u->mu);
+            ulog(u, 1, LOGP "connected to %s (%s, %zu records pending)", u->url_masked,
+                 nconn > 1 ? "reconnected" : "first connection", pend);
+            continue;
+        }
+
+        /* ACT_SEND */
+        if (conn_timeout != u->timeout_ms) {
+            struct timeval tv = { .tv_sec = conn_timeout / 1000, .tv_usec = (conn_timeout % 1000) * 1000 };
+            redisSetTimeout(u->c, tv);
+        }
+        char reason[256] = "", rej[320] = "";
+        int rc = send_batch(u, batch, nb, res, reason, sizeof reason, rej, sizeof rej);
+        rec *to_free = NULL;
+        uint64_t nrej;
+        pthread_mutex_lock(&u->mu);
+        /* unlink the answered records (the batch is a prefix of the list, in order) */
+        rec *prev = NULL, *r = u->head;
+        for (int i = 0; i < nb; i++) {
+            rec *next = r->next;
+            if (res[i] == RES_KEEP) {
+                prev = r;
+            } else {
+                if (res[i] == RES_SENT)
+                    u->st.sent++;
+                else if (res[i] == RES_DUP)
+                    u->st.duplicates++;
+                else
+                    u->st.rejected++;
+                rec_unlink(u, prev, r);
+                r->next = to_free;
+                to_free = r;
+            }
+            r = next;
+        }
+        u->st.batches++;
+        if (rc != 0) {
+            u->st.errors++;
+            schedule_retry(u);
+        }
+        nrej = u->st.rejected;
+        size_t pend = u->n_pending;
+        pthread_cond_broadcast(&u->drained);
+        pthread_mutex_unlock(&u->mu);
+        while (to_free) {
+            rec *n = to_free->next;
+            free(to_free);
+            to_free = n;
+        }
+        if (rej[0]) {
+            if (u->rejected_logged == 0)
+                ulog(u, 0, LOGP "Redis rejected a record (discarded, counted in stats.rejected): %s", rej);
+            else
+                ulog(u, 2, LOGP "Redis rejected a record: %s (%llu so far)", rej, (unsigned long long)nrej);
+            u->rejected_logged = nrej;
+        }
+        if (rc != 0) {
+            redisFree(u->c);
+            u->c = NULL;
+            ulog(u, 0, LOGP "lost %s: %s; %zu records kept, reconnecting with backoff", u->url_masked, reason,
+                 pend);
+        }
+    }
+    if (u->c) {
+        redisFree(u->c);
+        u->c = NULL;
+    }
+    return NULL;
+}
+
+/* ---- start / free -------------------------------------------------------------------- */
+
+static void util_destroy(v4_util *u)
+{
+    rec *r = u->head;
+    while (r) {
+        rec *n = r->next;
+        free(r);
+        r = n;
+    }
+    free(u->argv);
+    free(u->argl);
+    free(u->num);
+    free(u->url);
+    free(u->url_masked);
+    free(u->prefix);
+    free(u->model);
+    pthread_cond_destroy(&u->cv);
+    pthread_cond_destroy(&u->drained);
+    pthread_mutex_destroy(&u->mu);
+    free(u);
+}
+
+v4_util *v4_util_start(const v4_util_opts *o, v4_util_log_fn log, void *ud, v4_error *err)
+{
+    if (!o) {
+        v4_err_set(err, V4_ERR_INVALID, "v4_util_start", "no options");
+        return NULL;
+    }
+    if (!o->redis_url || !*o->redis_url) {
+        v4_err_set(err, V4_OK, "redis url", "expert-utilization counters disabled (no Redis URL)");
+        return NULL;
+    }
+    v4_redis_url pu;
+    if (v4_redis_url_parse_full(o->redis_url, &pu, err) != 0)
+        return NULL;
+    memset(&pu, 0, sizeof pu);
+    char masked[512];
+    v4_redis_url_mask(o->redis_url, masked, sizeof masked);
+    if (!o->model || !*o->model) {
+        v4_err_set(err, V4_ERR_CONFIG, "model", "a model name is required for the utilization keys");
+        return NULL;
+    }
+    if (o->n_layers <= 0 || o->n_experts <= 0 || o->top_k <= 0 || o->top_k > o->n_experts) {
+        v4_err_set(err, V4_ERR_CONFIG, "shape",
+                   "invalid counts shape: n_layers %d, n_experts %d, top_k %d (need > 0 and top_k <= n_experts)",
+                   o->n_layers, o->n_experts, o->top_k);
+        return NULL;
+    }
+    if ((uint64_t)o->n_layers * (uint64_t)o->n_experts > MAX_CELLS) {
+        v4_err_set(err, V4_ERR_CONFIG, "shape", "n_layers x n_experts = %llu is above the limit %u",
+                   (unsigned long long)o->n_layers * (unsigned long long)o->n_experts, MAX_CELLS);
+        return NULL;
+    }
+    v4_util *u = calloc(1, sizeof *u);
+    if (!u) {
+        v4_err_set(err, V4_ERR_NOMEM, "v4_util_start", "out of memory");
+        return NULL;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cv, &ca);
+    pthread_cond_init(&u->drained, &ca);
+    pthread_condattr_destroy(&ca);
+    u->url = dupstr(o->redis_url);
+    u->url_masked = dupstr(masked);
+    u->prefix = dupstr(pfx(o->prefix));
+    u->model = dupstr(o->model);
+    if (!u->url || !u->url_masked || !u->prefix || !u->model) {
+        util_destroy(u);
+        v4_err_set(err, V4_ERR_NOMEM, "v4_util_start", "out of memory");
+        return NULL;
+    }
+    snprintf(u->shape, sizeof u->shape, "%d,%d,%d", o->n_layers, o->n_experts, o->top_k);
+    u->n_experts = o->n_experts;
+    u->n_cells = (size_t)o->n_layers * (size_t)o->n_experts;
+    u->bucket_s = o->bucket_s > 0 ? o->bucket_s : 3600;
+    u->bucket_ttl_s = o->bucket_ttl_s > 0 ? o->bucket_ttl_s : 172800;
+    u->done_ttl_s = o->done_ttl_s > 0 ? o->done_ttl_s : 604800;
+    u->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 1000;
+    u->max_backlog = o->max_backlog > 0 ? o->max_backlog : 10000;
+    u->max_backlog_bytes = o->max_backlog_bytes > 0 ? o->max_backlog_bytes : ((size_t)64 << 20);
+    u->log = log;
+    u->ud = ud;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    u->rng = ((uint64_t)t.tv_nsec << 20) ^ (uint64_t)t.tv_sec ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)u;
+    if (!u->rng)
+        u->rng = 0x9e3779b97f4a7c15ull;
+    now_mono(&u->next_attempt);
+    int rc = pthread_create(&u->th, NULL, util_thread, u);
+    if (rc != 0) {
+        util_destroy(u);
+        v4_err_set(err, V4_ERR_INTERNAL, "v4_util_start", "cannot start the utilization thread: %s", strerror(rc));
+        return NULL;
+    }
+    v4_err_clear(err);
+    return u;
+}
+
+void v4_util_free(v4_util *u)
+{
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->mu);
+    u->stop = 1;
+    now_mono(&u->stop_deadline);
+    ts_add_ms(&u->stop_deadline, u->timeout_ms);
+    now_mono(&u->next_attempt);   /* one immediate connect attempt if disconnected */
+    pthread_cond_signal(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    pthread_join(u->th, NULL);
+    size_t left = u->n_pending;
+    if (left) {
+        u->st.dropped += left;
+        ulog(u, 0, LOGP "shutting down with %zu records not sent to %s (dropped)", left, u->url_masked);
+    }
+    util_destroy(u);
+}
