@@ -110,19 +110,34 @@ brokers_crash_restart() {
     _brokers_launch_rabbit && _brokers_wait_rabbit
 }
 
+# Wait (up to ~5 s) until none of the given pids exists any more.
+_brokers_wait_gone() {
+    local p i
+    for p in "$@"; do
+        for i in $(seq 1 50); do
+            kill -0 "$p" 2> /dev/null || break
+            sleep 0.1
+        done
+    done
+}
+
 brokers_stop() {
-    local dir="${V4_TEST_BROKER_DIR:-}" pid="" f
+    local dir="${V4_TEST_BROKER_DIR:-}" pid="" f gone=()
     [ -n "$dir" ] || return 0
     [ -s "$dir/rabbitmq.pid" ] && pid="$(cat "$dir/rabbitmq.pid" 2> /dev/null)" || true
     if [ -n "$pid" ]; then
+        kill -CONT "$pid" 2> /dev/null || true   # a test may have frozen it
         rmqctl stop > /dev/null 2>&1 || true
         kill -9 "$pid" 2> /dev/null || true
+        gone+=("$pid")
     fi
     for f in redis.pid rabbitmq.launcher.pid epmd.pid; do
         pid=""
         [ -s "$dir/$f" ] && pid="$(cat "$dir/$f" 2> /dev/null)" || true
-        [ -n "$pid" ] && { kill "$pid" 2> /dev/null || true; }
+        [ -n "$pid" ] && { kill -CONT "$pid" 2> /dev/null; kill "$pid" 2> /dev/null && gone+=("$pid"); }
     done
+    # the processes must be gone before a caller removes DIR (they write logs there)
+    [ "${#gone[@]}" -eq 0 ] || _brokers_wait_gone "${gone[@]}"
     return 0
 }
 
@@ -139,6 +154,6 @@ brokers_ensure() {
 brokers_release() {
     [ -n "$_BROKERS_OWNED" ] || return 0
     brokers_stop
-    rm -rf "$_BROKERS_OWNED"
+    rm -rf "$_BROKERS_OWNED" 2> /dev/null || { sleep 0.5; rm -rf "$_BROKERS_OWNED"; } || true
     _BROKERS_OWNED=""
 }
