@@ -61,6 +61,10 @@ static void run_request(v4q_service *s, v4q_request *q)
     }
     if (pr < 0)
         return;
+    if (q->m->fault_exit_before_ack) {   /* test hook, see service.h (R13) */
+        v4q_logf(s, 0, "amqp: fault_exit_before_ack: result confirmed, exiting with status 86 before the ack");
+        _exit(86);
+    }
     if (v4q_send_ack(s, q->d)) {
         v4_err_set(&q->err, V4_ERR_IO, "amqp ack", "cannot send the ack");
         return;
