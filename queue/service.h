@@ -52,6 +52,11 @@ typedef struct v4q_message {
     const char *body;
     size_t len;
     const char *message_id, *correlation_id;        /* may be NULL */
+    /* TEST HOOK (checklist R13, duplicate results): when non-zero, the AMQP thread
+     * calls _exit(86) right after the broker confirmed this message and BEFORE the
+     * delivery is acked, so the task is redelivered and its result published twice
+     * with the same message_id.  Never set it in production; 0 = normal. */
+    int fault_exit_before_ack;
 } v4q_message;
 
 typedef struct v4q_service v4q_service;

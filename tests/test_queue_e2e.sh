@@ -9,13 +9,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
-trap 'brokers_release' EXIT
-brokers_ensure || { echo "FAIL: no RabbitMQ for the queue tests" >&2; exit 1; }
-: "${V4_BIN:?}" "${V4_TMP:?}"
-WORK="$(mktemp -d "$V4_TMP/queue_e2e.XXXXXX")"
+brokers_test_begin queue_e2e
 WPID=""
-cleanup() { [ -n "$WPID" ] && kill -9 "$WPID" 2>/dev/null; rm -rf "$WORK"; }
-trap 'cleanup; brokers_release' EXIT
+test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 3 > /dev/null
 P="e2e$$"
@@ -30,7 +26,6 @@ for _ in $(seq 1 100); do
     rmqctl list_queues name 2>/dev/null | grep -qx "$P.tasks" && break
     sleep 0.1
 done
-status=0
 /usr/bin/python3 "$HERE/lib/queue_e2e.py" "$V4_TEST_AMQP_URL" "$P" 24 || status=1
 kill -TERM "$WPID"
 wrc=0

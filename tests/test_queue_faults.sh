@@ -16,18 +16,12 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
-trap 'brokers_release' EXIT
-brokers_ensure || { echo "FAIL: no RabbitMQ for the queue tests" >&2; exit 1; }
-: "${V4_BIN:?}" "${V4_TMP:?}"
-WORK="$(mktemp -d "$V4_TMP/queue_faults.XXXXXX")"
+brokers_test_begin queue_faults
 PIDS=()
-cleanup() {
+test_cleanup() {
     local p
     for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
 }
-trap 'cleanup; brokers_release' EXIT
-CLIENT=(/usr/bin/python3 "$HERE/lib/queue_client.py" "$V4_TEST_AMQP_URL")
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 5 > /dev/null
 P="flt$$"
@@ -47,48 +41,46 @@ wait_queue() {
     done
     return 1
 }
-fail() { echo "FAIL: $*" >&2; status=1; }
-status=0
 start_worker 1
 wait_queue "$P.tasks" || fail "the worker did not declare $P.tasks"
 
 echo "--- R22+R12: unroutable result -> requeue -> dead-letter after the delivery limit"
-"${CLIENT[@]}" publish "$P.tasks" 1 4 poison "no.such.queue.$P"
-"${CLIENT[@]}" publish "$P.tasks" 3 4 ok
-"${CLIENT[@]}" dead "$P.dead" poison000 30 || fail "poison task not dead-lettered"
-"${CLIENT[@]}" collect "$P.results" 3 30 || fail "tasks after the poison one were not served"
+qclient publish "$P.tasks" 1 4 poison "no.such.queue.$P"
+qclient publish "$P.tasks" 3 4 ok
+qclient dead "$P.dead" poison000 30 || fail "poison task not dead-lettered"
+qclient collect "$P.results" 3 30 || fail "tasks after the poison one were not served"
 grep -q "unroutable" "$WORK/worker1.log" || fail "no log line for the returned result"
 
 echo "--- R8: close_all_connections -> reconnect and continue"
 rmqctl close_all_connections "test R8" > /dev/null 2>&1 || fail "close_all_connections failed"
 sleep 1
-"${CLIENT[@]}" publish "$P.tasks" 5 4 r8-
-"${CLIENT[@]}" collect "$P.results" 5 30 || fail "no processing after CONNECTION_FORCED"
+qclient publish "$P.tasks" 5 4 r8-
+qclient collect "$P.results" 5 30 || fail "no processing after CONNECTION_FORCED"
 grep -q "connection lost" "$WORK/worker1.log" || fail "the worker did not notice the forced close"
 
 echo "--- R10: the task queue is deleted under the worker"
 rmqctl delete_queue "$P.tasks" > /dev/null 2>&1 || fail "delete_queue failed"
 wait_queue "$P.tasks" || fail "the worker did not re-declare $P.tasks"
 grep -q "cancelled the consumer" "$WORK/worker1.log" || fail "basic.cancel not noticed"
-"${CLIENT[@]}" publish "$P.tasks" 3 4 r10-
-"${CLIENT[@]}" collect "$P.results" 3 30 || fail "no processing after the queue was re-declared"
+qclient publish "$P.tasks" 3 4 r10-
+qclient collect "$P.results" 3 30 || fail "no processing after the queue was re-declared"
 
 echo "--- R1: kill -9 a worker mid-run, nothing lost"
 start_worker 2
-"${CLIENT[@]}" publish "$P.tasks" 20 150 r1-
+qclient publish "$P.tasks" 20 150 r1-
 sleep 1.5
 kill -9 "$W1" 2>/dev/null || true
 start_worker 3
-"${CLIENT[@]}" collect "$P.results" 20 120 || fail "tasks lost after kill -9"
+qclient collect "$P.results" 20 120 || fail "tasks lost after kill -9"
 for _ in $(seq 1 50); do
-    [ "$("${CLIENT[@]}" count "$P.tasks")" = 0 ] && break
+    [ "$(qclient count "$P.tasks")" = 0 ] && break
     sleep 0.2
 done
-[ "$("${CLIENT[@]}" count "$P.tasks")" = 0 ] || fail "$P.tasks not empty"
-[ "$("${CLIENT[@]}" count "$P.dead")" = 0 ] || fail "$P.dead not empty"
+[ "$(qclient count "$P.tasks")" = 0 ] || fail "$P.tasks not empty"
+[ "$(qclient count "$P.dead")" = 0 ] || fail "$P.dead not empty"
 
 echo "--- R16: prefetch respected"
-"${CLIENT[@]}" publish "$P.tasks" 20 150 r16-
+qclient publish "$P.tasks" 20 150 r16-
 max=0
 for _ in 1 2 3 4; do
     n="$(rmqctl list_queues name messages_unacknowledged 2>/dev/null | awk -v q="$P.tasks" '$1 == q { print $2 }')"
@@ -96,7 +88,7 @@ for _ in 1 2 3 4; do
 done
 echo "max messages_unacknowledged: $max"
 [ "$max" -le 2 ] || fail "R16: $max unacked deliveries with 2 workers x prefetch 1"
-"${CLIENT[@]}" collect "$P.results" 20 120 || fail "R16 tasks not served"
+qclient collect "$P.results" 20 120 || fail "R16 tasks not served"
 
 for w in "$W2" "$W3"; do
     kill -TERM "$w"

@@ -13,15 +13,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
-trap 'brokers_release' EXIT
-brokers_ensure || { echo "FAIL: no RabbitMQ for the queue tests" >&2; exit 1; }
-: "${V4_BIN:?}" "${V4_TMP:?}"
-WORK="$(mktemp -d "$V4_TMP/queue_shutdown.XXXXXX")"
+brokers_test_begin queue_shutdown
 WPID=""
-trap '[ -n "$WPID" ] && kill -9 "$WPID" 2>/dev/null; rm -rf "$WORK"; brokers_release' EXIT
-CLIENT=(/usr/bin/python3 "$HERE/lib/queue_client.py" "$V4_TEST_AMQP_URL")
-fail() { echo "FAIL: $*" >&2; status=1; }
-status=0
+test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 1 > /dev/null
 P="sd$$"
@@ -59,38 +53,38 @@ stop_worker() {   # stop_worker MAX_S: SIGTERM, expect exit 0 within MAX_S
 
 echo "--- deadline"
 V4_GRACE_MS=60000 start_worker
-"${CLIENT[@]}" task "$P.tasks" '{"id":"dl","deadline_ms":300,"max_tokens":20000,'"$LONG"'}'
-r="$("${CLIENT[@]}" result "$P.results" 30)" || fail "no result for the deadline task"
+qclient task "$P.tasks" '{"id":"dl","deadline_ms":300,"max_tokens":20000,'"$LONG"'}'
+r="$(qclient result "$P.results" 30)" || fail "no result for the deadline task"
 echo "$r" | grep -q '"code":"deadline_exceeded"' || fail "deadline task: $r"
 
 echo "--- R4: heartbeats during a long task"
 stop_worker 120
 V4_HEARTBEAT_S=1 V4_GRACE_MS=60000 start_worker
-"${CLIENT[@]}" task "$P.tasks" '{"id":"hb","deadline_ms":4000,"max_tokens":200000,'"$LONG"'}'
-r="$("${CLIENT[@]}" result "$P.results" 60)" || fail "no result for the heartbeat task"
+qclient task "$P.tasks" '{"id":"hb","deadline_ms":4000,"max_tokens":200000,'"$LONG"'}'
+r="$(qclient result "$P.results" 60)" || fail "no result for the heartbeat task"
 echo "$r" | grep -q '"id":"hb"' || fail "R4 result: $r"
 [ "$(grep -c "connection lost" "$WORK/worker.log")" = 0 ] || fail "R4: the connection was lost during the task"
 if grep -q "missed heartbeats" "$V4_TEST_BROKER_DIR"/log/*.log 2>/dev/null; then fail "R4: broker saw missed heartbeats"; fi
 [ "$(grep -c "task hb:" "$WORK/worker.log")" = 1 ] || fail "R4: task hb ran more than once"
 
 echo "--- R14: SIGTERM, the running task fits the grace period"
-"${CLIENT[@]}" task "$P.tasks" '{"id":"fits","max_tokens":400,'"$LONG"'}'
+qclient task "$P.tasks" '{"id":"fits","max_tokens":400,'"$LONG"'}'
 wait_started 3
 stop_worker 120
-r="$("${CLIENT[@]}" result "$P.results" 10)" || fail "no result for the task running at SIGTERM"
+r="$(qclient result "$P.results" 10)" || fail "no result for the task running at SIGTERM"
 echo "$r" | grep -q '"id":"fits","status":"succeeded"' || fail "R14 result: $r"
-[ "$("${CLIENT[@]}" count "$P.tasks")" = 0 ] || fail "R14: task queue not empty"
+[ "$(qclient count "$P.tasks")" = 0 ] || fail "R14: task queue not empty"
 
 echo "--- R15: SIGTERM, the running task does not fit the grace period"
 V4_GRACE_MS=300 start_worker
-"${CLIENT[@]}" task "$P.tasks" '{"id":"long","max_tokens":20000,'"$LONG"'}'
+qclient task "$P.tasks" '{"id":"long","max_tokens":20000,'"$LONG"'}'
 wait_started 4
 sleep 0.3
 stop_worker 6
 grep -q "task long: grace period over, requeued" "$WORK/worker.log" || fail "R15: no requeue log line"
 n=0
 for _ in $(seq 1 50); do
-    n="$("${CLIENT[@]}" count "$P.tasks")"
+    n="$(qclient count "$P.tasks")"
     [ "$n" = 1 ] && break
     sleep 0.2
 done

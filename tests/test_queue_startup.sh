@@ -7,18 +7,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
-: "${V4_BIN:?}" "${V4_TMP:?}"
-unset V4_TEST_AMQP_URL V4_TEST_BROKER_DIR
-WORK="$(mktemp -d "$V4_TMP/queue_startup.XXXXXX")"
+brokers_test_begin queue_startup none
 WPID=""
-cleanup() {
-    [ -n "$WPID" ] && kill -9 "$WPID" 2>/dev/null
-    brokers_stop
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; status=1; }
-status=0
+test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 2 > /dev/null
 PORT="$(_brokers_free_port)"
@@ -42,9 +33,8 @@ for _ in $(seq 1 400); do
     sleep 0.1
 done
 grep -q "amqp: connected" "$WORK/worker.log" || fail "the worker did not connect after the broker came up"
-CLIENT=(/usr/bin/python3 "$HERE/lib/queue_client.py" "$V4_TEST_AMQP_URL")
-"${CLIENT[@]}" publish tasks 2 4 s
-"${CLIENT[@]}" collect results 2 30 || fail "no results after a late broker start"
+qclient publish tasks 2 4 s
+qclient collect results 2 30 || fail "no results after a late broker start"
 kill -TERM "$WPID"
 wrc=0
 wait "$WPID" || wrc=$?

@@ -2,9 +2,11 @@
 # brokers.sh - start a private RabbitMQ node and a private Redis on loopback for the
 # queue tests (source it, don't run it).  Recipe: shared spec queue-reliability.md §5.1-5.2.
 #
-#   brokers_start DIR [AMQP_PORT]
+#   brokers_start DIR [AMQP_PORT [EXTRA_CONF]]
 #                       start both under DIR (own node name, ports, epmd, HOME/cookie,
-#                       mnesia/log dirs, config file, no plugins); exports
+#                       mnesia/log dirs, config file, no plugins); EXTRA_CONF: lines
+#                       for rabbitmq.conf ("key = value", newline-separated) that are
+#                       added, replacing a default line with the same key; exports
 #                       V4_TEST_AMQP_URL, V4_TEST_REDIS_URL, V4_TEST_BROKER_DIR and
 #                       V4_TEST_RABBITMQCTL (a command line: $V4_TEST_RABBITMQCTL list_queues)
 #   brokers_crash_restart [DOWN_S]
@@ -16,6 +18,16 @@
 #   brokers_release     brokers_stop + remove the temp dir, only if brokers_ensure started them
 #   rmqctl ARGS...      rabbitmqctl against the test node
 #
+# The common start of a queue test script (after `set -euo pipefail` and sourcing this):
+#   brokers_test_begin NAME [shared|private|none [EXTRA_CONF]]
+#       checks V4_BIN and V4_TMP, creates WORK=$V4_TMP/NAME.XXXXXX, gets a broker
+#       (shared: brokers_ensure, the default; private: a node of its own under
+#       $WORK/brokers, for tests that stop, freeze or reconfigure the broker; none: the
+#       test calls brokers_start itself) and installs an EXIT trap that calls the
+#       test's own `test_cleanup` function if it defines one, then stops/releases the
+#       broker and removes WORK.  Failing to get a broker exits 1 (FAIL, not skip).
+#       Also defines status=0, fail MSG (prints "FAIL: MSG", sets status=1) and
+#       qclient ARGS (tests/lib/queue_client.py against $V4_TEST_AMQP_URL).
 # Every function returns non-zero on failure; a test that cannot get a broker must fail.
 # Runs as any user: calls /usr/lib/rabbitmq/lib/*/sbin/rabbitmq-server directly (the
 # Debian wrapper would su to the rabbitmq user).
@@ -39,7 +51,7 @@ rmqctl() {
 }
 
 brokers_start() {
-    local dir="$1" sbin amqp_port="${2:-}" dist_port epmd_port redis_port node
+    local dir="$1" sbin amqp_port="${2:-}" extra="${3:-}" dist_port epmd_port redis_port node conf line
     sbin="$(_brokers_sbin)" || return 1
     command -v redis-server >/dev/null || { echo "brokers.sh: redis-server is not installed" >&2; return 1; }
     mkdir -p "$dir/home" "$dir/mnesia" "$dir/log" "$dir/redis" || return 1
@@ -49,12 +61,16 @@ brokers_start() {
     node="v4test$$r$RANDOM@localhost"
     echo "$node" > "$dir/node"
     echo "$epmd_port" > "$dir/epmd.port"
-    cat > "$dir/rabbitmq.conf" <<CONF
-listeners.tcp.default = 127.0.0.1:$amqp_port
+    conf="listeners.tcp.default = 127.0.0.1:$amqp_port
 loopback_users = none
 consumer_timeout = 1800000
-max_message_size = 16777216
-CONF
+max_message_size = 16777216"
+    while IFS= read -r line; do
+        [ -n "${line// /}" ] || continue
+        conf="$(printf '%s\n' "$conf" | grep -v "^${line%%[ =]*}[ =]" || true)
+$line"
+    done <<< "$extra"
+    printf '%s\n' "$conf" > "$dir/rabbitmq.conf"
     echo "[]." > "$dir/enabled_plugins"
     # our own epmd on a private port, so that we can stop it by pid
     epmd -address 127.0.0.1 -port "$epmd_port" > "$dir/log/epmd.log" 2>&1 &
@@ -110,19 +126,34 @@ brokers_crash_restart() {
     _brokers_launch_rabbit && _brokers_wait_rabbit
 }
 
+# Wait (up to ~5 s) until none of the given pids exists any more.
+_brokers_wait_gone() {
+    local p i
+    for p in "$@"; do
+        for i in $(seq 1 50); do
+            kill -0 "$p" 2> /dev/null || break
+            sleep 0.1
+        done
+    done
+}
+
 brokers_stop() {
-    local dir="${V4_TEST_BROKER_DIR:-}" pid="" f
+    local dir="${V4_TEST_BROKER_DIR:-}" pid="" f gone=()
     [ -n "$dir" ] || return 0
     [ -s "$dir/rabbitmq.pid" ] && pid="$(cat "$dir/rabbitmq.pid" 2> /dev/null)" || true
     if [ -n "$pid" ]; then
+        kill -CONT "$pid" 2> /dev/null || true   # a test may have frozen it
         rmqctl stop > /dev/null 2>&1 || true
         kill -9 "$pid" 2> /dev/null || true
+        gone+=("$pid")
     fi
     for f in redis.pid rabbitmq.launcher.pid epmd.pid; do
         pid=""
         [ -s "$dir/$f" ] && pid="$(cat "$dir/$f" 2> /dev/null)" || true
-        [ -n "$pid" ] && { kill "$pid" 2> /dev/null || true; }
+        [ -n "$pid" ] && { kill -CONT "$pid" 2> /dev/null; kill "$pid" 2> /dev/null && gone+=("$pid"); }
     done
+    # the processes must be gone before a caller removes DIR (they write logs there)
+    [ "${#gone[@]}" -eq 0 ] || _brokers_wait_gone "${gone[@]}"
     return 0
 }
 
@@ -139,6 +170,52 @@ brokers_ensure() {
 brokers_release() {
     [ -n "$_BROKERS_OWNED" ] || return 0
     brokers_stop
-    rm -rf "$_BROKERS_OWNED"
+    rm -rf "$_BROKERS_OWNED" 2> /dev/null || { sleep 0.5; rm -rf "$_BROKERS_OWNED"; } || true
     _BROKERS_OWNED=""
+}
+
+# ---- the common start of a queue test script (see the header) ----
+
+_BROKERS_TEST_MODE=""
+
+brokers_test_begin() {
+    local name="$1" mode="${2:-shared}" extra="${3:-}"
+    : "${V4_BIN:?V4_BIN must name the v4fleet binary}" "${V4_TMP:?V4_TMP must name a scratch directory}"
+    status=0
+    WORK="$(mktemp -d "$V4_TMP/$name.XXXXXX")" || { echo "FAIL: cannot create a work dir" >&2; exit 1; }
+    _BROKERS_TEST_MODE="$mode"
+    trap '_brokers_test_end' EXIT
+    case "$mode" in
+    shared)
+        brokers_ensure || { echo "FAIL: no RabbitMQ for the queue tests" >&2; exit 1; } ;;
+    private)
+        unset V4_TEST_AMQP_URL V4_TEST_REDIS_URL V4_TEST_BROKER_DIR
+        brokers_start "$WORK/brokers" "" "$extra" || { echo "FAIL: cannot start a private RabbitMQ" >&2; exit 1; } ;;
+    none)
+        unset V4_TEST_AMQP_URL V4_TEST_REDIS_URL V4_TEST_BROKER_DIR ;;
+    *)
+        echo "FAIL: brokers_test_begin: unknown mode '$mode'" >&2
+        exit 1 ;;
+    esac
+}
+
+fail() {
+    echo "FAIL: $*" >&2
+    status=1
+}
+
+qclient() {
+    /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/queue_client.py" "$V4_TEST_AMQP_URL" "$@"
+}
+
+# EXIT trap of brokers_test_begin: never changes the test's exit status.
+_brokers_test_end() {
+    set +e
+    if declare -F test_cleanup > /dev/null; then test_cleanup; fi
+    case "$_BROKERS_TEST_MODE" in
+    shared) brokers_release ;;
+    *) brokers_stop ;;
+    esac
+    [ -z "${WORK:-}" ] || rm -rf "$WORK" 2> /dev/null || { sleep 0.5; rm -rf "$WORK"; }
+    return 0
 }

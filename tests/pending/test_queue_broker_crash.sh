@@ -15,26 +15,20 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
-: "${V4_BIN:?}" "${V4_TMP:?}"
-unset V4_TEST_AMQP_URL V4_TEST_BROKER_DIR
-WORK="$(mktemp -d "$V4_TMP/queue_crash.XXXXXX")"
+brokers_test_begin queue_crash private
 WPID=""
-trap '[ -n "$WPID" ] && kill -9 "$WPID" 2>/dev/null; brokers_stop; rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*" >&2; status=1; }
-status=0
-brokers_start "$WORK/brokers" || { echo "FAIL: no RabbitMQ" >&2; exit 1; }
-CLIENT=(/usr/bin/python3 "$HERE/lib/queue_client.py" "$V4_TEST_AMQP_URL")
+test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 4 > /dev/null
 export V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_MODEL_DIR="$WORK/model" V4_MODEL_NAME=tiny V4_HEARTBEAT_S=2 V4_LOG_LEVEL=1
 "$V4_BIN" worker > "$WORK/worker.log" 2>&1 &
 WPID=$!
 for _ in $(seq 1 100); do grep -q "amqp: connected" "$WORK/worker.log" && break; sleep 0.1; done
-"${CLIENT[@]}" publish tasks 30 60 c-
+qclient publish tasks 30 60 c-
 sleep 0.5
 brokers_crash_restart 1 || fail "the broker did not restart"
-"${CLIENT[@]}" collect results 30 120 || fail "confirmed tasks lost in the broker crash"
-[ "$("${CLIENT[@]}" count tasks)" = 0 ] || fail "task queue not empty"
+qclient collect results 30 120 || fail "confirmed tasks lost in the broker crash"
+[ "$(qclient count tasks)" = 0 ] || fail "task queue not empty"
 [ "$(grep -c "amqp: connected" "$WORK/worker.log")" -ge 2 ] || fail "the worker did not reconnect"
 kill -TERM "$WPID"
 wrc=0

@@ -1,0 +1,101 @@
+/* consumer.c - the consumer link: take deliveries into the mailbox, ack/nack them,
+ * cancel the consumer (basic.cancel) and handle what arrives outside deliveries
+ * (server channel.close -> close-ok, connection.close, basic.cancel, blocked).
+ *
+ * A delivery that cannot be taken (stopped, mailbox full, out of memory) is nacked
+ * with requeue at once.  Acks/nacks are only sent for deliveries of the current
+ * generation (tags of an older channel would be a 406 PRECONDITION_FAILED).
+ * Thread: the AMQP thread.
+ */
+#include <string.h>
+
+#include "service_internal.h"
+
+int v4q_send_nack(v4q_service *s, const v4q_delivery *d, int requeue)
+{
+    pthread_mutex_lock(&s->mu);
+    int stale = d->generation != s->generation;
+    pthread_mutex_unlock(&s->mu);
+    if (!s->connected || stale)
+        return -1;
+    return amqp_basic_nack(s->cons.conn, V4Q_CHANNEL, d->tag, 0, requeue) == AMQP_STATUS_OK ? 0 : -1;
+}
+
+/* The caller has checked that d belongs to the current, live connection. */
+int v4q_send_ack(v4q_service *s, const v4q_delivery *d)
+{
+    return amqp_basic_ack(s->cons.conn, V4Q_CHANNEL, d->tag, 0) == AMQP_STATUS_OK ? 0 : -1;
+}
+
+/* One round of the consumer link: take at most one delivery (waits up to tv). */
+void v4q_poll_consumer(v4q_service *s, struct timeval tv)
+{
+    if (!s->connected)
+        return;
+    v4_error err = {0};
+    amqp_envelope_t env;
+    amqp_maybe_release_buffers(s->cons.conn);
+    amqp_rpc_reply_t r = amqp_consume_message(s->cons.conn, &env, &tv, 0);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+        pthread_mutex_lock(&s->mu);
+        uint64_t gen = s->generation;
+        int take = !s->stopped && s->box_n < V4Q_MAILBOX;
+        pthread_mutex_unlock(&s->mu);
+        v4q_delivery *d = take ? v4q_delivery_from(&env, gen) : NULL;
+        if (d) {
+            pthread_mutex_lock(&s->mu);
+            s->box[s->box_n++] = d;
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            v4q_logf(s, 2, "amqp: delivery tag %llu (%zu bytes)", (unsigned long long)env.delivery_tag,
+                     env.message.body.len);
+        } else {
+            amqp_basic_nack(s->cons.conn, V4Q_CHANNEL, env.delivery_tag, 0, 1);
+        }
+        amqp_destroy_envelope(&env);
+        return;
+    }
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT)
+        return;
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
+        amqp_frame_t f;
+        struct timeval zero = {0, 0};
+        int st = amqp_simple_wait_frame_noblock(s->cons.conn, &f, &zero);
+        if (st == AMQP_STATUS_TIMEOUT)
+            return;
+        if (st != AMQP_STATUS_OK) {
+            v4_err_set(&err, V4_ERR_IO, "amqp consumer", "%s", amqp_error_string2(st));
+            v4q_disconnect(s, &err);
+            return;
+        }
+        if (v4q_link_handle_method(&s->cons, &f, &err))
+            v4q_disconnect(s, &err);
+        return;
+    }
+    v4_err_set(&err, V4_ERR_IO, "amqp consumer", "%s",
+               r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION ? amqp_error_string2(r.library_error) : "server exception");
+    v4q_disconnect(s, &err);
+}
+
+/* The stop request: no more deliveries are taken, basic.cancel, and the deliveries
+ * still in the mailbox (never handed out) are nacked with requeue. */
+void v4q_cancel_consumer(v4q_service *s, v4q_request *q)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopped = 1;
+    v4q_delivery *left[V4Q_MAILBOX];
+    int n = s->box_n;
+    memcpy(left, s->box, sizeof left[0] * (size_t)n);
+    s->box_n = 0;
+    pthread_mutex_unlock(&s->mu);
+    if (s->connected && s->consumer_tag[0]) {
+        amqp_basic_cancel(s->cons.conn, V4Q_CHANNEL, amqp_cstring_bytes(s->consumer_tag));
+        v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "basic.cancel", &q->err);
+    }
+    for (int i = 0; i < n; i++) {
+        v4q_send_nack(s, left[i], 1);
+        v4q_delivery_free(left[i]);
+    }
+    v4q_logf(s, 1, "amqp: consumer cancelled, %d unstarted deliveries requeued", n);
+    q->rc = 0;
+}

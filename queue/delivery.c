@@ -1,0 +1,86 @@
+/* delivery.c - copy a received AMQP envelope into a v4q_delivery (body, reply_to,
+ * correlation_id, message_id, timestamp, x-delivery-count header), and free one.
+ *
+ * The copy owns malloc'd NUL-terminated strings so the envelope can be destroyed at
+ * once and the delivery handed to an inference thread.
+ * Ownership: v4q_delivery_from returns a delivery the caller owns (v4q_delivery_free).
+ * Thread: v4q_delivery_from on the AMQP thread; v4q_delivery_free on any thread.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "service_internal.h"
+
+void v4q_delivery_free(v4q_delivery *d)
+{
+    if (!d)
+        return;
+    free(d->body);
+    free(d->reply_to);
+    free(d->correlation_id);
+    free(d->message_id);
+    free(d);
+}
+
+static char *dup_bytes(amqp_bytes_t b)
+{
+    char *p = malloc(b.len + 1);
+    if (p) {
+        if (b.len)
+            memcpy(p, b.bytes, b.len);
+        p[b.len] = 0;
+    }
+    return p;
+}
+
+static long long header_int(const amqp_basic_properties_t *p, const char *key)
+{
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return 0;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len != strlen(key) || memcmp(e->key.bytes, key, e->key.len))
+            continue;
+        switch (e->value.kind) {
+        case AMQP_FIELD_KIND_I8: return e->value.value.i8;
+        case AMQP_FIELD_KIND_U8: return e->value.value.u8;
+        case AMQP_FIELD_KIND_I16: return e->value.value.i16;
+        case AMQP_FIELD_KIND_U16: return e->value.value.u16;
+        case AMQP_FIELD_KIND_I32: return e->value.value.i32;
+        case AMQP_FIELD_KIND_U32: return e->value.value.u32;
+        case AMQP_FIELD_KIND_I64: return e->value.value.i64;
+        case AMQP_FIELD_KIND_U64: return (long long)e->value.value.u64;
+        default: return 0;
+        }
+    }
+    return 0;
+}
+
+v4q_delivery *v4q_delivery_from(const amqp_envelope_t *env, uint64_t gen)
+{
+    v4q_delivery *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    const amqp_basic_properties_t *p = &env->message.properties;
+    d->tag = env->delivery_tag;
+    d->generation = gen;
+    d->redelivered = env->redelivered;
+    d->len = env->message.body.len;
+    d->body = dup_bytes(env->message.body);
+    if (p->_flags & AMQP_BASIC_REPLY_TO_FLAG)
+        d->reply_to = dup_bytes(p->reply_to);
+    if (p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG)
+        d->correlation_id = dup_bytes(p->correlation_id);
+    if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+        d->message_id = dup_bytes(p->message_id);
+    if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
+        d->timestamp_s = (long long)p->timestamp;
+    d->delivery_count = header_int(p, "x-delivery-count");
+    if (!d->body || ((p->_flags & AMQP_BASIC_REPLY_TO_FLAG) && !d->reply_to) ||
+        ((p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) && !d->correlation_id) ||
+        ((p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && !d->message_id)) {
+        v4q_delivery_free(d);
+        return NULL;
+    }
+    return d;
+}

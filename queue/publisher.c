@@ -1,0 +1,130 @@
+/* publisher.c - the publisher link: publish one message (persistent, mandatory,
+ * message_id / correlation_id) and wait for the broker's confirm; service the link
+ * between requests (heartbeats, dead-peer detection).
+ *
+ * The publisher socket is polled right before each publish so that a peer that went
+ * silent is detected before amqp_basic_publish() (rabbitmq-c 0.11 #780 hangs there,
+ * spec §2.4).  While waiting for the confirm (≤ 50 ms per library call) the consumer
+ * link is polled too, so its heartbeats keep flowing.  No confirm within
+ * confirm_timeout_ms, or any link failure: both links are dropped (the broker then
+ * requeues the delivery; it is never acked).
+ * Thread: the AMQP thread.
+ */
+#include "service_internal.h"
+
+/* Service the publisher link without waiting (heartbeats; detects a dead peer). */
+void v4q_poll_publisher(v4q_service *s)
+{
+    if (!s->connected)
+        return;
+    amqp_frame_t f;
+    struct timeval zero = {0, 0};
+    v4_error err = {0};
+    amqp_maybe_release_buffers(s->pub.conn);
+    int st = amqp_simple_wait_frame_noblock(s->pub.conn, &f, &zero);
+    if (st == AMQP_STATUS_TIMEOUT)
+        return;
+    if (st != AMQP_STATUS_OK) {
+        v4_err_set(&err, V4_ERR_IO, "amqp publisher", "%s", amqp_error_string2(st));
+        v4q_disconnect(s, &err);
+        return;
+    }
+    if (v4q_link_handle_method(&s->pub, &f, &err))
+        v4q_disconnect(s, &err);
+}
+
+/* Publish + wait for the confirm.  0 confirmed, 1 returned or nacked, -1 link failure. */
+int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
+{
+    v4q_poll_publisher(s);   /* #780 guard: detect a dead peer before publishing */
+    if (!s->connected)
+        return v4_err_set(err, V4_ERR_IO, "amqp publish", "not connected");
+    amqp_basic_properties_t p = {0};
+    p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
+    p.content_type = amqp_cstring_bytes("application/json");
+    p.delivery_mode = 2;
+    if (m->message_id) {
+        p._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+        p.message_id = amqp_cstring_bytes(m->message_id);
+    }
+    if (m->correlation_id) {
+        p._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+        p.correlation_id = amqp_cstring_bytes(m->correlation_id);
+    }
+    amqp_bytes_t body = {m->len, (void *)m->body};
+    int st = amqp_basic_publish(s->pub.conn, V4Q_CHANNEL, amqp_cstring_bytes(m->exchange),
+                                amqp_cstring_bytes(m->routing_key), 1, 0, &p, body);
+    if (st != AMQP_STATUS_OK) {
+        v4_err_set(err, V4_ERR_IO, "amqp publish", "%s", amqp_error_string2(st));
+        v4q_disconnect(s, err);
+        return -1;
+    }
+    uint64_t seq = ++s->pub_seq;
+    int returned = 0;
+    double deadline = v4q_now_s() + s->cfg.confirm_timeout_ms / 1000.0;
+    while (v4q_now_s() < deadline) {
+        amqp_frame_t f;
+        struct timeval tv = {0, 50000};
+        st = amqp_simple_wait_frame_noblock(s->pub.conn, &f, &tv);
+        if (st == AMQP_STATUS_TIMEOUT) {
+            v4q_poll_consumer(s, (struct timeval){0, 0});
+            if (!s->connected)
+                return v4_err_set(err, V4_ERR_IO, "amqp", "consumer connection lost during the confirm wait");
+            continue;
+        }
+        if (st != AMQP_STATUS_OK) {
+            v4_err_set(err, V4_ERR_IO, "amqp confirm", "%s", amqp_error_string2(st));
+            v4q_disconnect(s, err);
+            return -1;
+        }
+        if (f.frame_type != AMQP_FRAME_METHOD)
+            continue;
+        amqp_method_number_t id = f.payload.method.id;
+        if (id == AMQP_BASIC_ACK_METHOD || id == AMQP_BASIC_NACK_METHOD) {
+            uint64_t tag;
+            int multiple;
+            if (id == AMQP_BASIC_ACK_METHOD) {
+                amqp_basic_ack_t *a = f.payload.method.decoded;
+                tag = a->delivery_tag;
+                multiple = a->multiple;
+            } else {
+                amqp_basic_nack_t *a = f.payload.method.decoded;
+                tag = a->delivery_tag;
+                multiple = a->multiple;
+            }
+            if (tag == seq || (multiple && tag >= seq)) {
+                if (id == AMQP_BASIC_NACK_METHOD)
+                    return v4_err_set(err, V4_ERR_IO, "amqp confirm", "the broker nacked the message"), 1;
+                if (returned)
+                    return 1;
+                return 0;
+            }
+            continue;
+        }
+        if (id == AMQP_BASIC_RETURN_METHOD) {
+            amqp_basic_return_t *r = f.payload.method.decoded;
+            v4_err_set(err, V4_ERR_IO, "amqp publish", "unroutable: %u %.*s (exchange '%s', routing key '%s')",
+                       r->reply_code, (int)r->reply_text.len, (const char *)r->reply_text.bytes, m->exchange,
+                       m->routing_key);
+            v4q_logf(s, 0, "amqp: result returned by the broker: %s", err->msg);
+            returned = 1;
+            amqp_message_t msg;
+            amqp_rpc_reply_t rr = amqp_read_message(s->pub.conn, V4Q_CHANNEL, &msg, 0);
+            if (rr.reply_type != AMQP_RESPONSE_NORMAL) {
+                v4_error e2 = {0};
+                v4_err_set(&e2, V4_ERR_IO, "amqp publish", "cannot read a returned message");
+                v4q_disconnect(s, &e2);
+                return -1;
+            }
+            amqp_destroy_message(&msg);
+            continue;
+        }
+        if (v4q_link_handle_method(&s->pub, &f, err)) {
+            v4q_disconnect(s, err);
+            return -1;
+        }
+    }
+    v4_err_set(err, V4_ERR_IO, "amqp confirm", "no confirm within %ld ms", s->cfg.confirm_timeout_ms);
+    v4q_disconnect(s, err);
+    return -1;
+}

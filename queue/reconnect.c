@@ -1,0 +1,92 @@
+/* reconnect.c - bring both links up (publisher: topology + confirm mode; consumer:
+ * basic.qos + basic.consume), drop them, and the backoff between attempts.
+ *
+ * Every successful connect and every disconnect bumps the generation, so deliveries
+ * of an older connection are never acked/nacked on a new channel (delivery tags are
+ * per channel).  Backoff: 200 ms doubling up to 30 s, times a jitter factor in
+ * [0.5, 1], slept on the condition variable (woken early by quit or a request).
+ * Thread: the AMQP thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "service_internal.h"
+#include "topology.h"
+
+/* Drop both links; the broker requeues every unacked delivery. */
+void v4q_disconnect(v4q_service *s, const v4_error *why)
+{
+    if (!s->connected)
+        return;
+    v4q_logf(s, 0, "amqp: connection lost (%s: %s); reconnecting", why->where, why->msg);
+    v4q_link_free(&s->cons);
+    v4q_link_free(&s->pub);
+    s->connected = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->box_n; i++)
+        v4q_delivery_free(s->box[i]);
+    s->box_n = 0;
+    s->generation++;   /* older tags are now meaningless */
+    pthread_mutex_unlock(&s->mu);
+}
+
+int v4q_connect_all(v4q_service *s, v4_error *err)
+{
+    char name[200];
+    snprintf(name, sizeof name, "v4fleet %s publisher", s->cfg.worker_id);
+    if (v4q_link_open(&s->pub, s->cfg.amqp_url, s->cfg.heartbeat_s, name, err))
+        return -1;
+    if (v4q_declare_topology(&s->pub, &s->cfg, err))
+        goto fail;
+    amqp_confirm_select(s->pub.conn, V4Q_CHANNEL);
+    if (v4q_reply_check(&s->pub, amqp_get_rpc_reply(s->pub.conn), "confirm.select", err))
+        goto fail;
+    s->pub_seq = 0;
+    snprintf(name, sizeof name, "v4fleet %s consumer", s->cfg.worker_id);
+    if (v4q_link_open(&s->cons, s->cfg.amqp_url, s->cfg.heartbeat_s, name, err))
+        goto fail;
+    amqp_basic_qos(s->cons.conn, V4Q_CHANNEL, 0, (uint16_t)s->cfg.prefetch, 0);
+    if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "basic.qos", err))
+        goto fail;
+    pthread_mutex_lock(&s->mu);
+    int stopped = s->stopped;
+    pthread_mutex_unlock(&s->mu);
+    if (!stopped) {
+        amqp_basic_consume_ok_t *ok = amqp_basic_consume(s->cons.conn, V4Q_CHANNEL, amqp_cstring_bytes(s->cfg.task_queue),
+                                                         amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+        if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "basic.consume", err))
+            goto fail;
+        snprintf(s->consumer_tag, sizeof s->consumer_tag, "%.*s", (int)ok->consumer_tag.len,
+                 (const char *)ok->consumer_tag.bytes);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->generation++;
+    pthread_mutex_unlock(&s->mu);
+    s->connected = 1;
+    s->attempt = 0;
+    return 0;
+fail:
+    v4q_link_free(&s->cons);
+    v4q_link_free(&s->pub);
+    return -1;
+}
+
+/* Sleep the backoff delay on the condition variable (woken early by quit). */
+void v4q_backoff(v4q_service *s)
+{
+    double base = 0.2 * (double)(1u << (s->attempt < 8 ? s->attempt : 8));
+    if (base > 30)
+        base = 30;
+    double delay = base * (0.5 + 0.5 * (rand_r(&s->rnd) / (double)RAND_MAX));
+    s->attempt++;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = ts.tv_nsec + (long long)(delay * 1e9);
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_mutex_lock(&s->mu);
+    while (!s->quit && !s->req && pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&s->mu);
+}
