@@ -9,6 +9,10 @@
  * Settings come from environment variables and/or a config file (--config FILE or
  * V4_CONFIG_FILE; config/worker_config.h); only masked URLs are ever logged.
  *
+ * Expert utilization: each run's per-(layer, expert) routing counts go to the Redis
+ * counter thread (cache/util_redis.h) before the result is published; that never
+ * waits for Redis, so Redis being slow or down never delays a task or its ack.
+ *
  * Signals: SIGTERM/SIGINT set a sig_atomic_t flag (the one piece of process-wide
  * mutable state, written only by the handler).  It is polled every 200 ms between
  * tasks and before every forward step of a running task: at the first sight the
@@ -25,6 +29,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "../cache/util_redis.h"
+#include "../config/model_config.h"
 #include "../config/worker_config.h"
 #include "../queue/service.h"
 #include "commands.h"
@@ -56,6 +62,7 @@ typedef struct worker {
     v4_worker_config cfg;
     v4q_service *svc;
     v4_runner *runner;
+    v4_util *util;              /* Redis expert counters; NULL when V4_REDIS_URL=off */
     long done, failed, invalid, requeued;
     int stopping;               /* the consumer was cancelled after a signal */
     double stop_at_ms;          /* when the signal was first seen */
@@ -93,6 +100,14 @@ static void wlog(worker *w, int level, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     log_line(NULL, level, line);
+}
+
+/* Log callback of the Redis counter thread (reads the level only; set before start). */
+static void util_log(void *ud, int level, const char *line)
+{
+    const worker *w = ud;
+    if (level <= w->cfg.log_level)
+        log_line(NULL, level, line);
 }
 
 static double queue_ms_of(const v4q_delivery *d)
@@ -154,6 +169,12 @@ static void handle(worker *w, const v4q_delivery *d)
         v4_task_free(&t);
         return;
     }
+    /* Utilization counters: queued for the Redis thread (never waits for Redis); the
+     * done:{id} guard there keeps a redelivered task from being counted twice. */
+    if (w->util && out.expert_counts && out.forwarded > 0)
+        v4_util_record(w->util, t.id, out.expert_counts, out.forwarded);
+    if (w->cfg.fault_exit_before_ack && w->util)
+        v4_util_flush(w->util, 5000);   /* test hook: make the counters land before the crash */
     v4_result_info ri = {
         .id = t.id, .model = v4_runner_model_name(w->runner), .worker = w->cfg.worker_id, .metadata = t.metadata,
         .text = out.text, .text_len = out.text_len, .token_ids = out.tokens, .n_tokens = out.n_tokens,
@@ -168,7 +189,7 @@ static void handle(worker *w, const v4q_delivery *d)
     } else {
         v4q_message m = {d->reply_to ? "" : w->cfg.results_exchange,
                          d->reply_to ? d->reply_to : w->cfg.results_routing_key, json, strlen(json), t.id,
-                         d->correlation_id};
+                         d->correlation_id, w->cfg.fault_exit_before_ack};
         publish(w, d, &m, t.id, "result");
         wlog(w, 1, "task %s: %s%s%s, %d+%d tokens, %.1f ms", t.id, rc ? "failed " : "succeeded",
              rc ? v4_task_errcode_name(e.code) : "", rc ? "" : "", out.prompt_tokens, out.n_tokens, v4_now_ms() - t0);
@@ -214,8 +235,24 @@ int v4_cmd_worker(int argc, char **argv)
     v4_mask_url(w.cfg.amqp_url, masked, sizeof masked);
     wlog(&w, 1, "worker %s serving model \"%s\" from %s; broker %s%s%s", w.cfg.worker_id, w.cfg.model_name,
          w.cfg.model_dir, masked, w.cfg.config_file[0] ? "; settings file " : "", w.cfg.config_file);
+    if (strcmp(w.cfg.redis_url, "off")) {
+        const v4_config *mc = v4_runner_config(w.runner);
+        v4_util_opts uo = {.redis_url = w.cfg.redis_url, .prefix = w.cfg.redis_prefix, .model = w.cfg.model_name,
+                           .n_layers = mc->n_layers, .n_experts = mc->n_routed_experts, .top_k = mc->n_act_experts,
+                           .bucket_s = w.cfg.redis_bucket_s, .bucket_ttl_s = w.cfg.redis_bucket_ttl_s,
+                           .done_ttl_s = w.cfg.redis_done_ttl_s, .timeout_ms = w.cfg.redis_timeout_ms,
+                           .max_backlog = (size_t)w.cfg.redis_backlog};
+        if (!(w.util = v4_util_start(&uo, util_log, &w, &err))) {
+            fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, err.where, err.msg);
+            v4_runner_free(w.runner);
+            return 1;
+        }
+    } else {
+        wlog(&w, 1, "V4_REDIS_URL=off: expert utilization is not recorded");
+    }
     if (!(w.svc = v4q_service_start(&w.cfg, log_line, NULL, &err))) {
         fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, err.where, err.msg);
+        v4_util_free(w.util);
         v4_runner_free(w.runner);
         return 1;
     }
@@ -236,6 +273,15 @@ int v4_cmd_worker(int argc, char **argv)
     wlog(&w, 1, "exiting: %ld succeeded, %ld failed, %ld invalid, %ld requeued", w.done, w.failed, w.invalid,
          w.requeued);
     v4q_service_free(w.svc);
+    if (w.util) {
+        v4_util_flush(w.util, 2000);
+        v4_util_stats us;
+        v4_util_get_stats(w.util, &us);
+        wlog(&w, 1, "redis counters: %llu recorded, %llu sent, %llu duplicates, %llu dropped, %llu pending",
+             (unsigned long long)us.recorded, (unsigned long long)us.sent, (unsigned long long)us.duplicates,
+             (unsigned long long)us.dropped, (unsigned long long)us.pending);
+        v4_util_free(w.util);
+    }
     v4_runner_free(w.runner);
     return 0;
 }

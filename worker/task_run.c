@@ -77,6 +77,11 @@ const char *v4_runner_model_name(const v4_runner *r)
     return r->name;
 }
 
+const v4_config *v4_runner_config(const v4_runner *r)
+{
+    return &r->m.cfg;
+}
+
 typedef struct text_buf {
     char *p;
     size_t n, cap;

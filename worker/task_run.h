@@ -47,6 +47,8 @@ typedef struct v4_run_output {
 v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task_error *e);
 void v4_runner_free(v4_runner *r);
 const char *v4_runner_model_name(const v4_runner *r);
+/* The served model's shape (layers, routed experts, experts per token, ...). */
+const struct v4_config *v4_runner_config(const v4_runner *r);
 /* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.
  * abort (may be NULL): non-zero = stop now without a result.
  * Returns 0 (out filled), -1 (e filled: the task failed), -2 (aborted). */
