@@ -107,5 +107,17 @@ int main(void)
     unsetenv("V4_CONFIG_FILE");
     remove(path);
     remove(secret);
+
+    /* the shipped example parses (its secret files are overridden by the environment) */
+    char example[4200];
+    snprintf(example, sizeof example, "%s/../../config/worker.conf.example", t_env("V4_TEST_DATA", "tests/data"));
+    setenv("V4_CONFIG_FILE", example, 1);
+    setenv("V4_AMQP_URL", "amqp://h/", 1);
+    setenv("V4_REDIS_URL", "off", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.model_name, "tiny"), "example config: %s: %s",
+          err.where, err.msg);
+    unsetenv("V4_CONFIG_FILE");
+    unsetenv("V4_AMQP_URL");
+    unsetenv("V4_REDIS_URL");
     TEST_DONE();
 }
