@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# demo.sh - run the main job on an embedded default: bash scripts/demo.sh
+# demo.sh - run the main job on an embedded default: bash scripts/demo.sh [--worker]
 #
 # Installs the build dependencies if missing, builds the release binary in build/,
 # writes a synthetic tiny checkpoint to models/tiny (once; kept if config.json is
 # there), and generates 16 greedy tokens from the prompt ids in scripts/demo_prompt.json.
+# --worker: instead of generating directly, start a private RabbitMQ + Redis on loopback
+# (tests/lib/brokers.sh; no root, no systemd), a `v4fleet worker` on models/tiny, submit
+# scripts/demo_tasks.jsonl through the queue (scripts/submit.py), print the results and
+# the fleet's expert-utilization report, then stop everything.
 set -euo pipefail
+MODE=direct
+case "${1:-}" in
+    "") ;;
+    --worker) MODE=worker ;;
+    *) echo "usage: bash scripts/demo.sh [--worker]" >&2; exit 2 ;;
+esac
 
 # shellcheck source=scripts/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,6 +35,33 @@ if [ -f models/tiny/config.json ] && [ -f models/tiny/tokenizer.json ]; then
     echo "models/tiny exists; not regenerating"
 else
     build/v4fleet mkmodel --out models/tiny --preset tiny --seed 1 --force
+fi
+
+if [ "$MODE" = worker ]; then
+    # shellcheck source=tests/lib/brokers.sh
+    source tests/lib/brokers.sh
+    DEMO_DIR="$(mktemp -d /tmp/v4demo.XXXXXX)"
+    WPID=""
+    demo_stop() {
+        [ -n "$WPID" ] && kill -TERM "$WPID" 2>/dev/null && wait "$WPID" || true
+        brokers_stop > /dev/null 2>&1 || true
+        rm -rf "$DEMO_DIR"
+    }
+    trap demo_stop EXIT
+    v4_section "private RabbitMQ + Redis on loopback ($DEMO_DIR)"
+    brokers_start "$DEMO_DIR/brokers"
+    v4_section "worker (log: $DEMO_DIR/worker.log)"
+    V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_REDIS_URL="$V4_TEST_REDIS_URL" V4_MODEL_DIR=models/tiny \
+        V4_MODEL_NAME=tiny build/v4fleet worker > "$DEMO_DIR/worker.log" 2>&1 &
+    WPID=$!
+    for _ in $(seq 1 100); do rmqctl list_queues name 2>/dev/null | grep -qx tasks && break; sleep 0.1; done
+    head -n 3 "$DEMO_DIR/worker.log"
+    v4_section "submit scripts/demo_tasks.jsonl -> results"
+    /usr/bin/python3 scripts/submit.py --url "$V4_TEST_AMQP_URL" --timeout 60 scripts/demo_tasks.jsonl
+    v4_section "fleet expert utilization (v4fleet stats)"
+    sleep 0.5
+    build/v4fleet stats --redis "$V4_TEST_REDIS_URL" --model tiny --top 3
+    exit 0
 fi
 
 v4_section "generate (token ids in, ids out)"
