@@ -26,7 +26,7 @@ hostport=$(sed -E 's#^redis://([^@/]*@)?([^/]*).*#\2#' <<<"$url")
 
 tmp=$(mktemp -d "${V4_TMP:-/tmp}/test_stats.XXXXXX") || exit 1
 run_id="st$$r$RANDOM"
-P="$run_id[x]"          # our prefix: '[x]' would be a glob class if not escaped
+P="${run_id}[x]"        # our prefix: '[x]' would be a glob class if not escaped
 SIB="${run_id}x"        # sibling prefix that '[x]' matches unescaped
 keys=()
 cleanup() {
@@ -188,6 +188,19 @@ expect_error() {  # expect_error DESCRIPTION REGEX ARGS...
 down=$(_brokers_free_port)
 expect_error "Redis down" "redis://127\.0\.0\.1:$down/0: cannot connect to Redis: Connection refused" \
     --redis "redis://127.0.0.1:$down/0"
+# a server that accepts and never answers: the 2 s command timeout must fire
+"$PY" -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+open(sys.argv[1] + ".new", "w").write(str(s.getsockname()[1]))
+import os; os.rename(sys.argv[1] + ".new", sys.argv[1]); time.sleep(60)' "$tmp/hang.port" &
+hang_pid=$!
+for _ in $(seq 50); do [ -s "$tmp/hang.port" ] && break; sleep 0.1; done
+t0=$(date +%s)
+expect_error "Redis not answering" "redis://127\.0\.0\.1:$(cat "$tmp/hang.port")/0: SCAN: no reply within 2 s \(timed out\)" \
+    --redis "redis://127.0.0.1:$(cat "$tmp/hang.port")/0"
+check "timed out within 2-5 s" test $(( $(date +%s) - t0 )) -le 5
+kill "$hang_pid" 2> /dev/null
+wait "$hang_pid" 2> /dev/null
 expect_error "unknown model" "$run_id\[x\]:util:nope:total: no data: the key does not exist" \
     --redis "$url" --prefix "$P" --model nope
 expect_error "no key under the prefix" "${run_id}none:util:\*:total: no utilization data" \

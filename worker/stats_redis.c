@@ -74,7 +74,7 @@ int v4_stats_parse_url(const char *url, v4_stats_url *u, v4_error *err)
 {
     memset(u, 0, sizeof *u);
     u->port = 6379;
-    const char *w = "--redis URL";
+    const char *w = "Redis URL";
     if (!strncmp(url, "rediss://", 9))
         return v4_err_set(err, V4_ERR_INVALID, w, "rediss:// (TLS) is not supported");
     if (strncmp(url, "redis://", 8))
