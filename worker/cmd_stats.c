@@ -4,7 +4,7 @@
  *
  * Design: options -> connect (stats_redis.c: URL, 2 s timeouts, AUTH/SELECT) ->
  * pick the model (--model, else the only <prefix>:util:*:total key found by SCAN)
- * -> read the source into a v4_util (stats_util.c): the total hash (default), one
+ * -> read the source into a v4_umat (stats_util.c): the total hash (default), one
  * bucket (--bucket), or the sum of the buckets that started in the last H hours
  * (--hours; bucket names are UTC start minutes, found by SCAN and filtered by name)
  * -> optional heatmap (heatmap_png.c; cell value = count / layer mean, drawn
@@ -210,7 +210,7 @@ static int recent_buckets(v4_stats_redis *r, const stats_opts *o, const char *mo
 }
 
 /* Read the source into u; fills the bucket list for the report. */
-static int read_source(v4_stats_redis *r, const stats_opts *o, const char *model, v4_util *u,
+static int read_source(v4_stats_redis *r, const stats_opts *o, const char *model, v4_umat *u,
                        char ***buckets, size_t *n_buckets, v4_error *err)
 {
     char key[600];
@@ -265,14 +265,14 @@ static int read_source(v4_stats_redis *r, const stats_opts *o, const char *model
 /* ---------------------------------------------------------------- heatmap */
 
 /* count / layer mean for every cell; NaN for a layer without data. */
-static int write_heatmap(const char *path, const v4_util *u, int *w, int *h, v4_error *err)
+static int write_heatmap(const char *path, const v4_umat *u, int *w, int *h, v4_error *err)
 {
     float *v = malloc(sizeof *v * (size_t)u->layers * (size_t)u->experts);
     if (!v)
         return v4_err_set(err, V4_ERR_NOMEM, path, "out of memory for the heatmap");
     for (int l = 0; l < u->layers; l++) {
-        v4_util_layer s;
-        v4_util_layer_stats(u, l, 0, NULL, &s);
+        v4_umat_layer s;
+        v4_umat_layer_stats(u, l, 0, NULL, &s);
         for (int e = 0; e < u->experts; e++) {
             size_t i = (size_t)l * (size_t)u->experts + (size_t)e;
             v[i] = s.mean > 0 ? (float)((double)u->counts[i] / s.mean) : NAN;
@@ -315,7 +315,7 @@ int v4_cmd_stats(int argc, char **argv)
     memset(url.password, 0, sizeof url.password);
 
     char model[MAX_NAME + 1];
-    v4_util u = {0};
+    v4_umat u = {0};
     char **buckets = NULL;
     size_t n_buckets = 0;
     int rc = 1;
@@ -347,7 +347,7 @@ int v4_cmd_stats(int argc, char **argv)
     rc = fflush(stdout) ? 1 : 0;
 out:
     v4_stats_free_names(buckets, n_buckets);
-    v4_util_free(&u);
+    v4_umat_free(&u);
     v4_stats_redis_close(r);
     return rc;
 }

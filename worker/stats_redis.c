@@ -376,7 +376,7 @@ int v4_stats_list_buckets(v4_stats_redis *r, const char *prefix, const char *mod
 
 /* ---------------------------------------------------------------- HGETALL */
 
-int v4_stats_read_hash(v4_stats_redis *r, const char *key, v4_util *u, int *found,
+int v4_stats_read_hash(v4_stats_redis *r, const char *key, v4_umat *u, int *found,
                        v4_error *err)
 {
     *found = 0;
@@ -412,7 +412,7 @@ int v4_stats_read_hash(v4_stats_redis *r, const char *key, v4_util *u, int *foun
         f[i] = kf->str;
         val[i] = kv->str;
     }
-    rc = v4_util_add_hash(u, key, f, val, n, err);
+    rc = v4_umat_add_hash(u, key, f, val, n, err);
     if (rc == 0)
         *found = 1;
 out:

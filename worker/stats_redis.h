@@ -1,6 +1,6 @@
 /* stats_redis.h - the Redis side of `v4fleet stats`: parse a redis:// URL, connect
  * (2 s connect and command timeouts, AUTH, SELECT), find utilization keys with
- * SCAN (never KEYS) and read one utilization hash into a v4_util.
+ * SCAN (never KEYS) and read one utilization hash into a v4_umat.
  *
  * Key schema (written by the workers, cache/util_redis.c):
  *   <prefix>:util:<model>:total               all-time totals
@@ -52,7 +52,7 @@ int v4_stats_list_buckets(v4_stats_redis *r, const char *prefix, const char *mod
 void v4_stats_free_names(char **names, size_t n);
 
 /* Add the hash at key to u; *found = 0 (and u untouched) when the key does not exist. */
-int v4_stats_read_hash(v4_stats_redis *r, const char *key, v4_util *u, int *found,
+int v4_stats_read_hash(v4_stats_redis *r, const char *key, v4_umat *u, int *found,
                        v4_error *err);
 
 /* "YYYYmmddHHMM" (exactly 12 digits, a real UTC minute) -> time_t; -1 if invalid. */

@@ -1,6 +1,6 @@
 /* stats_report.c - see stats_report.h.
  *
- * Both printers walk the layers once with v4_util_layer_stats; the fleet figures
+ * Both printers walk the layers once with v4_umat_layer_stats; the fleet figures
  * are accumulated on the way (fleet_acc) so text and JSON agree by construction.
  */
 #include "stats_report.h"
@@ -17,7 +17,7 @@ typedef struct fleet_acc {
     long long idle;
 } fleet_acc;
 
-static void fleet_add(fleet_acc *a, int layer, const v4_util_layer *s)
+static void fleet_add(fleet_acc *a, int layer, const v4_umat_layer *s)
 {
     a->idle += s->idle;
     if (isnan(s->cv))
@@ -30,13 +30,13 @@ static void fleet_add(fleet_acc *a, int layer, const v4_util_layer *s)
     }
 }
 
-static double share_pct(const v4_util *u, int layer, int e, uint64_t assignments)
+static double share_pct(const v4_umat *u, int layer, int e, uint64_t assignments)
 {
     uint64_t c = u->counts[(size_t)layer * (size_t)u->experts + (size_t)e];
     return assignments ? 100.0 * (double)c / (double)assignments : 0.0;
 }
 
-static void fmt_routed(char *buf, size_t cap, const v4_util_layer *s, int k)
+static void fmt_routed(char *buf, size_t cap, const v4_umat_layer *s, int k)
 {
     if (s->assignments % (uint64_t)k == 0)
         snprintf(buf, cap, "%" PRIu64, s->assignments / (uint64_t)k);
@@ -66,7 +66,7 @@ static void print_source_text(FILE *f, const v4_stats_report *r)
     }
 }
 
-void v4_stats_print_text(FILE *f, const v4_stats_report *r, const v4_util *u)
+void v4_stats_print_text(FILE *f, const v4_stats_report *r, const v4_umat *u)
 {
     fprintf(f, "model: %s   prefix: %s   redis: %s\n", r->model, r->prefix, r->redis);
     print_source_text(f, r);
@@ -78,8 +78,8 @@ void v4_stats_print_text(FILE *f, const v4_stats_report *r, const v4_util *u)
     int top_n = top ? r->top_n : 0;
     fleet_acc fa = {0, 0, 0, -1, 0};
     for (int l = 0; l < u->layers; l++) {
-        v4_util_layer s;
-        v4_util_layer_stats(u, l, top_n, top, &s);
+        v4_umat_layer s;
+        v4_umat_layer_stats(u, l, top_n, top, &s);
         fleet_add(&fa, l, &s);
         char routed[32], cv[32], mm[32];
         fmt_routed(routed, sizeof routed, &s, u->top_k);
@@ -123,7 +123,7 @@ static json_t *source_json(const v4_stats_report *r)
     return o;
 }
 
-static json_t *layer_json(const v4_util *u, int l, const v4_util_layer *s, const int *top)
+static json_t *layer_json(const v4_umat *u, int l, const v4_umat_layer *s, const int *top)
 {
     json_t *jt = json_array();
     for (int k = 0; jt && k < s->n_top; k++) {
@@ -138,7 +138,7 @@ static json_t *layer_json(const v4_util *u, int l, const v4_util_layer *s, const
                      "max_over_mean", real_or_null(s->max_over_mean), "idle", s->idle, "top", jt);
 }
 
-int v4_stats_print_json(FILE *f, const v4_stats_report *r, const v4_util *u, v4_error *err)
+int v4_stats_print_json(FILE *f, const v4_stats_report *r, const v4_umat *u, v4_error *err)
 {
     json_t *layers = json_array();
     int *top = r->top_n ? malloc(sizeof *top * (size_t)r->top_n) : NULL;
@@ -149,8 +149,8 @@ int v4_stats_print_json(FILE *f, const v4_stats_report *r, const v4_util *u, v4_
     }
     fleet_acc fa = {0, 0, 0, -1, 0};
     for (int l = 0; l < u->layers; l++) {
-        v4_util_layer s;
-        v4_util_layer_stats(u, l, r->top_n, top, &s);
+        v4_umat_layer s;
+        v4_umat_layer_stats(u, l, r->top_n, top, &s);
         fleet_add(&fa, l, &s);
         json_array_append_new(layers, layer_json(u, l, &s, top));
     }

@@ -1,5 +1,5 @@
 /* stats_report.h - print the `v4fleet stats` report (text table or one JSON object)
- * from a v4_util matrix; no Redis, no option parsing.
+ * from a v4_umat matrix; no Redis, no option parsing.
  *
  * Text: a header (model, prefix, source, tasks, tokens, shape), one row per layer
  * (routed tokens = assignments / K, population std of the per-expert counts over all
@@ -31,7 +31,7 @@ typedef struct v4_stats_report {
     int png_w, png_h;
 } v4_stats_report;
 
-void v4_stats_print_text(FILE *f, const v4_stats_report *r, const v4_util *u);
-int v4_stats_print_json(FILE *f, const v4_stats_report *r, const v4_util *u, v4_error *err);
+void v4_stats_print_text(FILE *f, const v4_stats_report *r, const v4_umat *u);
+int v4_stats_print_json(FILE *f, const v4_stats_report *r, const v4_umat *u, v4_error *err);
 
 #endif

@@ -56,7 +56,7 @@ static int parse_shape(const char *s, int *l, int *e, int *k)
     return (*l >= 1 && *e >= 1 && *k >= 1 && *k <= *e) ? 0 : -1;
 }
 
-static int set_shape(v4_util *u, const char *key, const char *const *fields,
+static int set_shape(v4_umat *u, const char *key, const char *const *fields,
                      const char *const *values, size_t n, v4_error *err)
 {
     const char *shape = NULL;
@@ -91,7 +91,7 @@ static int add_u64(uint64_t *acc, uint64_t v)
     return __builtin_add_overflow(*acc, v, acc) ? -1 : 0;
 }
 
-int v4_util_add_hash(v4_util *u, const char *key, const char *const *fields,
+int v4_umat_add_hash(v4_umat *u, const char *key, const char *const *fields,
                      const char *const *values, size_t n, v4_error *err)
 {
     if (set_shape(u, key, fields, values, n, err))
@@ -137,8 +137,8 @@ static int ranks_before(const uint64_t *c, int a, int b)
     return c[a] > c[b] || (c[a] == c[b] && a < b);
 }
 
-void v4_util_layer_stats(const v4_util *u, int layer, int top_n, int *top_ids,
-                         v4_util_layer *out)
+void v4_umat_layer_stats(const v4_umat *u, int layer, int top_n, int *top_ids,
+                         v4_umat_layer *out)
 {
     memset(out, 0, sizeof *out);
     const uint64_t *c = u->counts + (size_t)layer * (size_t)u->experts;
@@ -181,7 +181,7 @@ void v4_util_layer_stats(const v4_util *u, int layer, int top_n, int *top_ids,
     }
 }
 
-void v4_util_free(v4_util *u)
+void v4_umat_free(v4_umat *u)
 {
     free(u->counts);
     memset(u, 0, sizeof *u);

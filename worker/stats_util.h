@@ -15,8 +15,8 @@
  * mean; idle = experts with count 0; top experts by count (ties: lower id first),
  * share = count / assignments.
  *
- * Ownership: v4_util owns counts (v4_util_free); zero-initialize before the first add.
- * Thread: one thread per v4_util.
+ * Ownership: v4_umat owns counts (v4_umat_free); zero-initialize before the first add.
+ * Thread: one thread per v4_umat.
  */
 #ifndef V4_STATS_UTIL_H
 #define V4_STATS_UTIL_H
@@ -29,14 +29,14 @@
 #define V4_UTIL_MAX_LAYERS 4096
 #define V4_UTIL_MAX_EXPERTS 65536
 
-typedef struct v4_util {
+typedef struct v4_umat {
     int layers, experts, top_k;   /* 0 until the first hash with a _shape was added */
     uint64_t *counts;             /* layers * experts, counts[l*experts + e] */
     uint64_t tasks, tokens;
     int n_hashes;                 /* hashes added */
-} v4_util;
+} v4_umat;
 
-typedef struct v4_util_layer {
+typedef struct v4_umat_layer {
     uint64_t assignments;         /* sum of the layer's counts */
     double routed_tokens;         /* assignments / K */
     double mean, std;
@@ -44,18 +44,18 @@ typedef struct v4_util_layer {
     uint64_t max_count;
     int idle;                     /* experts with count 0 */
     int n_top;                    /* entries written to top_ids (only count > 0) */
-} v4_util_layer;
+} v4_umat_layer;
 
 /* Add one hash: n field/value pairs of NUL-terminated strings.  key names the hash
  * in error messages. */
-int v4_util_add_hash(v4_util *u, const char *key, const char *const *fields,
+int v4_umat_add_hash(v4_umat *u, const char *key, const char *const *fields,
                      const char *const *values, size_t n, v4_error *err);
 
 /* Figures of one layer; top_ids (capacity top_n, may be NULL when top_n == 0)
  * receives the top_n busiest experts with a non-zero count. */
-void v4_util_layer_stats(const v4_util *u, int layer, int top_n, int *top_ids,
-                         v4_util_layer *out);
+void v4_umat_layer_stats(const v4_umat *u, int layer, int top_n, int *top_ids,
+                         v4_umat_layer *out);
 
-void v4_util_free(v4_util *u);
+void v4_umat_free(v4_umat *u);
 
 #endif
