@@ -45,9 +45,9 @@ def main():
     ch.confirm_delivery()
     for tid, body in tasks:
         try:
-            ch.basic_publish("", a.queue, body, pika.BasicProperties(delivery_mode=2, reply_to=reply,
-                                                                     correlation_id=tid, message_id=tid),
-                             mandatory=True)
+            props = pika.BasicProperties(delivery_mode=2, reply_to=reply, correlation_id=tid, message_id=tid,
+                                         timestamp=int(time.time()))
+            ch.basic_publish("", a.queue, body, props, mandatory=True)
         except pika.exceptions.UnroutableError:
             sys.exit("submit.py: queue %r does not exist (is a worker running?)" % a.queue)
     waiting = {tid for tid, _ in tasks}
