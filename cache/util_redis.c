@@ -546,7 +546,7 @@ static void *util_thread(void *arg)
                 pthread_mutex_unlock(&u->mu);
                 if (!u->down_logged) {
                     u->down_logged = 1;
-                    ulog(u, 0, LOGP "cannot connect to %s: %s; %zu records pending, retrying with backoff "
+                    ulog(u, 0, LOGP "%s unreachable: %s; %zu records pending, retrying with backoff "
                                     "(%d..%d ms)", u->url_masked, e.msg, note_pending, BACKOFF_MIN_MS,
                          BACKOFF_MAX_MS);
                 } else {
