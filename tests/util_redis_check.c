@@ -18,7 +18,10 @@
  *   util_redis_check auth    requirepass + an ACL user: password-only and user:password URLs
  *                            with /db land in that db; wrong password, NOAUTH and a bad db
  *                            give precise errors; no password in any error or log line
- *   r17/r18/r19/auth need a private server: V4_PRIV_REDIS_URL, V4_PRIV_REDIS_PIDFILE and
+ *   util_redis_check busy    maxmemory 1: every EVAL fails with OOM (transient) while PING
+ *                            works: records kept, backoff not reset by the reconnects, one
+ *                            error line; maxmemory 0 -> the records land
+ *   r17/r18/r19/auth/busy need a private server: V4_PRIV_REDIS_URL, V4_PRIV_REDIS_PIDFILE and
  *   V4_PRIV_REDIS_START (shell command that (re)starts it on the same port).
  *
  * Exit 0 pass, 1 fail (never skips: the wrapper guarantees a server).
@@ -682,6 +685,59 @@ static int run_auth(const char *url)
     TEST_DONE();
 }
 
+/* ---- a server that accepts connections but refuses every EVAL (OOM) ---------------------- */
+
+static int run_busy(const char *url)
+{
+    logcap lc = { .mu = PTHREAD_MUTEX_INITIALIZER };
+    redisContext *q = qconn(url);
+    if (!q)
+        return 1;
+    freeReplyObject(cmd(q, "FLUSHALL"));
+    redisReply *r = cmd(q, "CONFIG SET maxmemory 1");
+    CHECK(r && r->type == REDIS_REPLY_STATUS, "CONFIG SET maxmemory 1");
+    freeReplyObject(r);
+    v4_util *u = start(url, "busy", 0, 500, &lc, L, E, K);
+    if (!u)
+        return 1;
+    uint32_t c[L * E];
+    fill_counts(c, L, E, K, 99, 2);
+    long long want[L * E];
+    memset(want, 0, sizeof want);
+    for (int i = 0; i < 3; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "busy-%d", i);
+        CHECK(v4_util_record(u, id, c, 2) == 0, "record %d", i);
+        for (int j = 0; j < L * E; j++)
+            want[j] += c[j];
+    }
+    double cpu0 = cpu_s(), w0 = now_s();
+    sleep(3);
+    double cpu = cpu_s() - cpu0, wall = now_s() - w0;
+    v4_util_stats s;
+    v4_util_get_stats(u, &s);
+    print_stats("busy (OOM)", u);
+    CHECK(s.pending == 3 && s.sent == 0 && s.rejected == 0, "OOM is transient: records kept");
+    CHECK(s.errors >= 1 && s.errors <= 10 && s.connects <= 10,
+          "%llu failed batches / %llu connects in 3 s: the backoff must not be reset by a connect",
+          (unsigned long long)s.errors, (unsigned long long)s.connects);
+    CHECK(cpu < 0.05 * wall, "CPU %.3f s in %.2f s", cpu, wall);
+    CHECK(log_count(&lc, "0 util-redis: lost") == 1 && log_count(&lc, "server busy: OOM") >= 1,
+          "'lost: server busy: OOM' logged once at error level");
+    r = cmd(q, "CONFIG SET maxmemory 0");
+    CHECK(r && r->type == REDIS_REPLY_STATUS, "CONFIG SET maxmemory 0");
+    freeReplyObject(r);
+    CHECK(v4_util_flush(u, 20000) == 0, "records land once the server accepts writes");
+    v4_util_free(u);
+    CHECK(log_count(&lc, "reconnected after an outage") == 1, "recovery logged once");
+    char kt[128];
+    v4_util_key_total("busy", "tiny", kt, sizeof kt);
+    check_hash(q, kt, want, L, E, 3, 6, "3,8,2");
+    redisFree(q);
+    free(lc.buf);
+    TEST_DONE();
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stderr, NULL, _IOLBF, 0);
@@ -707,6 +763,8 @@ int main(int argc, char **argv)
         return run_r18(purl);
     if (strcmp(what, "auth") == 0)
         return run_auth(purl);
-    fprintf(stderr, "usage: util_redis_check basic|r19|r17|r18|auth\n");
+    if (strcmp(what, "busy") == 0)
+        return run_busy(purl);
+    fprintf(stderr, "usage: util_redis_check basic|r19|r17|r18|auth|busy\n");
     return 2;
 }
