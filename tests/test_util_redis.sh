@@ -19,7 +19,7 @@ WORK="$(mktemp -d "$V4_TMP/util_redis.XXXXXX")"
 PIDFILE="$WORK/redis.pid"
 cleanup() {
     local pid=""
-    [ -s "$PIDFILE" ] && pid="$(cat "$PIDFILE" 2> /dev/null)" || true
+    if [ -s "$PIDFILE" ]; then pid="$(cat "$PIDFILE" 2> /dev/null || true)"; fi
     if [ -n "$pid" ]; then
         kill -CONT "$pid" 2> /dev/null || true
         kill "$pid" 2> /dev/null || true
