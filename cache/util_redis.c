@@ -89,8 +89,9 @@ struct v4_util {
 
     /* thread-only state */
     redisContext *c;
-    int fails;               /* consecutive failed attempts: backoff exponent */
-    int down_logged;         /* "cannot connect" logged for this outage */
+    int fails;               /* failed attempts since the last good batch: backoff exponent */
+    int down_logged;         /* "unreachable" logged for this outage */
+    int lost_logged;         /* "lost" logged for this outage */
     int attempted;           /* the first (eager) connect attempt was made */
     uint64_t rng;
     uint64_t rejected_logged;
@@ -546,7 +547,7 @@ static void *util_thread(void *arg)
                 pthread_mutex_unlock(&u->mu);
                 if (!u->down_logged) {
                     u->down_logged = 1;
-                    ulog(u, 0, LOGP "cannot connect to %s: %s; %zu records pending, retrying with backoff "
+                    ulog(u, 0, LOGP "%s unreachable: %s; %zu records pending, retrying with backoff "
                                     "(%d..%d ms)", u->url_masked, e.msg, note_pending, BACKOFF_MIN_MS,
                          BACKOFF_MAX_MS);
                 } else {
@@ -556,15 +557,22 @@ static void *util_thread(void *arg)
                 continue;
             }
             u->c = c;
-            u->fails = 0;
-            u->down_logged = 0;
+            /* The backoff is reset by a good batch, not by a connect: a server that accepts
+             * connections but fails every EVAL (READONLY after a failover, OOM) must not
+             * be hammered.  An idle connect (nothing pending) has nothing to prove. */
+            if (!u->head)
+                u->fails = 0;
             if (u->st.connects++ > 0)
                 u->st.reconnects++;
             uint64_t nconn = u->st.connects;
             size_t pend = u->n_pending;
             pthread_mutex_unlock(&u->mu);
-            ulog(u, 1, LOGP "connected to %s (%s, %zu records pending)", u->url_masked,
-                 nconn > 1 ? "reconnected" : "first connection", pend);
+            if (!u->down_logged && !u->lost_logged)
+                ulog(u, 1, LOGP "connected to %s (%s, %zu records pending)", u->url_masked,
+                     nconn > 1 ? "reconnected" : "first connection", pend);
+            else   /* during an outage: "reconnected" is logged after the first good batch */
+                ulog(u, 2, LOGP "connected to %s (connection %llu), sending %zu pending records", u->url_masked,
+                     (unsigned long long)nconn, pend);
             continue;
         }
 
@@ -601,6 +609,8 @@ static void *util_thread(void *arg)
         if (rc != 0) {
             u->st.errors++;
             schedule_retry(u);
+        } else {
+            u->fails = 0;
         }
         nrej = u->st.rejected;
         size_t pend = u->n_pending;
@@ -621,7 +631,16 @@ static void *util_thread(void *arg)
         if (rc != 0) {
             redisFree(u->c);
             u->c = NULL;
-            ulog(u, 0, LOGP "lost %s: %s; %zu records kept, reconnecting with backoff", u->url_masked, reason,
+            if (!u->lost_logged) {
+                u->lost_logged = 1;
+                ulog(u, 0, LOGP "lost %s: %s; %zu records kept, reconnecting with backoff", u->url_masked,
+                     reason, pend);
+            } else {
+                ulog(u, 2, LOGP "lost %s again: %s; %zu records kept", u->url_masked, reason, pend);
+            }
+        } else if (u->down_logged || u->lost_logged) {
+            u->down_logged = u->lost_logged = 0;
+            ulog(u, 1, LOGP "connected to %s (reconnected after an outage, %zu records pending)", u->url_masked,
                  pend);
         }
     }

@@ -26,9 +26,13 @@
  * unconfirmed records stay (a record whose reply was lost may be re-sent: the done
  * guard makes that safe; it then counts as a duplicate), and the thread reconnects with
  * exponential backoff + jitter (100 ms .. 10 s) sleeping on the condvar.  A frozen
- * Redis makes commands time out after timeout_ms.  State changes are logged once
- * (connected / lost: reason / cannot connect / backlog full / backlog recovered); the
- * password is masked in every line.
+ * Redis makes commands time out after timeout_ms.  The thread connects once at start
+ * (so a bad password or db shows in the log at once), later only when records wait.
+ * State changes are logged once, not per record or attempt: "connected" (info), "lost:
+ * reason", "URL unreachable: reason" (first failed attempt of an outage; the later
+ * ones at debug level), "backlog full" (error) and "backlog below half again" (info);
+ * the password is masked ("***") in every line.
+ * Redis Cluster is not supported (the three keys of a task do not share a hash slot).
  *
  * Backlog-full policy: DROP NEWEST.  When max_backlog records (or max_backlog_bytes of
  * copied counts) are pending, v4_util_record refuses the new record, returns 1 and
@@ -100,7 +104,9 @@ void v4_util_get_stats(v4_util *u, v4_util_stats *s);
 /* Wait up to timeout_ms for the backlog to drain; returns the records still pending. */
 long v4_util_flush(v4_util *u, long timeout_ms);
 
-/* Flushes for at most timeout_ms, logs what is dropped, joins the thread, frees. */
+/* Flushes for about timeout_ms (connects and commands started after the call get the
+ * time left as their timeout; one already in flight may add up to timeout_ms), counts
+ * and logs what is dropped, joins the thread, frees. */
 void v4_util_free(v4_util *u);
 
 /* Key names (see the schema above); truncated to n like snprintf. */

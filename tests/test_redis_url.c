@@ -227,7 +227,8 @@ int main(void)
               (unsigned long long)st.recorded, (unsigned long long)st.dropped, (unsigned long long)st.pending,
               (unsigned long long)st.errors);
         v4_util_free(u);
-        CHECK(strstr(lb.buf, "cannot connect to redis://:***@127.0.0.1:1/0") != NULL, "log: %s", lb.buf);
+        CHECK(strstr(lb.buf, "0 util-redis: redis://:***@127.0.0.1:1/0 unreachable: cannot connect to 127.0.0.1:1"),
+              "log: %s", lb.buf);
         CHECK(strstr(lb.buf, "backlog full") != NULL, "log: %s", lb.buf);
         CHECK(strstr(lb.buf, "shutting down with 2 records not sent") != NULL, "log: %s", lb.buf);
         CHECK(strstr(lb.buf, "s3cret") == NULL, "password in the log: %s", lb.buf);

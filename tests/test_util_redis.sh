@@ -2,8 +2,9 @@
 # test_util_redis.sh - cache/util_redis.c against real Redis servers (checklist R13, R17,
 # R18, R19; see tests/util_redis_check.c for what each scenario asserts).
 #   basic  on the suite's Redis (tests/lib/brokers.sh brokers_ensure; unique key prefix)
-#   r19, r17, r18 on a private redis-server started here on a free loopback port, because
-#   they read INFO commandstats, SIGSTOP the server, or kill and restart it.
+#   r19, r17, r18, auth, busy on a private redis-server started here on a free loopback
+#   port, because they read INFO commandstats, SIGSTOP the server, kill and restart it,
+#   set a password or maxmemory.
 # No Redis = FAIL, never skip.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,7 +19,7 @@ WORK="$(mktemp -d "$V4_TMP/util_redis.XXXXXX")"
 PIDFILE="$WORK/redis.pid"
 cleanup() {
     local pid=""
-    [ -s "$PIDFILE" ] && pid="$(cat "$PIDFILE" 2> /dev/null)" || true
+    if [ -s "$PIDFILE" ]; then pid="$(cat "$PIDFILE" 2> /dev/null || true)"; fi
     if [ -n "$pid" ]; then
         kill -CONT "$pid" 2> /dev/null || true
         kill "$pid" 2> /dev/null || true
@@ -42,7 +43,7 @@ export V4_PRIV_REDIS_START="redis-server --port $PORT --bind 127.0.0.1 --daemoni
 --appendonly no --dir '$WORK/data' --pidfile '$PIDFILE' --logfile '$WORK/redis.log' && \
 for i in \$(seq 1 100); do redis-cli -p $PORT ping 2>/dev/null | grep -q PONG && exit 0; sleep 0.05; done; exit 1"
 sh -c "$V4_PRIV_REDIS_START" || { echo "FAIL: cannot start a private redis-server on port $PORT" >&2; exit 1; }
-for s in r19 r17 r18; do
+for s in r19 r17 r18 auth busy; do
     echo "== $s on $V4_PRIV_REDIS_URL"
     "$CHECKER" "$s" || fail "$s"
     pid="$(cat "$PIDFILE" 2> /dev/null || true)"
