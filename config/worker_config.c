@@ -5,6 +5,7 @@
 
 #include "config_file.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +99,28 @@ static int check_name(const char *var, const char *v, v4_error *err)
     return 0;
 }
 
+/* V4_MODEL_NAME: "name[,alias...]", each 1..127 bytes of [A-Za-z0-9._:/-]; the first
+ * is the served name. */
+static int check_model_names(v4_worker_config *c, v4_error *err)
+{
+    const char *p = c->model_names;
+    for (int i = 0;; i++) {
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof c->model_name)
+            return v4_err_set(err, V4_ERR_CONFIG, "V4_MODEL_NAME", "name %d is %s", i + 1,
+                              n ? "longer than 127 bytes" : "empty");
+        for (size_t k = 0; k < n; k++)
+            if (!isalnum((unsigned char)p[k]) && !strchr("._:/-", p[k]))
+                return v4_err_set(err, V4_ERR_CONFIG, "V4_MODEL_NAME",
+                                  "name %d has the character '%c' (allowed: letters, digits, . _ : / -)", i + 1, p[k]);
+        if (i == 0)
+            snprintf(c->model_name, sizeof c->model_name, "%.*s", (int)n, p);
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
 /* Every setting name (also accepted with the _FILE suffix), for config-file checking. */
 static const char *const KNOWN[] = {
     "V4_AMQP_URL", "V4_REDIS_URL", "V4_MODEL_DIR", "V4_MODEL_NAME", "V4_TASK_QUEUE", "V4_DEAD_QUEUE",
@@ -118,7 +141,7 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
     if (get_str(src, "V4_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", c->amqp_url, sizeof c->amqp_url, err) ||
         get_str(src, "V4_REDIS_URL", "redis://127.0.0.1:6379/0", c->redis_url, sizeof c->redis_url, err) ||
         get_str(src, "V4_MODEL_DIR", "models/tiny", c->model_dir, sizeof c->model_dir, err) ||
-        get_str(src, "V4_MODEL_NAME", "deepseek-v4", c->model_name, sizeof c->model_name, err) ||
+        get_str(src, "V4_MODEL_NAME", "deepseek-v4", c->model_names, sizeof c->model_names, err) ||
         get_str(src, "V4_TASK_QUEUE", "tasks", c->task_queue, sizeof c->task_queue, err) ||
         get_str(src, "V4_DEAD_QUEUE", "tasks.dead", c->dead_queue, sizeof c->dead_queue, err) ||
         get_str(src, "V4_DLX_EXCHANGE", "tasks.dlx", c->dlx_exchange, sizeof c->dlx_exchange, err) ||
@@ -145,6 +168,8 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_int(src, "V4_FAULT_EXIT_BEFORE_ACK", 0, 0, 1, &c->fault_exit_before_ack, err))
         return -1;
     c->log_level = (int)lvl;
+    if (check_model_names(c, err))
+        return -1;
     if (strncmp(c->amqp_url, "amqp://", 7) && strncmp(c->amqp_url, "amqps://", 8))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_AMQP_URL", "must start with amqp:// or amqps://");
     if (strcmp(c->redis_url, "off") && strncmp(c->redis_url, "redis://", 8))

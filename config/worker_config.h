@@ -6,7 +6,8 @@
  * config file named by V4_CONFIG_FILE (NAME=value lines, config/config_file.h; the
  * same NAME and NAME_FILE keys), then validates the result; the error names the
  * setting (or the config file line).  Names: V4_AMQP_URL, V4_REDIS_URL ("off" = no
- * counters), V4_MODEL_DIR, V4_MODEL_NAME, V4_TASK_QUEUE, V4_DEAD_QUEUE,
+ * counters), V4_MODEL_DIR, V4_MODEL_NAME (comma-separated: the name, then aliases
+ * tasks may also use), V4_TASK_QUEUE, V4_DEAD_QUEUE,
  * V4_DLX_EXCHANGE, V4_INVALID_QUEUE, V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY,
  * V4_RESULTS_QUEUE, V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
  * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
@@ -31,7 +32,8 @@ typedef struct v4_worker_config {
     char amqp_url[V4_CFG_STR];
     char redis_url[V4_CFG_STR];
     char model_dir[V4_CFG_STR];
-    char model_name[128];           /* the model name this worker serves */
+    char model_name[128];           /* the model name this worker serves (results, Redis keys) */
+    char model_names[V4_CFG_STR];   /* V4_MODEL_NAME as given: "name[,alias...]" - tasks may use any */
     char task_queue[128], dead_queue[128], dlx_exchange[128], invalid_queue[128];
     char results_exchange[128], results_routing_key[128], results_queue[128];
     char worker_id[128];

@@ -56,13 +56,13 @@ int main(void)
     fputs("redis://:filepw@redis.example:6380/2\n", f);
     fclose(f);
     f = fopen(path, "w");
-    fprintf(f, "# worker settings\n\nV4_TASK_QUEUE = from-file\nV4_PREFETCH=3\n  V4_MODEL_NAME = \"my model\"  \n"
+    fprintf(f, "# worker settings\n\nV4_TASK_QUEUE = from-file\nV4_PREFETCH=3\n  V4_MODEL_NAME = \"my-model,alias.2\"  \n"
                "V4_REDIS_URL_FILE=%s\nV4_REDIS_BACKLOG=77\n", secret);
     fclose(f);
     setenv("V4_CONFIG_FILE", path, 1);
     setenv("V4_PREFETCH", "5", 1);
     CHECK(v4_worker_config_from_env(&c, &err) == 0, "config file: %s: %s", err.where, err.msg);
-    CHECK(!strcmp(c.task_queue, "from-file") && !strcmp(c.model_name, "my model") && c.redis_backlog == 77,
+    CHECK(!strcmp(c.task_queue, "from-file") && !strcmp(c.model_name, "my-model") && !strcmp(c.model_names, "my-model,alias.2") && c.redis_backlog == 77,
           "file values (%s, %s, %ld)", c.task_queue, c.model_name, c.redis_backlog);
     CHECK(c.prefetch == 5, "environment overrides the file (%d)", c.prefetch);
     CHECK(!strcmp(c.redis_url, "redis://:filepw@redis.example:6380/2"), "NAME_FILE in the file: %s", c.redis_url);
@@ -88,6 +88,9 @@ int main(void)
         {"\n\nV4_PREFETCH=2\nV4_PREFETCH=3\n", "config file line 4"},
         {"V4_PREFETCH=0\n", "V4_PREFETCH"},
         {"V4_REDIS_URL=http://x\n", "V4_REDIS_URL"},
+        {"V4_MODEL_NAME=a,,b\n", "V4_MODEL_NAME"},
+        {"V4_MODEL_NAME=my model\n", "V4_MODEL_NAME"},
+        {"V4_MODEL_NAME=a,\n", "V4_MODEL_NAME"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         f = fopen(path, "w");

@@ -227,13 +227,14 @@ int v4_cmd_worker(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     v4_task_error te = {0};
-    if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_name, &te))) {
+    if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_names, &te))) {
         fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, te.where, te.message);
         return 1;
     }
     char masked[V4_CFG_STR];
     v4_mask_url(w.cfg.amqp_url, masked, sizeof masked);
-    wlog(&w, 1, "worker %s serving model \"%s\" from %s; broker %s%s%s", w.cfg.worker_id, w.cfg.model_name,
+    wlog(&w, 1, "worker %s serving model \"%s\" (names: %s) from %s; broker %s%s%s", w.cfg.worker_id, w.cfg.model_name,
+         w.cfg.model_names,
          w.cfg.model_dir, masked, w.cfg.config_file[0] ? "; settings file " : "", w.cfg.config_file);
     if (strcmp(w.cfg.redis_url, "off")) {
         const v4_config *mc = v4_runner_config(w.runner);

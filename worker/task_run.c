@@ -20,7 +20,9 @@ struct v4_runner {
     v4_tokenizer *tok;
     v4_backend *be;
     v4_ctx *ctx;
-    char name[256];
+    char name[128];             /* the served name (first of names) */
+    char names[512];            /* "name[,alias...]" */
+    char served_list[640];      /* "\"a\"" or "\"a\" (also \"b\", \"c\")" for error messages */
 };
 
 double v4_now_ms(void)
@@ -36,7 +38,22 @@ static int from_v4(v4_task_error *e, const v4_error *err)
     return v4_task_fail(e, V4_TASK_INTERNAL, err->where, "%s", err->msg);
 }
 
-v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task_error *e)
+static void describe_names(v4_runner *r)
+{
+    size_t at = (size_t)snprintf(r->served_list, sizeof r->served_list, "\"%s\"", r->name);
+    const char *p = strchr(r->names, ',');
+    for (int i = 0; p && at < sizeof r->served_list; i++) {
+        p++;
+        size_t n = strcspn(p, ",");
+        at += (size_t)snprintf(r->served_list + at, sizeof r->served_list - at, "%s\"%.*s\"", i ? ", " : " (also ",
+                               (int)n, p);
+        p = strchr(p, ',');
+        if (!p && at < sizeof r->served_list)
+            at += (size_t)snprintf(r->served_list + at, sizeof r->served_list - at, ")");
+    }
+}
+
+v4_runner *v4_runner_open(const char *model_dir, const char *model_names, v4_task_error *e)
 {
     v4_runner *r = calloc(1, sizeof *r);
     v4_error err = {0};
@@ -44,7 +61,9 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task
         v4_task_fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
         return NULL;
     }
-    snprintf(r->name, sizeof r->name, "%s", model_name);
+    snprintf(r->names, sizeof r->names, "%s", model_names);
+    snprintf(r->name, sizeof r->name, "%.*s", (int)strcspn(model_names, ","), model_names);
+    describe_names(r);
     v4_engine_opts eo = {model_dir, 0, NULL};
     if (v4_model_open(model_dir, &r->m, &err))
         goto fail;
@@ -70,6 +89,20 @@ void v4_runner_free(v4_runner *r)
     if (r->m_open)
         v4_model_close(&r->m);
     free(r);
+}
+
+/* Is model one of the names this worker answers to? */
+static int serves(const v4_runner *r, const char *model)
+{
+    size_t m = strlen(model);
+    for (const char *p = r->names;;) {
+        size_t n = strcspn(p, ",");
+        if (n == m && !strncmp(p, model, n))
+            return 1;
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
 }
 
 const char *v4_runner_model_name(const v4_runner *r)
@@ -180,8 +213,9 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
                   v4_run_output *out, v4_task_error *e)
 {
     memset(out, 0, sizeof *out);
-    if (t->model && strcmp(t->model, r->name))
-        return v4_task_fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves \"%s\", not \"%s\"", r->name, t->model);
+    if (t->model && !serves(r, t->model))
+        return v4_task_fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves %s, not \"%s\"",
+                            r->served_list, t->model);
     if (v4_now_ms() >= deadline_ms)
         return v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the deadline passed before the task started");
     v4_ids ids = {0};

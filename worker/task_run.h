@@ -43,8 +43,10 @@ typedef struct v4_run_output {
     long long expert_hits, expert_misses, expert_bytes_loaded;
 } v4_run_output;
 
-/* model_name: what this worker serves (tasks naming another model are refused). */
-v4_runner *v4_runner_open(const char *model_dir, const char *model_name, v4_task_error *e);
+/* model_names: "name[,alias...]", what this worker serves (tasks naming another model
+ * are refused with model_not_available, the message lists the names); results carry
+ * the first name. */
+v4_runner *v4_runner_open(const char *model_dir, const char *model_names, v4_task_error *e);
 void v4_runner_free(v4_runner *r);
 const char *v4_runner_model_name(const v4_runner *r);
 /* The served model's shape (layers, routed experts, experts per token, ...). */

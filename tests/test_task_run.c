@@ -1,0 +1,116 @@
+/* test_task_run.c - one task through the engine (worker/task_run.c) on a synthetic tiny
+ * model: model names and aliases (an unknown model fails with model_not_available
+ * naming every served name), the experts figures (hits = forwarded positions x layers
+ * x experts per token, the counts match), context_length_exceeded, an input id outside
+ * the vocabulary (invalid_field), a deadline already passed and one that passes during
+ * the run (deadline_exceeded), and the abort hook (-2, no result). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/model_config.h"
+#include "testutil.h"
+#include "worker/task_packet.h"
+#include "worker/task_run.h"
+
+static int run(v4_runner *r, const char *json, double deadline_ms, int (*abort_fn)(void *), v4_run_output *out,
+               v4_task_error *e)
+{
+    v4_task t;
+    memset(e, 0, sizeof *e);
+    if (v4_task_parse(json, strlen(json), 1 << 20, &t, e)) {
+        fprintf(stderr, "parse %s: %s\n", json, e->message);
+        return 99;
+    }
+    int rc = v4_runner_run(r, &t, deadline_ms, abort_fn, NULL, out, e);
+    v4_task_free(&t);
+    return rc;
+}
+
+static int abort_now(void *ud)
+{
+    (void)ud;
+    return 1;
+}
+
+int main(void)
+{
+    char dir[4200], cmd[9000];
+    snprintf(dir, sizeof dir, "%s/task_run_model", t_env("V4_TMP", "/tmp"));
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 11 --force --no-sync >/dev/null 2>&1",
+             t_env("V4_BIN", "build/v4fleet"), dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+        return 1;
+    }
+    v4_task_error e = {0};
+    v4_runner *r = v4_runner_open(dir, "flash,deepseek-v4,v4", &e);
+    CHECK(r != NULL, "runner: %s: %s", e.where, e.message);
+    if (!r)
+        TEST_DONE();
+    CHECK(!strcmp(v4_runner_model_name(r), "flash"), "served name = first (%s)", v4_runner_model_name(r));
+    const v4_config *c = v4_runner_config(r);
+    double far = 1e300;
+    v4_run_output o;
+
+    /* aliases accepted; the result is the same whichever name the task uses */
+    CHECK(run(r, "{\"id\":\"a\",\"model\":\"v4\",\"input_ids\":[1,2,3],\"max_tokens\":5,\"temperature\":0}", far,
+              NULL, &o, &e) == 0, "alias v4: %s", e.message);
+    int32_t first[8];
+    int nfirst = o.n_tokens;
+    memcpy(first, o.tokens, sizeof(int32_t) * (size_t)(nfirst < 8 ? nfirst : 8));
+    long fwd = 3 + o.n_tokens - 1;
+    CHECK(o.forwarded == fwd, "forwarded %ld, want %ld", o.forwarded, fwd);
+    CHECK(o.expert_hits == (long long)fwd * c->n_layers * c->n_act_experts && o.expert_misses == 0 &&
+              o.expert_bytes_loaded == 0,
+          "hits %lld = %ld x %d x %d", o.expert_hits, fwd, c->n_layers, c->n_act_experts);
+    long long sum = 0;
+    for (int i = 0; i < c->n_layers * c->n_routed_experts; i++)
+        sum += o.expert_counts[i];
+    CHECK(sum == o.expert_hits, "counts sum %lld == hits", sum);
+    v4_run_output_free(&o);
+    CHECK(run(r, "{\"id\":\"b\",\"model\":\"flash\",\"input_ids\":[1,2,3],\"max_tokens\":5,\"temperature\":0}", far,
+              NULL, &o, &e) == 0 && o.n_tokens == nfirst && !memcmp(o.tokens, first, sizeof(int32_t) * (size_t)nfirst),
+          "name flash: same greedy tokens");
+    v4_run_output_free(&o);
+
+    /* an unknown model names everything served */
+    CHECK(run(r, "{\"id\":\"c\",\"model\":\"gpt-x\",\"prompt\":\"hi\"}", far, NULL, &o, &e) == -1 &&
+              e.code == V4_TASK_MODEL_NOT_AVAILABLE && !strcmp(e.where, "model") &&
+              strstr(e.message, "\"flash\" (also \"deepseek-v4\", \"v4\")") && strstr(e.message, "gpt-x"),
+          "model_not_available: %s", e.message);
+    CHECK(o.expert_counts == NULL && o.expert_hits == 0, "nothing ran, nothing counted");
+    v4_run_output_free(&o);
+    /* a prefix of a name is not the name */
+    CHECK(run(r, "{\"id\":\"c2\",\"model\":\"fla\",\"prompt\":\"hi\"}", far, NULL, &o, &e) == -1 &&
+              e.code == V4_TASK_MODEL_NOT_AVAILABLE, "prefix refused");
+    v4_run_output_free(&o);
+
+    /* context length */
+    char big[256];
+    snprintf(big, sizeof big, "{\"id\":\"d\",\"input_ids\":[1,2],\"max_tokens\":%lld}", c->max_position);
+    CHECK(run(r, big, far, NULL, &o, &e) == -1 && e.code == V4_TASK_CONTEXT_LENGTH_EXCEEDED &&
+              !strcmp(e.where, "max_tokens"), "context_length_exceeded: %s", e.message);
+    v4_run_output_free(&o);
+    /* input id outside the vocabulary */
+    snprintf(big, sizeof big, "{\"id\":\"e\",\"input_ids\":[1,%d]}", c->vocab_size);
+    CHECK(run(r, big, far, NULL, &o, &e) == -1 && e.code == V4_TASK_INVALID_FIELD && !strcmp(e.where, "input_ids") &&
+              strstr(e.message, "index 1"), "vocab: %s", e.message);
+    v4_run_output_free(&o);
+    /* deadlines: already passed, and passing during a long run */
+    CHECK(run(r, "{\"id\":\"f\",\"prompt\":\"x\"}", v4_now_ms() - 1, NULL, &o, &e) == -1 &&
+              e.code == V4_TASK_DEADLINE_EXCEEDED, "deadline passed before start");
+    v4_run_output_free(&o);
+    double t0 = v4_now_ms();
+    CHECK(run(r, "{\"id\":\"g\",\"input_ids\":[0,2,10,3,5],\"max_tokens\":100000,\"temperature\":0}", t0 + 150, NULL,
+              &o, &e) == -1 && e.code == V4_TASK_DEADLINE_EXCEEDED, "deadline during the run: %s", e.message);
+    CHECK(v4_now_ms() - t0 < 2000, "stopped within a step of the deadline (%.0f ms)", v4_now_ms() - t0);
+    CHECK(o.expert_hits > 0 && o.forwarded > 0, "a failed run still reports what ran (%lld hits)", o.expert_hits);
+    v4_run_output_free(&o);
+    /* abort hook: -2, no result */
+    CHECK(run(r, "{\"id\":\"h\",\"input_ids\":[1,2],\"max_tokens\":8}", far, abort_now, &o, &e) == -2 &&
+              o.text == NULL, "abort -> -2");
+    v4_run_output_free(&o);
+    v4_runner_free(r);
+    TEST_DONE();
+}
