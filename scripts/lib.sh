@@ -17,9 +17,10 @@ V4_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # librabbitmq-dev: the worker's AMQP client; rabbitmq-server, redis-server: the real brokers
 # the queue tests start on loopback (tests/lib/brokers.sh); python3-pika: the third-party
 # producer of the end-to-end queue test; libhiredis-dev: the Redis expert-utilization
-# counters and `v4fleet stats`; libpng-dev: `v4fleet stats --png` heatmaps.
+# counters and `v4fleet stats`; libpng-dev: `v4fleet stats --png` heatmaps; libxxhash-dev:
+# XXH3 checksums of expert-pack blocks.
 V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev libpcre2-dev clang
-             librabbitmq-dev libhiredis-dev libpng-dev rabbitmq-server redis-server python3-pika)
+             librabbitmq-dev libhiredis-dev libpng-dev libxxhash-dev rabbitmq-server redis-server python3-pika)
 
 v4_section() {
     printf '\n==== %s ====\n' "$*"
