@@ -37,6 +37,7 @@ const char *v4_errcode_name(v4_errcode code)
     case V4_ERR_NOMEM: return "nomem";
     case V4_ERR_INVALID: return "invalid";
     case V4_ERR_INTERNAL: return "internal";
+    case V4_ERR_CORRUPT: return "corrupt";
     }
     return "unknown";
 }

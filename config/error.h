@@ -24,7 +24,8 @@ typedef enum v4_errcode {
     V4_ERR_RANGE,       /* value out of range (token id, position...) */
     V4_ERR_NOMEM,       /* allocation failed                          */
     V4_ERR_INVALID,     /* invalid argument                           */
-    V4_ERR_INTERNAL
+    V4_ERR_INTERNAL,
+    V4_ERR_CORRUPT      /* stored data fails its checksum (expert pack) */
 } v4_errcode;
 
 typedef struct v4_error {

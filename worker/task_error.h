@@ -15,7 +15,8 @@ typedef enum v4_task_errcode {
     V4_TASK_MODEL_NOT_AVAILABLE,    /* names a model this worker does not serve */
     V4_TASK_CONTEXT_LENGTH_EXCEEDED,
     V4_TASK_DEADLINE_EXCEEDED,
-    V4_TASK_INTERNAL
+    V4_TASK_INTERNAL,
+    V4_TASK_EXPERT_CORRUPT          /* an expert block failed its checksum (layer, expert, file, offset) */
 } v4_task_errcode;
 
 typedef struct v4_task_error {

@@ -35,7 +35,8 @@ double v4_now_ms(void)
 
 static int from_v4(v4_task_error *e, const v4_error *err)
 {
-    return v4_task_fail(e, V4_TASK_INTERNAL, err->where, "%s", err->msg);
+    return v4_task_fail(e, err->code == V4_ERR_CORRUPT ? V4_TASK_EXPERT_CORRUPT : V4_TASK_INTERNAL, err->where, "%s",
+                        err->msg);
 }
 
 static void describe_names(v4_runner *r)
