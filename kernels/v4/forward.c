@@ -42,6 +42,7 @@ static void scratch_free(v4_scratch *s)
         *f[i] = NULL;
     }
     free(s->sel); free(s->csel); free(s->ncsel); free(s->route); free(s->ex_rows);
+    free(s->ex_ids); free(s->ex_slot); free(s->ex_w);
     free((void *)s->cand);
 }
 
@@ -64,6 +65,7 @@ static int scratch_alloc(v4_scratch *s, const v4_config *cfg, int B)
     A(s->ex_h, B * K * I); A(s->ex_o, B * K * dim); A(s->ex_rows, B * K); A(s->ex_wt, B * K);
     A(s->sel, K + (size_t)cfg->index_topk); A(s->csel, B * (size_t)cfg->index_topk);
     A(s->ncsel, (size_t)B);
+    A(s->ex_ids, cfg->n_routed_experts); A(s->ex_slot, cfg->n_routed_experts); A(s->ex_w, cfg->n_routed_experts);
 #undef A
     return ok ? 0 : -1;
 }
@@ -119,6 +121,39 @@ void v4_ctx_free(v4_ctx *c)
 
 const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
 
+void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p)
+{
+    if (p)
+        c->xp = *p;
+    else
+        memset(&c->xp, 0, sizeof c->xp);
+}
+
+/* Hash-routed layers: their experts follow from the token ids; tell the provider now so
+ * that their loads overlap the layers before them. */
+static void prefetch_hash_layers(v4_ctx *c, const int32_t *tokens, int n)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int K = cfg->n_act_experts;
+    if (!c->xp.prefetch)
+        return;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const int32_t *tab = c->w->layers[l].tid2eid;
+        if (!tab)
+            continue;
+        int m = 0;
+        for (int b = 0; b < n; b++)
+            for (int k = 0; k < K; k++) {
+                int e = tab[(size_t)tokens[b] * K + k], dup = 0;
+                for (int i = 0; i < m && !dup; i++)
+                    dup = c->s.ex_ids[i] == e;
+                if (!dup)
+                    c->s.ex_ids[m++] = e;
+            }
+        c->xp.prefetch(c->xp.ud, l, c->s.ex_ids, m);
+    }
+}
+
 static int check_inputs(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, v4_error *err)
 {
     const v4_config *cfg = &c->w->cfg;
@@ -131,6 +166,9 @@ static int check_inputs(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, i
                               "token id %d out of range [0, %d) (batch row %d)", tokens[b], cfg->vocab_size, b);
         if (seqs[b]->w != c->w)
             return v4_err_set(err, V4_ERR_INVALID, "v4_step", "sequence %d belongs to another model", b);
+        if (seqs[b]->broken)
+            return v4_err_set(err, V4_ERR_INVALID, "v4_step",
+                              "sequence %d is broken by an earlier failed step (reset it)", b);
         if (seqs[b]->pos >= seqs[b]->max_len)
             return v4_err_set(err, V4_ERR_RANGE, "v4_step",
                               "sequence %d is full (%d positions)", b, seqs[b]->max_len);
@@ -178,6 +216,7 @@ int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
     const v4_config *cfg = &w->cfg;
     const int hc = cfg->hc_mult, dim = cfg->dim;
 
+    prefetch_hash_layers(c, tokens, n);
     for (int b = 0; b < n; b++) {
         const uint16_t *row = (const uint16_t *)w->embed.w + (size_t)tokens[b] * dim;
         for (int j = 0; j < hc; j++)
@@ -194,7 +233,11 @@ int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
 
         v4_hc_pre(c, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, n);
         norm_rows(c, lw->ffn_norm, n);
-        v4_moe(c, l, tokens, n, tr);
+        if (v4_moe(c, l, tokens, n, tr, err)) {
+            for (int b = 0; b < n; b++)
+                seqs[b]->broken = 1;
+            return -1;
+        }
         v4_hc_post(c, n);
         trace_streams(c, l, 1, n, tr);
     }

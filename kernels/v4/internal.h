@@ -25,6 +25,7 @@ typedef struct v4_layer_state {
 struct v4_seq {
     const v4_weights *w;
     int pos;
+    int broken;              /* a step failed half-way (expert provider error) */
     int max_len;
     v4_layer_state *L;
 };
@@ -57,6 +58,10 @@ typedef struct v4_scratch {
     int *ex_rows;    /* [B] */
     float *ex_wt;    /* [B] */
     float *y;        /* [B][dim] MoE f32 accumulator */
+    int *ex_ids;     /* [n_routed] distinct experts of a layer's batch (provider) */
+    int *ex_slot;    /* [n_routed] expert id -> index in ex_ids, -1 if unused */
+    v4_expert_w *ex_w;   /* [n_routed] the provider's experts */
+    int n_ex;        /* entries of ex_ids acquired for the current layer */
     float *hid;      /* [B][dim] */
     int cap_entries; /* sized for the longest sequence seen */
 } v4_scratch;
@@ -65,6 +70,7 @@ struct v4_ctx {
     const v4_weights *w;
     v4_backend *be;
     int max_batch;
+    v4_expert_provider xp;   /* xp.acquire == NULL: the weights' experts */
     v4_scratch s;
     float freqs_swa[64], freqs_comp[64];   /* RoPE tables (rope_dim/2 <= 64) */
 };
@@ -80,7 +86,7 @@ int v4_compressor_step(const v4_compressor_w *cw, v4_comp_state *st, int pos,
                        const float *kvp, const float *sc, const float *freqs,
                        int rope_dim, float eps, int rotate, float *out);
 void v4_indexer(v4_ctx *c, int layer, v4_seq *s, int b, v4_trace *tr);
-void v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *tr);
+int v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *tr, v4_error *err);
 
 int v4_ctx_reserve(v4_ctx *c, int entries, v4_error *err);
 

@@ -58,13 +58,33 @@ const float *v4_seq_window(const v4_seq *s, int layer);
 const float *v4_seq_compressed(const v4_seq *s, int layer, int *n);
 const float *v4_seq_index_keys(const v4_seq *s, int layer, int *n);
 
+/* Routed experts from outside the weights: a cache that loads them on demand
+ * (cache/expert_provider.h).  Per step and MoE layer, v4_step asks for the distinct
+ * experts the batch was routed to, in ascending id order, computes, then releases
+ * them.  acquire fills out[i] (matrices that stay valid until release); it may block
+ * while blocks load; non-zero (err filled) fails the step.  prefetch (optional) is a
+ * hint given at the start of a step for the hash-routed layers, whose experts follow
+ * from the token ids alone.  The shared expert always comes from the weights. */
+typedef struct v4_expert_provider {
+    int (*acquire)(void *ud, int layer, const int *ids, int n, v4_expert_w *out, v4_error *err);
+    void (*release)(void *ud, int layer, const int *ids, int n);
+    void (*prefetch)(void *ud, int layer, const int *ids, int n);
+    void *ud;
+} v4_expert_provider;
+
 v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_error *err);
+/* p (copied; NULL = the weights' own experts) serves every later step of c.  The
+ * provider must outlive its use by c. */
+void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);
 void v4_ctx_free(v4_ctx *c);
 const v4_config *v4_ctx_config(const v4_ctx *c);
 
 /* Feed tokens[i] to seqs[i] at its current position, for i < n (n <= max_batch);
  * logits: [n][vocab] f32 (may be NULL); traces: NULL or n pointers (each may be NULL).
- * Fails (state unchanged) on a bad token id or a full sequence. */
+ * Fails (state unchanged) on a bad token id or a full sequence.  When the expert
+ * provider fails mid-step, the step fails with its error and the n sequences are
+ * marked broken (their caches hold part of a position): later steps on them fail
+ * until v4_seq_reset. */
 int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
             float *logits, v4_trace *const *traces, v4_error *err);
 

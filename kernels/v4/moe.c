@@ -80,7 +80,28 @@ static void expert_forward(v4_ctx *c, const v4_expert_w *ex, int m, const float 
     v4_linear(c->be, &ex->w2, V4_LIN_QUANT, m, S->ex_h, I, S->ex_o, dim);
 }
 
-void v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *tr)
+/* The experts of this layer's batch: the weights' own, or the provider's (acquired for
+ * the distinct ids used, ascending; ex_slot maps an id to its acquired matrices). */
+static int acquire_experts(v4_ctx *c, int layer, int n, v4_error *err)
+{
+    const v4_config *cfg = &c->w->cfg;
+    v4_scratch *S = &c->s;
+    const int E = cfg->n_routed_experts, K = cfg->n_act_experts;
+    for (int e = 0; e < E; e++)
+        S->ex_slot[e] = -1;
+    for (int i = 0; i < n * K; i++)
+        S->ex_slot[S->route[i]] = 0;
+    int m = 0;
+    for (int e = 0; e < E; e++)
+        if (!S->ex_slot[e]) {
+            S->ex_slot[e] = m;
+            S->ex_ids[m++] = e;
+        }
+    S->n_ex = m;
+    return c->xp.acquire(c->xp.ud, layer, S->ex_ids, m, S->ex_w, err);
+}
+
+int v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *tr, v4_error *err)
 {
     const v4_config *cfg = &c->w->cfg;
     const v4_layer_w *lw = &c->w->layers[layer];
@@ -91,6 +112,9 @@ void v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const 
     for (int b = 0; b < n; b++)
         route(c, layer, b, tokens[b], tr ? tr[b] : NULL);
     memset(S->y, 0, sizeof(float) * (size_t)n * dim);
+    const int provided = c->xp.acquire != NULL;
+    if (provided && acquire_experts(c, layer, n, err))
+        return -1;
 
     for (int e = 0; e < E; e++) {
         int m = 0;
@@ -104,7 +128,7 @@ void v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const 
                 }
         if (!m)
             continue;
-        expert_forward(c, &lw->experts[e], m, S->ex_wt);
+        expert_forward(c, provided ? &S->ex_w[S->ex_slot[e]] : &lw->experts[e], m, S->ex_wt);
         for (int r = 0; r < m; r++) {
             float *y = S->y + (size_t)S->ex_rows[r] * dim;
             const float *o = S->ex_o + (size_t)r * dim;
@@ -112,9 +136,12 @@ void v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const 
                 y[i] = y[i] + o[i];
         }
     }
+    if (provided)
+        c->xp.release(c->xp.ud, layer, S->ex_ids, S->n_ex);
     memcpy(S->ex_x, S->x, sizeof(float) * (size_t)n * dim);
     expert_forward(c, &lw->shared, n, NULL);
     for (int b = 0; b < n; b++)
         for (int i = 0; i < dim; i++)
             S->out[(size_t)b * dim + i] = v4_bf16(S->y[(size_t)b * dim + i] + S->ex_o[(size_t)b * dim + i]);
+    return 0;
 }

@@ -74,6 +74,7 @@ void v4_seq_reset(v4_seq *s)
 {
     const v4_config *cfg = &s->w->cfg;
     s->pos = 0;
+    s->broken = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
         v4_layer_state *L = &s->L[l];
         memset(L->win, 0, sizeof(float) * (size_t)cfg->window * cfg->head_dim);
