@@ -128,8 +128,39 @@ static const char *const KNOWN[] = {
     "V4_WORKER_ID", "V4_PREFETCH", "V4_HEARTBEAT_S", "V4_DELIVERY_LIMIT", "V4_DEADLINE_MS",
     "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
     "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
-    "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK",
+    "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
+    "V4_IO_THREADS",
 };
+
+/* "123", "64M", "1.5G" (K/M/G/T = 2^10..2^40) -> bytes. */
+static int get_bytes(cfg_src *src, const char *var, long long *out, v4_error *err)
+{
+    int failed = 0;
+    const char *v = lookup(src, var, err, &failed);
+    if (failed)
+        return -1;
+    *out = 0;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    const int no_digits = end == v;
+    double mul = 1;
+    switch (*end) {
+    case 'K': case 'k': mul = 1024.0; end++; break;
+    case 'M': case 'm': mul = 1048576.0; end++; break;
+    case 'G': case 'g': mul = 1073741824.0; end++; break;
+    case 'T': case 't': mul = 1099511627776.0; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (errno || no_digits || *end || !(x >= 0) || x * mul > 9.0e18)
+        return v4_err_set(err, V4_ERR_CONFIG, var, "'%s' is not a byte count (e.g. 68719476736, 64G, 512M)", v);
+    *out = (long long)(x * mul);
+    return 0;
+}
 
 static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
 {
@@ -165,8 +196,14 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_long(src, "V4_REDIS_DONE_TTL_S", 604800, 60, 31536000, &c->redis_done_ttl_s, err) ||
         get_long(src, "V4_REDIS_TIMEOUT_MS", 1000, 10, 60000, &c->redis_timeout_ms, err) ||
         get_long(src, "V4_REDIS_BACKLOG", 10000, 1, 10000000, &c->redis_backlog, err) ||
-        get_int(src, "V4_FAULT_EXIT_BEFORE_ACK", 0, 0, 1, &c->fault_exit_before_ack, err))
+        get_int(src, "V4_FAULT_EXIT_BEFORE_ACK", 0, 0, 1, &c->fault_exit_before_ack, err) ||
+        get_str(src, "V4_EXPERT_PACK", "", c->expert_pack, sizeof c->expert_pack, err) ||
+        get_bytes(src, "V4_HOST_CACHE_BYTES", &c->host_cache_bytes, err) ||
+        get_str(src, "V4_CACHE_POLICY", "lfru", c->cache_policy, sizeof c->cache_policy, err) ||
+        get_int(src, "V4_IO_THREADS", 4, 1, 64, &c->io_threads, err))
         return -1;
+    if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_CACHE_POLICY", "'%s' is not lru, slru or lfru", c->cache_policy);
     c->log_level = (int)lvl;
     if (check_model_names(c, err))
         return -1;

@@ -12,7 +12,9 @@
  * V4_RESULTS_QUEUE, V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
  * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
  * V4_REDIS_PREFIX, V4_REDIS_BUCKET_S, V4_REDIS_BUCKET_TTL_S, V4_REDIS_DONE_TTL_S,
- * V4_REDIS_TIMEOUT_MS, V4_REDIS_BACKLOG, and the test hook V4_FAULT_EXIT_BEFORE_ACK.
+ * V4_REDIS_TIMEOUT_MS, V4_REDIS_BACKLOG, V4_EXPERT_PACK, V4_HOST_CACHE_BYTES (a byte
+ * count, suffixes K/M/G/T = powers of 1024), V4_CACHE_POLICY, V4_IO_THREADS, and the
+ * test hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
  * URLs may be logged.
  *
@@ -52,6 +54,11 @@ typedef struct v4_worker_config {
     long redis_done_ttl_s;          /* expiry of a done:{task id} guard */
     long redis_timeout_ms;          /* connect / command timeout */
     long redis_backlog;             /* task records kept while Redis is unreachable */
+    /* routed experts: resident (mapped checkpoint) or paged through the host cache */
+    char expert_pack[V4_CFG_STR];   /* V4_EXPERT_PACK: pack dir ("" = page from the safetensors) */
+    long long host_cache_bytes;     /* V4_HOST_CACHE_BYTES: 0 = all experts resident (no cache) */
+    char cache_policy[16];          /* V4_CACHE_POLICY: lru | slru | lfru */
+    int io_threads;                 /* V4_IO_THREADS: concurrent expert reads */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

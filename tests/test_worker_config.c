@@ -102,6 +102,26 @@ int main(void)
     setenv("V4_CONFIG_FILE", "/nonexistent/v4.conf", 1);
     CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_CONFIG_FILE"), "missing file");
     unsetenv("V4_CONFIG_FILE");
+    /* expert cache settings */
+    static const struct { const char *v; long long want; } sizes[] = {
+        {"0", 0}, {"4096", 4096}, {"64M", 64ll << 20}, {"1.5G", 3ll << 29}, {"2TB", 2ll << 40}, {"10k", 10240}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        setenv("V4_HOST_CACHE_BYTES", sizes[i].v, 1);
+        CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.host_cache_bytes == sizes[i].want, "bytes %s -> %lld",
+              sizes[i].v, c.host_cache_bytes);
+    }
+    static const char *const badsz[] = {"-1", "12X", "G", "1e30", "nan"};
+    for (size_t i = 0; i < sizeof badsz / sizeof badsz[0]; i++) {
+        setenv("V4_HOST_CACHE_BYTES", badsz[i], 1);
+        CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_HOST_CACHE_BYTES"), "bad bytes %s",
+              badsz[i]);
+    }
+    unsetenv("V4_HOST_CACHE_BYTES");
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.cache_policy, "lfru") && c.io_threads == 4 &&
+              c.host_cache_bytes == 0 && !c.expert_pack[0], "cache defaults");
+    setenv("V4_CACHE_POLICY", "fifo", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_CACHE_POLICY"), "bad policy");
+    unsetenv("V4_CACHE_POLICY");
     f = fopen(path, "w");
     fputs("V4_REDIS_URL=off\n", f);
     fclose(f);
