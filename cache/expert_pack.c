@@ -648,6 +648,7 @@ typedef struct pack_src {
     v4_xsource base;
     char *dir, *data_path;
     int fd_direct, fd_buf;
+    int sim_refuse_read;        /* V4_PACK_IO_SIM_REFUSE_READ */
     atomic_int use_direct;
     int direct_refused_at_open;
     atomic_int direct_refused;
@@ -709,7 +710,13 @@ static int pack_read(v4_xsource *xs, int l, int e, void *dst, v4_error *err)
     const uint64_t t0 = now_ns();
     const size_t n = s->base.block_bytes;
     int direct = atomic_load_explicit(&s->use_direct, memory_order_relaxed);
-    int rc = pread_all(direct ? s->fd_direct : s->fd_buf, dst, n, s->offs[i]);
+    int rc;
+    if (direct && s->sim_refuse_read) {
+        rc = -1;
+        errno = EINVAL;
+    } else {
+        rc = pread_all(direct ? s->fd_direct : s->fd_buf, dst, n, s->offs[i]);
+    }
     if (rc && direct && errno == EINVAL) {
         /* The filesystem accepted O_DIRECT at open but refuses the I/O: buffered for good. */
         atomic_store(&s->use_direct, 0);
@@ -969,11 +976,16 @@ static v4_xsource *open_impl(const char *pack_dir, const v4_config *cfg, const v
                        i / (size_t)s->base.n_experts, i % (size_t)s->base.n_experts, s->offs[i], (long long)st.st_size);
             goto fail;
         }
-    if (io != V4_PACK_IO_BUFFERED) {
-        s->fd_direct = open(s->data_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    const int mode = io & 3;
+    s->sim_refuse_read = !!(io & V4_PACK_IO_SIM_REFUSE_READ);
+    if (mode != V4_PACK_IO_BUFFERED) {
+        if (io & V4_PACK_IO_SIM_REFUSE_OPEN)
+            errno = EINVAL;
+        else
+            s->fd_direct = open(s->data_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
         if (s->fd_direct < 0) {
             int e = errno;
-            if (io == V4_PACK_IO_DIRECT || e != EINVAL) {
+            if (mode == V4_PACK_IO_DIRECT || e != EINVAL) {
                 v4_err_set(err, V4_ERR_IO, s->data_path, "cannot open with O_DIRECT: %s", strerror(e));
                 goto fail;
             }

@@ -87,6 +87,11 @@ enum {
     V4_PACK_IO_AUTO = 0,        /* O_DIRECT, buffered pread where O_DIRECT is refused */
     V4_PACK_IO_BUFFERED = 1,    /* always buffered pread */
     V4_PACK_IO_DIRECT = 2,      /* O_DIRECT only: open fails if the filesystem refuses it */
+    /* Test hooks, or'ed with V4_PACK_IO_AUTO (recent kernels accept O_DIRECT even on
+     * tmpfs, so the refusal is simulated): behave as if open(O_DIRECT) failed with
+     * EINVAL, or as if the first O_DIRECT read did. */
+    V4_PACK_IO_SIM_REFUSE_OPEN = 0x10,
+    V4_PACK_IO_SIM_REFUSE_READ = 0x20,
 };
 
 typedef struct v4_xsource_counters {
