@@ -568,9 +568,17 @@ int v4_pack_write(const char *model_dir, const char *pack_dir_in, int flags, v4_
         v4_err_set(err, V4_ERR_INVALID, pack_dir_in, "empty pack directory name");
         goto out;
     }
-    if (lstat(pack_dir, &st) == 0 && !(flags & V4_PACK_FORCE)) {
-        v4_err_set(err, V4_ERR_INVALID, pack_dir, "already exists (use --force to replace it)");
-        goto out;
+    if (lstat(pack_dir, &st) == 0) {   /* checked again at the rename; this saves a wasted pack */
+        if (!(flags & V4_PACK_FORCE)) {
+            v4_err_set(err, V4_ERR_INVALID, pack_dir, "already exists (use --force to replace it)");
+            goto out;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            v4_err_set(err, V4_ERR_INVALID, pack_dir, "exists and is not a directory");
+            goto out;
+        }
+        if (check_replaceable(pack_dir, err))
+            goto out;
     }
     if (v4_model_open_ex(model_dir, &w.m, V4_OPEN_NO_PREPARE, err))
         goto out;
