@@ -12,6 +12,7 @@ int v4_cmd_inspect(int argc, char **argv);
 int v4_cmd_tokenize(int argc, char **argv);
 int v4_cmd_detokenize(int argc, char **argv);
 int v4_cmd_stats(int argc, char **argv);
+int v4_cmd_pack(int argc, char **argv);
 int v4_cmd_worker(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static const subcommand commands[] = {
     {"tokenize", v4_cmd_tokenize, "text on stdin -> token ids (JSON array; --jsonl for many)"},
     {"detokenize", v4_cmd_detokenize, "JSON array of token ids on stdin -> text"},
     {"stats", v4_cmd_stats, "fleet expert-utilization report from Redis (table, JSON, PNG heatmap)"},
+    {"pack", v4_cmd_pack, "repack routed experts into a checksummed expert pack, or --verify one"},
     {"worker", v4_cmd_worker, "queue worker: RabbitMQ tasks in, results out (settings from the environment)"},
 };
 
