@@ -19,6 +19,7 @@ static const subcommand commands[] = {
     {"detokenize", v4_cmd_detokenize, "JSON array of token ids on stdin -> text"},
     {"stats", v4_cmd_stats, "fleet expert-utilization report from Redis (table, JSON, PNG heatmap)"},
     {"worker", v4_cmd_worker, "queue worker: RabbitMQ tasks in, results out (settings from the environment)"},
+    {"cachesim", v4_cmd_cachesim, "replay a routing trace through the expert cache policies vs Belady MIN"},
 };
 
 static void usage(FILE *f)
