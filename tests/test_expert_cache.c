@@ -354,6 +354,29 @@ static void test_prefetch(void)
     v4_xcache_destroy(c);
 }
 
+/* a block being loaded holds a pin: a prefetch cannot evict another prefetch mid-read */
+static void test_loading_not_evicted(void)
+{
+    tsrc t;
+    tsrc_init(&t, 20000);
+    v4_xcache *c = mkcache(&t, 2 * SLOT, V4_XPOL_LRU);
+    int ids[3] = {0, 1, 2};
+    v4_xcache_prefetch(c, 0, ids, 3);
+    v4_xcache_stats st;
+    v4_xcache_stats_get(c, &st);
+    CHECK(st.prefetch_issued == 2 && st.prefetch_dropped == 1 && st.evictions == 0,
+          "2 loads in 2 slots, the third prefetch dropped (issued %llu dropped %llu evictions %llu)",
+          (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_dropped,
+          (unsigned long long)st.evictions);
+    const void *b[2];
+    v4_error err = {0};
+    CHECK(v4_xcache_acquire(c, 0, ids, 2, b, &err) == 0 && block_ok(b[0], 0, 0) && block_ok(b[1], 0, 1),
+          "prefetched blocks intact");
+    v4_xcache_release(c, 0, ids, 2);
+    CHECK(atomic_load(&t.reads[2]) == 0 && atomic_load(&t.reads[0]) == 1, "expert 2 never read, 0 once");
+    v4_xcache_destroy(c);
+}
+
 static void test_budget_too_small(void)
 {
     tsrc t;
@@ -401,6 +424,7 @@ int main(void)
     test_single_load();
     test_corrupt();
     test_prefetch();
+    test_loading_not_evicted();
     test_budget_too_small();
     TEST_DONE();
 }
