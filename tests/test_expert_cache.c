@@ -318,7 +318,8 @@ static void test_corrupt(void)
     v4_xcache_release(c, 1, good, 2);
     /* the freed slot is usable: fill all 6 slots */
     int six[6] = {0, 1, 2, 4, 5, 6};
-    CHECK(v4_xcache_acquire(c, 2, six, 6, b, &err) == 0, "all 6 slots usable after a failure: %s", err.msg);
+    const void *b6[6];
+    CHECK(v4_xcache_acquire(c, 2, six, 6, b6, &err) == 0, "all 6 slots usable after a failure: %s", err.msg);
     v4_xcache_release(c, 2, six, 6);
     v4_xcache_destroy(c);
 }
