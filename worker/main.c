@@ -20,6 +20,7 @@ static const subcommand commands[] = {
     {"stats", v4_cmd_stats, "fleet expert-utilization report from Redis (table, JSON, PNG heatmap)"},
     {"pack", v4_cmd_pack, "repack routed experts into a checksummed expert pack, or --verify one"},
     {"worker", v4_cmd_worker, "queue worker: RabbitMQ tasks in, results out (settings from the environment)"},
+    {"cachesim", v4_cmd_cachesim, "replay a routing trace through the expert cache policies vs Belady MIN"},
 };
 
 static void usage(FILE *f)
