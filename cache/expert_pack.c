@@ -792,7 +792,7 @@ static int load_manifest(pack_src *s, const char *man_path, const v4_config *cfg
         return v4_err_set(err, V4_ERR_FORMAT, man_path, "line %d: %s", je.line, je.text);
     }
     int rc = -1;
-    long long v, L, E, inter, dim, bb, used;
+    long long v = 0, L = 0, E = 0, inter = 0, dim = 0, bb = 0, used = 0;
     const char *fmt = jstr(root, "format");
     json_t *shape = json_object_get(root, "shape"), *model = json_object_get(root, "model");
     json_t *parts = json_object_get(root, "parts"), *blocks = json_object_get(root, "blocks");
