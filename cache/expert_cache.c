@@ -301,6 +301,22 @@ void v4_xcache_destroy(v4_xcache *c)
 
 /* ---- acquire / release / prefetch ---- */
 
+/* Slots whose block is being read (each holds its load job's pin). */
+static int loads_in_flight(const v4_xcache *c)
+{
+    for (int s = 0; s < c->n_slots; s++)
+        if (c->slots[s].state == S_LOADING)
+            return 1;
+    return 0;
+}
+
+/* 1 if a miss could get a slot now (a free slot or an unpinned victim). */
+static int slot_available(const v4_xcache *c)
+{
+    int size = v4_xpolicy_size(c->pol);
+    return size < v4_xpolicy_capacity(c->pol) || v4_xpolicy_pinned(c->pol) < size;
+}
+
 static int check_ids(const v4_xcache *c, int layer, const int *ids, int n, v4_error *err)
 {
     if (layer < 0 || layer >= c->n_layers || n < 0 || (n > 0 && !ids))
@@ -334,6 +350,13 @@ int v4_xcache_acquire(v4_xcache *c, int layer, const int *ids, int n, const void
             break;
         }
         int s = v4_xpolicy_touch(c->pol, key);
+        /* Every slot pinned: if loads are in flight (their job pins, e.g. prefetches of
+         * later layers) they will finish without any acquirer's help and become
+         * evictable, so wait for them and retry; fail only when no load is left. */
+        while (s < 0 && !slot_available(c) && loads_in_flight(c)) {
+            pthread_cond_wait(&c->done_cv, &c->mu);
+            s = v4_xpolicy_touch(c->pol, key);
+        }
         if (s >= 0) {
             c->st.hits++;
             if (c->slots[s].state == S_LOADING)

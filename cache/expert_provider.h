@@ -1,0 +1,45 @@
+/* expert_provider.h - routed experts for the decode path through the host expert cache:
+ * the glue between kernels/v4's v4_expert_provider (acquire/release/prefetch of a
+ * layer's experts as matrices) and cache/expert_cache.h (byte-budgeted slots filled
+ * from an expert source: the expert pack, or the original safetensors checkpoint).
+ *
+ * acquire pins the blocks in the cache and binds matrices into them
+ * (expert_block.h); release unpins; prefetch starts loads of the hash-routed layers'
+ * experts at the start of a step.  With any budget the decode path's outputs are those
+ * of the all-resident run (the same bytes, the same kernels).
+ *
+ * Ownership: v4_xprov owns its cache and source (v4_xprov_close).  It borrows cfg and
+ * ck (the open checkpoint), which must outlive it.  Thread: the provider callbacks and
+ * v4_xprov_stats may be called from any thread (the cache is thread-safe); open/close
+ * from one thread with no step in progress.
+ */
+#ifndef V4_EXPERT_PROVIDER_H
+#define V4_EXPERT_PROVIDER_H
+
+#include <stddef.h>
+
+#include "../config/model_config.h"
+#include "../kernels/v4/model.h"
+#include "safetensors.h"
+#include "expert_cache.h"
+
+typedef struct v4_xprov_opts {
+    const char *model_dir;      /* the checkpoint (source "safetensors", and the pack's model check) */
+    const char *pack_dir;       /* NULL or "": page experts from the safetensors */
+    size_t budget_bytes;        /* host cache bytes (>= one step's experts) */
+    const char *policy;         /* "lru" | "slru" | "lfru" (NULL = "lfru") */
+    int io_threads;             /* 0 = default */
+    int io_mode;                /* V4_PACK_IO_* (expert_pack.h); 0 = O_DIRECT with fallback */
+} v4_xprov_opts;
+
+typedef struct v4_xprov v4_xprov;
+
+v4_xprov *v4_xprov_open(const v4_config *cfg, const v4_ckpt *ck, const v4_xprov_opts *o, v4_error *err);
+/* The callbacks to give v4_ctx_set_expert_provider (valid until v4_xprov_close). */
+const v4_expert_provider *v4_xprov_provider(const v4_xprov *p);
+void v4_xprov_stats(v4_xprov *p, v4_xcache_stats *st);
+/* "pack" or "safetensors" */
+const char *v4_xprov_source_kind(const v4_xprov *p);
+void v4_xprov_close(v4_xprov *p);
+
+#endif
