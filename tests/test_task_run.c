@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/expert_block.h"
 #include "config/model_config.h"
 #include "testutil.h"
 #include "worker/task_packet.h"
@@ -44,7 +45,7 @@ int main(void)
         return 1;
     }
     v4_task_error e = {0};
-    v4_runner *r = v4_runner_open(dir, "flash,deepseek-v4,v4", &e);
+    v4_runner *r = v4_runner_open(dir, "flash,deepseek-v4,v4", NULL, &e);
     CHECK(r != NULL, "runner: %s: %s", e.where, e.message);
     if (!r)
         TEST_DONE();
@@ -111,6 +112,41 @@ int main(void)
     CHECK(run(r, "{\"id\":\"h\",\"input_ids\":[1,2],\"max_tokens\":8}", far, abort_now, &o, &e) == -2 &&
               o.text == NULL, "abort -> -2");
     v4_run_output_free(&o);
+
+    /* paged experts (safetensors source, a cache of 1/8 of the experts): same tokens as
+     * resident; hits + misses = activations; the misses' bytes are counted */
+    v4_xblock_layout lo;
+    v4_xblock_layout_of(c, &lo);
+    long long all = (long long)c->n_layers * c->n_routed_experts * (long long)lo.bytes;
+    v4_runner_experts px = {NULL, all / 8, "lru", 2};
+    v4_runner *rp = v4_runner_open(dir, "flash", &px, &e);
+    CHECK(rp != NULL, "paged runner: %s: %s", e.where, e.message);
+    if (rp) {
+        char desc[256];
+        v4_runner_describe_experts(rp, desc, sizeof desc);
+        CHECK(strstr(desc, "paged from the safetensors") != NULL, "describe: %s", desc);
+        CHECK(run(rp, "{\"id\":\"p\",\"input_ids\":[1,2,3],\"max_tokens\":5,\"temperature\":0}", far, NULL, &o,
+                  &e) == 0 && o.n_tokens == nfirst && !memcmp(o.tokens, first, sizeof(int32_t) * (size_t)nfirst),
+              "paged: same greedy tokens as resident");
+        long long act = (long long)o.forwarded * c->n_layers * c->n_act_experts;
+        CHECK(o.expert_hits + o.expert_misses == act && o.expert_misses > 0 &&
+                  o.expert_bytes_loaded >= o.expert_misses * (long long)lo.bytes,
+              "paged figures: hits %lld + misses %lld = %lld activations, %lld bytes", o.expert_hits, o.expert_misses,
+              act, o.expert_bytes_loaded);
+        v4_run_output_free(&o);
+        v4_runner_free(rp);
+    }
+    px.host_cache_bytes = (long long)lo.bytes;   /* smaller than one layer's experts */
+    rp = v4_runner_open(dir, "flash", &px, &e);
+    if (rp) {
+        CHECK(run(rp, "{\"id\":\"q\",\"input_ids\":[1,2,3],\"max_tokens\":2}", far, NULL, &o, &e) == -1 &&
+                  e.code == V4_TASK_INTERNAL && strstr(e.message, "budget too small"),
+              "a budget below one layer's experts fails the task clearly: %s", e.message);
+        v4_run_output_free(&o);
+        v4_runner_free(rp);
+    } else {
+        CHECK(strstr(e.message, "budget") != NULL, "or is refused at open: %s", e.message);
+    }
     v4_runner_free(r);
     TEST_DONE();
 }

@@ -227,12 +227,15 @@ int v4_cmd_worker(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     v4_task_error te = {0};
-    if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_names, &te))) {
+    v4_runner_experts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads};
+    if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_names, &rx, &te))) {
         fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, te.where, te.message);
         return 1;
     }
-    char masked[V4_CFG_STR];
+    char masked[V4_CFG_STR], experts[256];
     v4_mask_url(w.cfg.amqp_url, masked, sizeof masked);
+    v4_runner_describe_experts(w.runner, experts, sizeof experts);
+    wlog(&w, 1, "%s", experts);
     wlog(&w, 1, "worker %s serving model \"%s\" (names: %s) from %s; broker %s%s%s", w.cfg.worker_id, w.cfg.model_name,
          w.cfg.model_names,
          w.cfg.model_dir, masked, w.cfg.config_file[0] ? "; settings file " : "", w.cfg.config_file);

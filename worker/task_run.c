@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../cache/expert_provider.h"
 #include "../cache/model_files.h"
 #include "../kernels/v4/model.h"
 #include "chat.h"
@@ -20,6 +21,7 @@ struct v4_runner {
     v4_tokenizer *tok;
     v4_backend *be;
     v4_ctx *ctx;
+    v4_xprov *xp;               /* paged experts; NULL = all resident */
     char name[128];             /* the served name (first of names) */
     char names[512];            /* "name[,alias...]" */
     char served_list[640];      /* "\"a\"" or "\"a\" (also \"b\", \"c\")" for error messages */
@@ -54,7 +56,8 @@ static void describe_names(v4_runner *r)
     }
 }
 
-v4_runner *v4_runner_open(const char *model_dir, const char *model_names, v4_task_error *e)
+v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_experts *ex,
+                          v4_task_error *e)
 {
     v4_runner *r = calloc(1, sizeof *r);
     v4_error err = {0};
@@ -72,6 +75,12 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, v4_tas
     if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
         !(r->ctx = v4_ctx_create(&r->m.w, r->be, 1, &err)))
         goto fail;
+    if (ex && ex->host_cache_bytes > 0) {
+        v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};
+        if (!(r->xp = v4_xprov_open(&r->m.cfg, r->m.ck, &xo, &err)))
+            goto fail;
+        v4_ctx_set_expert_provider(r->ctx, v4_xprov_provider(r->xp));
+    }
     return r;
 fail:
     from_v4(e, &err);
@@ -84,12 +93,25 @@ void v4_runner_free(v4_runner *r)
     if (!r)
         return;
     v4_ctx_free(r->ctx);
+    v4_xprov_close(r->xp);
     if (r->be)
         r->be->ops->destroy(r->be);
     v4_tok_free(r->tok);
     if (r->m_open)
         v4_model_close(&r->m);
     free(r);
+}
+
+void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n)
+{
+    if (!r->xp) {
+        snprintf(out, n, "experts resident (mapped checkpoint)");
+        return;
+    }
+    v4_xcache_stats st;
+    v4_xprov_stats(r->xp, &st);
+    snprintf(out, n, "experts paged from the %s through a %.2f GiB host cache (%d slots of %zu bytes)",
+             v4_xprov_source_kind(r->xp), st.budget_bytes / 1073741824.0, st.slots, st.slot_bytes);
 }
 
 /* Is model one of the names this worker answers to? */
@@ -194,10 +216,10 @@ static int guard_cancel(void *ud)
     return g->why;
 }
 
-/* The result's experts figures from the routing counts.  Every expert of this engine
- * is resident (mmap'd checkpoint), so every activation is a hit; the tiered expert
- * cache will report its own misses and bytes. */
-static void count_experts(v4_run_output *out)
+/* The result's experts figures.  All experts resident (a, b NULL): every activation
+ * (from the routing counts) is a hit.  Paged: the host cache's hits, misses (loads the
+ * run's acquires issued) and bytes read during the run (stats snapshots a -> b). */
+static void count_experts(v4_run_output *out, const v4_xcache_stats *a, const v4_xcache_stats *b)
 {
     long long hits = 0, layer0 = 0;
     for (size_t i = 0, n = (size_t)out->expert_layers * (size_t)out->expert_n; out->expert_counts && i < n; i++) {
@@ -207,6 +229,11 @@ static void count_experts(v4_run_output *out)
     }
     out->expert_hits = hits;
     out->expert_misses = out->expert_bytes_loaded = 0;
+    if (a && b) {   /* paged: what the cache did during the run */
+        out->expert_hits = (long long)(b->hits - a->hits);
+        out->expert_misses = (long long)(b->misses - a->misses);
+        out->expert_bytes_loaded = (long long)(b->bytes_read - a->bytes_read);
+    }
     out->forwarded = out->expert_k ? (long)(layer0 / out->expert_k) : 0;
 }
 
@@ -222,6 +249,9 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     v4_ids ids = {0};
     v4_error err = {0};
     v4_seq *seq = NULL;
+    v4_xcache_stats before = {0};
+    if (r->xp)
+        v4_xprov_stats(r->xp, &before);
     v4_gen_result res = {0};
     text_buf buf = {0};
     int rc = -1;
@@ -286,7 +316,13 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     out->decode_ms = res.decode_s * 1e3;
     rc = out->text ? 0 : v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
 out:
-    count_experts(out);
+    if (r->xp) {
+        v4_xcache_stats after;
+        v4_xprov_stats(r->xp, &after);
+        count_experts(out, &before, &after);
+    } else {
+        count_experts(out, NULL, NULL);
+    }
     free(buf.p);
     v4_gen_result_free(&res);
     v4_seq_free(seq);
