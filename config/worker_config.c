@@ -132,16 +132,8 @@ static const char *const KNOWN[] = {
     "V4_IO_THREADS",
 };
 
-/* "123", "64M", "1.5G" (K/M/G/T = 2^10..2^40) -> bytes. */
-static int get_bytes(cfg_src *src, const char *var, long long *out, v4_error *err)
+int v4_parse_bytes(const char *v, long long *out)
 {
-    int failed = 0;
-    const char *v = lookup(src, var, err, &failed);
-    if (failed)
-        return -1;
-    *out = 0;
-    if (!v || !*v)
-        return 0;
     char *end;
     errno = 0;
     double x = strtod(v, &end);
@@ -157,8 +149,20 @@ static int get_bytes(cfg_src *src, const char *var, long long *out, v4_error *er
     if (*end == 'B' || *end == 'b')
         end++;
     if (errno || no_digits || *end || !(x >= 0) || x * mul > 9.0e18)
-        return v4_err_set(err, V4_ERR_CONFIG, var, "'%s' is not a byte count (e.g. 68719476736, 64G, 512M)", v);
+        return -1;
     *out = (long long)(x * mul);
+    return 0;
+}
+
+static int get_bytes(cfg_src *src, const char *var, long long *out, v4_error *err)
+{
+    int failed = 0;
+    const char *v = lookup(src, var, err, &failed);
+    if (failed)
+        return -1;
+    *out = 0;
+    if (v && *v && v4_parse_bytes(v, out))
+        return v4_err_set(err, V4_ERR_CONFIG, var, "'%s' is not a byte count (e.g. 68719476736, 64G, 512M)", v);
     return 0;
 }
 

@@ -65,6 +65,10 @@ typedef struct v4_worker_config {
 
 int v4_worker_config_from_env(v4_worker_config *c, v4_error *err);
 
+/* "68719476736", "64G", "1.5G", "512M", "10k" (K/M/G/T = powers of 1024, optional
+ * trailing B) -> bytes.  0 or -1 (not a non-negative byte count). */
+int v4_parse_bytes(const char *s, long long *out);
+
 /* Copy url into out (size n) with the password of scheme://user:PASS@host replaced by ***. */
 void v4_mask_url(const char *url, char *out, size_t n);
 

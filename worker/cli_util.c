@@ -4,13 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cache/expert_provider.h"
+#include "../cache/model_files.h"
+#include "../config/worker_config.h"
 #include "../kernels/cpu/cpu_backend.h"
 #include "cli_util.h"
 
 int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd)
 {
     const char *a = argv[*i];
-    if (strcmp(a, "--model") && strcmp(a, "--threads") && strcmp(a, "--isa"))
+    static const char *const flags[] = {"--model", "--threads", "--isa", "--host-cache-bytes", "--pack",
+                                        "--cache-policy", "--io-threads"};
+    int ours = 0;
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+        ours |= !strcmp(a, flags[k]);
+    if (!ours)
         return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "v4fleet %s: %s needs a value\n", cmd, a);
@@ -21,14 +29,32 @@ int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *c
         o->model = v;
     } else if (!strcmp(a, "--isa")) {
         o->isa = v;
-    } else {
-        char *end;
-        long t = strtol(v, &end, 10);
-        if (*end || t < 0 || t > 1024) {
-            fprintf(stderr, "v4fleet %s: --threads wants an integer in [0, 1024], got '%s'\n", cmd, v);
+    } else if (!strcmp(a, "--pack")) {
+        o->pack = v;
+    } else if (!strcmp(a, "--cache-policy")) {
+        if (strcmp(v, "lru") && strcmp(v, "slru") && strcmp(v, "lfru")) {
+            fprintf(stderr, "v4fleet %s: --cache-policy wants lru, slru or lfru, got '%s'\n", cmd, v);
             return -1;
         }
-        o->threads = (int)t;
+        o->cache_policy = v;
+    } else if (!strcmp(a, "--host-cache-bytes")) {
+        if (v4_parse_bytes(v, &o->host_cache_bytes)) {
+            fprintf(stderr, "v4fleet %s: --host-cache-bytes wants a byte count (e.g. 64G, 512M), got '%s'\n", cmd, v);
+            return -1;
+        }
+    } else {
+        const int io = !strcmp(a, "--io-threads");
+        const long hi = io ? 64 : 1024;
+        char *end;
+        long t = strtol(v, &end, 10);
+        if (*end || end == v || t < (io ? 1 : 0) || t > hi) {
+            fprintf(stderr, "v4fleet %s: %s wants an integer in [%d, %ld], got '%s'\n", cmd, a, io, hi, v);
+            return -1;
+        }
+        if (io)
+            o->io_threads = (int)t;
+        else
+            o->threads = (int)t;
     }
     return 1;
 }
@@ -79,4 +105,21 @@ v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
 {
     const char *isa = o->isa ? o->isa : getenv("V4_CPU_ISA");
     return v4_cpu_backend_create(o->threads, isa && *isa ? isa : "auto", err);
+}
+
+int v4_attach_experts(const v4_engine_opts *o, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov **out,
+                      v4_error *err)
+{
+    *out = NULL;
+    if (o->host_cache_bytes <= 0) {
+        if (o->pack || o->cache_policy || o->io_threads)
+            return v4_err_set(err, V4_ERR_INVALID, "--host-cache-bytes",
+                              "--pack, --cache-policy and --io-threads need --host-cache-bytes");
+        return 0;
+    }
+    v4_xprov_opts xo = {o->model, o->pack, (size_t)o->host_cache_bytes, o->cache_policy, o->io_threads, 0};
+    if (!(*out = v4_xprov_open(&m->cfg, m->ck, &xo, err)))
+        return -1;
+    v4_ctx_set_expert_provider(ctx, v4_xprov_provider(*out));
+    return 0;
 }

@@ -14,7 +14,17 @@ typedef struct v4_engine_opts {
     const char *model;      /* --model DIR */
     int threads;            /* --threads N (0 = all cores) */
     const char *isa;        /* --isa auto|scalar|avx2|avx512 */
+    /* paged experts (cache/expert_provider.h); host_cache_bytes 0 = all resident */
+    long long host_cache_bytes;     /* --host-cache-bytes B (K/M/G suffixes) */
+    const char *pack;               /* --pack DIR (else page from the safetensors) */
+    const char *cache_policy;       /* --cache-policy lru|slru|lfru */
+    int io_threads;                 /* --io-threads N */
 } v4_engine_opts;
+
+/* The usage line of the paged-expert flags, for the commands' --help. */
+#define V4_EXPERT_FLAGS_USAGE \
+    "         [--host-cache-bytes B [--pack DIR] [--cache-policy lru|slru|lfru] [--io-threads N]]\n"
+
 
 /* Consume argv[*i] (and its value) if it is a common engine flag; returns 1 if
  * consumed, 0 if not ours, -1 on a missing/bad value (message printed). */
@@ -24,5 +34,14 @@ int v4_read_ids_json(const char *path, int32_t **ids, int *n, int limit, v4_erro
 /* One line "v4fleet CMD: WHERE: MESSAGE" on stderr. */
 void v4_print_error(const char *cmd, const v4_error *err);
 v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err);
+
+struct v4_model_files;
+struct v4_ctx;
+struct v4_xprov;
+/* When o asks for paged experts: open the expert cache for the model m opened from
+ * o->model and attach it to ctx; *out = the provider to close after ctx is freed
+ * (NULL when all experts stay resident).  0 or -1 with err. */
+int v4_attach_experts(const v4_engine_opts *o, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov **out,
+                      v4_error *err);
 
 #endif

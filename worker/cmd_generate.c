@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cache/expert_provider.h"
 #include "../cache/model_files.h"
 #include "../kernels/v4/model.h"
 #include "chat.h"
@@ -32,8 +33,11 @@ static void usage(FILE *f)
                "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
                "         [--top-p P] [--top-k K] [--seed S] [--stop STR]... [--ignore-eos]\n"
                "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512]\n"
+               V4_EXPERT_FLAGS_USAGE
                "defaults: --model models/tiny, --max-tokens 64, --temperature 1, --top-p 1, --top-k 0,\n"
-               "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings)\n");
+               "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"
+               "          experts resident unless --host-cache-bytes > 0 (paged through a host cache\n"
+               "          from --pack DIR, else from the safetensors; --cache-policy lfru, --io-threads 4)\n");
 }
 
 typedef struct gen_opts {
@@ -135,6 +139,7 @@ int v4_cmd_generate(int argc, char **argv)
     v4_backend *be = NULL;
     v4_seq *seq = NULL;
     v4_ctx *ctx = NULL;
+    v4_xprov *xp = NULL;
     v4_gen_result res = {0};
     if (v4_model_open(o.eo.model, &m, &err)) {
         v4_print_error(PROG, &err);
@@ -162,7 +167,7 @@ int v4_cmd_generate(int argc, char **argv)
         goto out;
     }
     if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)) ||
-        !(ctx = v4_ctx_create(&m.w, be, 1, &err)))
+        !(ctx = v4_ctx_create(&m.w, be, 1, &err)) || v4_attach_experts(&o.eo, &m, ctx, &xp, &err))
         goto out;
     int32_t eos = tok && v4_tok_eos(tok) >= 0 ? v4_tok_eos(tok) : cfg->eos_id;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
@@ -189,6 +194,7 @@ out:
     free(file_ids);
     v4_tok_free(tok);
     v4_ctx_free(ctx);
+    v4_xprov_close(xp);
     v4_seq_free(seq);
     if (be)
         be->ops->destroy(be);

@@ -10,6 +10,7 @@
 
 #include "../cache/model_files.h"
 #include "../kernels/v4/model.h"
+#include "../cache/expert_provider.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "sampling.h"
@@ -17,7 +18,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet logits --model DIR --tokens FILE.json --out FILE.bin [--trace FILE.jsonl]\n"
-               "                      [--threads N] [--isa auto|scalar|avx2|avx512]\n");
+               "                      [--threads N] [--isa auto|scalar|avx2|avx512]\n"
+               "             " V4_EXPERT_FLAGS_USAGE);
 }
 
 static void write_trace_line(FILE *f, const v4_config *cfg, int pos, int am, const v4_trace *t)
@@ -89,6 +91,7 @@ int v4_cmd_logits(int argc, char **argv)
     v4_backend *be = NULL;
     v4_seq *s = NULL;
     v4_ctx *c = NULL;
+    v4_xprov *xp = NULL;
     FILE *fo = NULL, *ft = NULL;
     float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
     int32_t *rid = calloc((size_t)cfg->n_layers * cfg->n_act_experts, 4);
@@ -103,7 +106,7 @@ int v4_cmd_logits(int argc, char **argv)
         goto fail;
     }
     if (!(be = v4_open_backend(&eo, &err)) || !(s = v4_seq_create(&m.w, n, &err)) ||
-        !(c = v4_ctx_create(&m.w, be, 1, &err)))
+        !(c = v4_ctx_create(&m.w, be, 1, &err)) || v4_attach_experts(&eo, &m, c, &xp, &err))
         goto fail;
     if (!(fo = fopen(out, "wb"))) {
         v4_err_set(&err, V4_ERR_IO, out, "cannot create output file");
@@ -141,6 +144,7 @@ fail:
     }
     free(ids); free(logits); free(rid); free(rw); free(iid); free(icnt);
     v4_ctx_free(c);
+    v4_xprov_close(xp);
     v4_seq_free(s);
     if (be)
         be->ops->destroy(be);

@@ -68,7 +68,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     snprintf(r->names, sizeof r->names, "%s", model_names);
     snprintf(r->name, sizeof r->name, "%.*s", (int)strcspn(model_names, ","), model_names);
     describe_names(r);
-    v4_engine_opts eo = {model_dir, 0, NULL};
+    v4_engine_opts eo = {.model = model_dir};
     if (v4_model_open(model_dir, &r->m, &err))
         goto fail;
     r->m_open = 1;
