@@ -213,7 +213,7 @@ v4_xpolicy *v4_xpolicy_create(v4_xpolicy_kind kind, int capacity, int n_keys,
     p->prot_cap = params && params->slru_protected >= 0 ? params->slru_protected : dflt_prot;
     if (p->prot_cap > capacity)
         p->prot_cap = capacity;
-    p->age_period = params && params->lfru_age_period > 0 ? params->lfru_age_period : n_keys;
+    p->age_period = params && params->lfru_age_period > 0 ? params->lfru_age_period : 16 * (int64_t)n_keys;
     return p;
 }
 

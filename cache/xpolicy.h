@@ -17,8 +17,9 @@
  *    least recent unpinned protected key.
  *  - LFRU (frequency-weighted LRU): every key (resident or not) has an access count;
  *    a touch or an insert adds 1 (saturating).  Every `lfru_age_period` accesses
- *    (default: n_keys, so the aging costs O(1) amortized) all counts are halved
- *    (integer division), so old popularity fades.  Victim = the unpinned resident key
+ *    (default: 16 x n_keys, so the aging costs O(1) amortized; 16 was the best of
+ *    1/4/16/64 on tiny-model traces with `v4fleet cachesim --lfru-age`) all counts
+ *    are halved (integer division), so old popularity fades.  Victim = the unpinned resident key
  *    with the lowest count; ties go to the least recent (smallest touch/unpin time).
  *    A min-heap over (count, time) of the unpinned resident keys: O(log n) per op.
  * Pinning: pin/unpin nest (a count per key).  A pinned key is never a victim: it
@@ -50,7 +51,7 @@ typedef enum v4_xpolicy_kind {
 
 typedef struct v4_xpolicy_params {
     int slru_protected;         /* SLRU protected capacity; -1 = default (see above) */
-    int64_t lfru_age_period;    /* LFRU halving period in accesses; 0 = n_keys */
+    int64_t lfru_age_period;    /* LFRU halving period in accesses; 0 = 16 x n_keys */
 } v4_xpolicy_params;
 
 typedef struct v4_xpolicy v4_xpolicy;

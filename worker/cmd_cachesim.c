@@ -36,7 +36,7 @@ static void usage(FILE *f)
         "  --model DIR        take the block size (and the expert count) from DIR/config.json\n"
         "  --policy P         lru, slru, lfru or all (default all); MIN is always shown\n"
         "  --slru-protected N SLRU protected segment in slots (default slots - max(1, slots/5))\n"
-        "  --lfru-age N       LFRU halves all counts every N accesses (default layers x experts)\n"
+        "  --lfru-age N       LFRU halves all counts every N accesses (default 16 x layers x experts)\n"
         "\n"
         "Rule: the experts of one token (all its layers) are pinned together while the token\n"
         "is processed - a token's working set cannot evict itself - so the budget must hold\n"
