@@ -16,10 +16,13 @@
  * queued to the I/O threads at once (several loads in flight); acquire then waits for
  * all n (hits need no I/O).  Two callers missing the same expert share one load.  An
  * expert that is loading holds a pin of its own, so it is never evicted mid-read.
- * Pinned blocks are never evicted.  When a miss finds every slot pinned (the
- * concurrent working sets exceed the budget) acquire fails at once with V4_ERR_RANGE
- * and a message naming the budget and the slots; it never waits for other callers
- * (no deadlock).  n larger than the slot count fails the same way.
+ * Pinned blocks are never evicted.  When a miss finds every slot pinned and some of
+ * those pins belong to loads in flight (e.g. prefetches of later layers), acquire waits
+ * for the loads - they finish without any caller's help and become evictable - and
+ * retries.  When every slot is pinned by callers (the concurrent working sets exceed
+ * the budget) acquire fails at once with V4_ERR_RANGE and a message naming the budget
+ * and the slots; it never waits for other callers (no deadlock).  n larger than the
+ * slot count fails the same way.
  *
  * Errors of the source: acquire fails with the source's error (V4_ERR_CORRUPT and its
  * message pass through); the slot goes back to the free list and the expert is

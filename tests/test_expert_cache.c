@@ -378,6 +378,29 @@ static void test_loading_not_evicted(void)
     v4_xcache_destroy(c);
 }
 
+/* every slot held by in-flight prefetch loads: an acquire of other experts waits for
+ * them to land (they become evictable) instead of failing */
+static void test_wait_for_prefetch(void)
+{
+    tsrc t;
+    tsrc_init(&t, 30000);
+    v4_xcache *c = mkcache(&t, 2 * SLOT, V4_XPOL_LRU);
+    int pre[2] = {5, 6}, want[2] = {7, 8};
+    v4_xcache_prefetch(c, 1, pre, 2);
+    v4_xcache_stats st;
+    v4_xcache_stats_get(c, &st);
+    CHECK(st.prefetch_issued == 2 && st.slots_pinned == 2, "both slots loading (pinned %d)", st.slots_pinned);
+    const void *b[2];
+    v4_error err = {0};
+    CHECK(v4_xcache_acquire(c, 1, want, 2, b, &err) == 0 && block_ok(b[0], 1, 7) && block_ok(b[1], 1, 8),
+          "acquire waits for the prefetch loads, then evicts them: %s", err.msg);
+    v4_xcache_release(c, 1, want, 2);
+    v4_xcache_stats_get(c, &st);
+    CHECK(st.evictions == 2 && st.high_water_bytes <= 2 * SLOT, "evicted the prefetched blocks (%llu)",
+          (unsigned long long)st.evictions);
+    v4_xcache_destroy(c);
+}
+
 static void test_budget_too_small(void)
 {
     tsrc t;
@@ -426,6 +449,7 @@ int main(void)
     test_corrupt();
     test_prefetch();
     test_loading_not_evicted();
+    test_wait_for_prefetch();
     test_budget_too_small();
     TEST_DONE();
 }
