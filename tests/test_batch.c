@@ -16,33 +16,19 @@
 #include "cache/model_files.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
+#include "golden_data.h"
 #include "testutil.h"
 
 int main(void)
 {
-    char dir[4096], path[4300];
-    snprintf(dir, sizeof dir, "%s/golden/tiny", t_env("V4_TEST_DATA", "tests/data"));
-    snprintf(path, sizeof path, "%s/model", dir);
     v4_model_files m;
     v4_error err = {0};
-    if (v4_model_open(path, &m, &err)) {
-        fprintf(stderr, "%s: %s\n", err.where, err.msg);
+    const int P = 120;
+    int32_t *ids;
+    float *ref;
+    if (t_golden_load(&m, P, &ids, &ref, NULL, 0))
         return 1;
-    }
-    const int V = m.cfg.vocab_size, P = 120;
-    snprintf(path, sizeof path, "%s/tokens.json", dir);
-    json_error_t je;
-    json_t *tok = json_load_file(path, 0, &je);
-    json_t *jseq = json_object_get(tok, "sequence");
-    int32_t *ids = malloc(sizeof(int32_t) * P);
-    for (int i = 0; i < P; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(jseq, (size_t)i));
-    float *ref = malloc(sizeof(float) * (size_t)P * V);
-    snprintf(path, sizeof path, "%s/logits.bin", dir);
-    FILE *f = fopen(path, "rb");
-    CHECK(f && fread(ref, sizeof(float), (size_t)P * V, f) == (size_t)P * V, "read logits.bin");
-    if (f)
-        fclose(f);
+    const int V = m.cfg.vocab_size;
 
     v4_backend *be = v4_cpu_backend_create(2, "auto", &err);
     v4_ctx *c = v4_ctx_create(&m.w, be, 3, &err);
@@ -104,7 +90,6 @@ int main(void)
     v4_ctx_free(c);
     be->ops->destroy(be);
     free(logits); free(ref); free(ids);
-    json_decref(tok);
     v4_model_close(&m);
     TEST_DONE();
 }

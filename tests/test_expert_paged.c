@@ -20,6 +20,7 @@
 #include "cache/model_files.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
+#include "golden_data.h"
 #include "testutil.h"
 
 #define P 48
@@ -64,28 +65,15 @@ static int run(const v4_model_files *m, v4_ctx *c, int batch, v4_error *err)
 
 int main(void)
 {
-    char dir[4096], model[4300], path[4600], pack[4400];
-    snprintf(dir, sizeof dir, "%s/golden/tiny", t_env("V4_TEST_DATA", "tests/data"));
-    snprintf(model, sizeof model, "%s/model", dir);
+    char model[4300], path[4600], pack[4400];
     v4_model_files m;
     v4_error err = {0};
-    if (v4_model_open(model, &m, &err)) {
-        fprintf(stderr, "%s: %s\n", err.where, err.msg);
+    int32_t *gids;
+    if (t_golden_load(&m, P, &gids, &ref, model, sizeof model))
         return 1;
-    }
+    memcpy(ids, gids, sizeof ids);
+    free(gids);
     const int V = m.cfg.vocab_size, K = m.cfg.n_act_experts;
-    snprintf(path, sizeof path, "%s/tokens.json", dir);
-    json_error_t je;
-    json_t *tok = json_load_file(path, 0, &je);
-    for (int i = 0; i < P; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(json_object_get(tok, "sequence"), (size_t)i));
-    json_decref(tok);
-    ref = malloc(sizeof(float) * (size_t)P * V);
-    snprintf(path, sizeof path, "%s/logits.bin", dir);
-    FILE *f = fopen(path, "rb");
-    CHECK(f && fread(ref, sizeof(float), (size_t)P * V, f) == (size_t)P * V, "read logits.bin");
-    if (f)
-        fclose(f);
 
     snprintf(pack, sizeof pack, "%s/paged_pack", t_env("V4_TMP", "/tmp"));
     CHECK(v4_pack_write(model, pack, V4_PACK_FORCE | V4_PACK_NO_SYNC, NULL, NULL, &err) == 0, "pack: %s", err.msg);

@@ -16,6 +16,7 @@
 #include "cache/model_files.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
+#include "golden_data.h"
 #include "testutil.h"
 
 typedef struct prov {
@@ -68,30 +69,14 @@ static void p_prefetch(void *ud, int layer, const int *ids, int n)
 
 int main(void)
 {
-    char dir[4096], path[4300];
-    snprintf(dir, sizeof dir, "%s/golden/tiny", t_env("V4_TEST_DATA", "tests/data"));
-    snprintf(path, sizeof path, "%s/model", dir);
     v4_model_files m;
     v4_error err = {0};
-    if (v4_model_open(path, &m, &err)) {
-        fprintf(stderr, "%s: %s\n", err.where, err.msg);
+    const int P = 64;
+    int32_t *ids;
+    float *ref;
+    if (t_golden_load(&m, P, &ids, &ref, NULL, 0))
         return 1;
-    }
-    const int V = m.cfg.vocab_size, P = 64;
-    snprintf(path, sizeof path, "%s/tokens.json", dir);
-    json_error_t je;
-    json_t *tok = json_load_file(path, 0, &je);
-    json_t *jseq = json_object_get(tok, "sequence");
-    int32_t ids[64];
-    for (int i = 0; i < P; i++)
-        ids[i] = (int32_t)json_integer_value(json_array_get(jseq, (size_t)i));
-    json_decref(tok);
-    float *ref = malloc(sizeof(float) * (size_t)320 * V);
-    snprintf(path, sizeof path, "%s/logits.bin", dir);
-    FILE *f = fopen(path, "rb");
-    CHECK(f && fread(ref, sizeof(float), (size_t)P * V, f) == (size_t)P * V, "read logits.bin");
-    if (f)
-        fclose(f);
+    const int V = m.cfg.vocab_size;
 
     static prov pv;
     pv.w = &m.w;
@@ -171,6 +156,7 @@ int main(void)
     be->ops->destroy(be);
     free(logits);
     free(ref);
+    free(ids);
     v4_model_close(&m);
     TEST_DONE();
 }
