@@ -175,6 +175,12 @@ void v4_util_key_total(const char *prefix, const char *model, char *out, size_t 
         snprintf(out, n, "%s:util:%s:total", pfx(prefix), model ? model : "");
 }
 
+void v4_util_key_bucket_prefix(const char *prefix, const char *model, char *out, size_t n)
+{
+    if (out && n)
+        snprintf(out, n, "%s:util:%s:b:", pfx(prefix), model ? model : "");
+}
+
 void v4_util_key_bucket(const char *prefix, const char *model, long long unix_s, long bucket_s, char *out,
                         size_t n)
 {
@@ -191,7 +197,9 @@ void v4_util_key_bucket(const char *prefix, const char *model, long long unix_s,
     if (gmtime_r(&start, &tm))
         snprintf(stamp, sizeof stamp, "%04d%02d%02d%02d%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                  tm.tm_hour, tm.tm_min);
-    snprintf(out, n, "%s:util:%s:b:%s", pfx(prefix), model ? model : "", stamp);
+    v4_util_key_bucket_prefix(prefix, model, out, n);
+    size_t len = strlen(out);
+    snprintf(out + len, n - len, "%s", stamp);
 }
 
 void v4_util_key_done(const char *prefix, const char *task_id, char *out, size_t n)

@@ -114,5 +114,7 @@ void v4_util_key_total(const char *prefix, const char *model, char *out, size_t 
 void v4_util_key_bucket(const char *prefix, const char *model, long long unix_s, long bucket_s, char *out,
                         size_t n);
 void v4_util_key_done(const char *prefix, const char *task_id, char *out, size_t n);
+/* "<prefix>:util:<model>:b:": the bucket keys are this + YYYYmmddHHMM. */
+void v4_util_key_bucket_prefix(const char *prefix, const char *model, char *out, size_t n);
 
 #endif
