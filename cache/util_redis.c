@@ -467,7 +467,7 @@ static int append_eval(v4_util *u, rec *const *batch, int n)
             u->agg[x] += r->cnt[c];
         }
     }
-    size_t argc = 7 + 3 * (size_t)n + 2 * (size_t)nf;
+    size_t argc = 9 + 2 * (size_t)n + 2 * (size_t)nf;   /* 5 + n keys + 4 + n records + fields */
     size_t plen = strlen(u->prefix), mlen = strlen(u->model);
     size_t need = 2 * (plen + mlen + 32) + 4 * 24 + (size_t)nf * AGG_FIELD_BYTES;
     for (int i = 0; i < n; i++)
