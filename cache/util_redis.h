@@ -28,15 +28,18 @@
  * the duplicates' strings are unpacked, summed in a Lua table and subtracted.  It returns
  * one flag per record, 1 applied or 0 duplicate (the task was already counted), so
  * stats.sent/duplicates stay per record.  Cost (bench/bench_util_redis.c, V4-Flash shape
- * 43 x 256, every cell touched): the Redis time of an EVAL is dominated by its HINCRBYs, so
- * one task alone costs ~10-12 ms as before, a batch of 64 the same ~16 ms in all.
+ * 43 x 256, every cell touched): the Redis time of an EVAL is dominated by its HINCRBYs
+ * (one per field and hash), so one task alone costs ~9-12 ms as before, a batch of 64
+ * ~20-40 ms in all (0.3-0.6 ms a task); that is also how long one EVAL holds Redis (lower
+ * max_batch to bound it).
  *
  * Design: a bounded FIFO backlog (mutex + condvar) filled by v4_util_record (copies the
  * non-zero counts, never does I/O, never waits for Redis) and drained by the thread,
  * which owns a sync hiredis context (redis_conn.c: connect/command timeouts, keepalive).
  * Records stay in the backlog until Redis confirmed them, so "pending" includes the
  * ones in flight.  The thread also owns the scratch of a batch (EVAL arguments and the
- * per-cell aggregate, n_layers x n_experts x 16 bytes, allocated at the first batch).  On any error the context is freed (hiredis: not reusable), the
+ * per-cell aggregate, n_layers x n_experts x 16 bytes, allocated at the first batch).
+ * On any error the context is freed (hiredis: not reusable), the
  * unconfirmed records stay (a record whose reply was lost may be re-sent: the done
  * guard makes that safe; it then counts as a duplicate), and the thread reconnects with
  * exponential backoff + jitter (100 ms .. 10 s) sleeping on the condvar.  A frozen
@@ -46,7 +49,7 @@
  * reason", "URL unreachable: reason" (first failed attempt of an outage; the later
  * ones at debug level), "backlog full" (error) and "backlog below half again" (info);
  * the password is masked ("***") in every line.
- * Redis Cluster is not supported (the three keys of a task do not share a hash slot).
+ * Redis Cluster is not supported (the keys of a batch do not share a hash slot).
  *
  * Backlog-full policy: DROP NEWEST.  When max_backlog records (or max_backlog_bytes of
  * copied counts) are pending, v4_util_record refuses the new record, returns 1 and
