@@ -8,9 +8,9 @@
  * (a record's contents are immutable once linked; producers only touch tail->next).
  *
  * Thread loop: lock, decide one action (exit, log a backlog note, wait, connect, send a
- * batch), unlock, do it (I/O and log callbacks always run unlocked), repeat.
- * Memory: the thread owns the redisContext and a scratch buffer for EVAL arguments;
- * v4_util_free frees whatever is left in the backlog.
+ * batch = one EVAL), unlock, do it (I/O and log callbacks always run unlocked), repeat.
+ * Memory: the thread owns the redisContext, a scratch buffer for EVAL arguments and the
+ * per-cell aggregate of a batch; v4_util_free frees whatever is left in the backlog.
  */
 #include "util_redis.h"
 
@@ -27,27 +27,71 @@
 #define LOGP "util-redis: "
 #define MAX_TASK_ID 512
 #define MAX_CELLS (1u << 24)
-#define BATCH_MAX_RECS 64
-#define BATCH_MAX_BYTES ((size_t)4 << 20)
+#define BATCH_MAX_RECS 64                 /* records per EVAL (default and upper limit of max_batch) */
+#define BATCH_MAX_CELLS ((size_t)1 << 20) /* non-zero cells per EVAL: bounds the script's run time */
+#define BATCH_MAX_BYTES ((size_t)16 << 20)/* EVAL argument bytes (msgpack counts + keys) */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 10000
 
-/* KEYS[1] done guard, KEYS[2] total hash, KEYS[3] bucket hash.
- * ARGV[1] done ttl, ARGV[2] bucket ttl, ARGV[3] tokens, ARGV[4] shape, then field, count pairs. */
+/* One EVAL for k records of one time bucket.
+ * KEYS[1] total hash, KEYS[2] bucket hash, KEYS[2 + i] done guard of record i (1..k).
+ * ARGV[1] done ttl, ARGV[2] bucket ttl, ARGV[3] shape "L,E,K", ARGV[4] tokens of all k
+ * records; ARGV[4 + i] record i as ONE msgpack array {tokens, j, count, j, count, ...}
+ * (j = 1-based index of the field in the aggregate); ARGV[5 + k ..] the aggregate of
+ * all k records: field "<layer>:<expert>", summed count, ... (non-zero sums only).
+ * Writes nothing unless both hashes are hashes (or absent): a WRONGTYPE is refused before
+ * any guard is set.  Then SET NX EX per record.  The counts of the records whose guard
+ * existed (duplicates) are summed in a Lua table and subtracted from the aggregate (only
+ * then is a record's msgpack unpacked); ONE HINCRBY per distinct field and hash.
+ * Returns an array of k integers: 1 applied, 0 duplicate. */
 static const char LUA_SCRIPT[] =
-    "if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end\n"
-    "local t, b = KEYS[2], KEYS[3]\n"
-    "for _, k in ipairs({t, b}) do\n"
-    "  redis.call('HINCRBY', k, '_tasks', 1)\n"
-    "  redis.call('HINCRBY', k, '_tokens', ARGV[3])\n"
-    "  redis.call('HSET', k, '_shape', ARGV[4])\n"
+    "local t, b = KEYS[1], KEYS[2]\n"
+    "for _, h in ipairs({t, b}) do\n"
+    "  local ty = redis.call('TYPE', h).ok\n"
+    "  if ty ~= 'hash' and ty ~= 'none' then\n"
+    "    return redis.error_reply('WRONGTYPE ' .. h .. ' holds a ' .. ty .. ', not a hash')\n"
+    "  end\n"
     "end\n"
-    "for i = 5, #ARGV, 2 do\n"
-    "  redis.call('HINCRBY', t, ARGV[i], ARGV[i + 1])\n"
-    "  redis.call('HINCRBY', b, ARGV[i], ARGV[i + 1])\n"
+    "local k = #KEYS - 2\n"
+    "local res, dup, dtok, sub = {}, 0, 0, nil\n"
+    "for i = 1, k do\n"
+    "  if redis.call('SET', KEYS[2 + i], '1', 'NX', 'EX', ARGV[1]) then\n"
+    "    res[i] = 1\n"
+    "  else\n"
+    "    res[i] = 0\n"
+    "    dup = dup + 1\n"
+    "    sub = sub or {}\n"
+    "    local c = cmsgpack.unpack(ARGV[4 + i])\n"
+    "    dtok = dtok + c[1]\n"
+    "    for j = 2, #c, 2 do\n"
+    "      sub[c[j]] = (sub[c[j]] or 0) + c[j + 1]\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "if dup == k then return res end\n"
+    "for _, h in ipairs({t, b}) do\n"
+    "  redis.call('HINCRBY', h, '_tasks', k - dup)\n"
+    "  redis.call('HINCRBY', h, '_tokens', ARGV[4] - dtok)\n"
+    "  redis.call('HSET', h, '_shape', ARGV[3])\n"
+    "end\n"
+    "if not sub then\n"
+    "  for i = 5 + k, #ARGV, 2 do\n"
+    "    redis.call('HINCRBY', t, ARGV[i], ARGV[i + 1])\n"
+    "    redis.call('HINCRBY', b, ARGV[i], ARGV[i + 1])\n"
+    "  end\n"
+    "else\n"
+    "  local j = 0\n"
+    "  for i = 5 + k, #ARGV, 2 do\n"
+    "    j = j + 1\n"
+    "    local n = ARGV[i + 1] - (sub[j] or 0)\n"
+    "    if n ~= 0 then\n"
+    "      redis.call('HINCRBY', t, ARGV[i], n)\n"
+    "      redis.call('HINCRBY', b, ARGV[i], n)\n"
+    "    end\n"
+    "  end\n"
     "end\n"
     "redis.call('EXPIRE', b, ARGV[2])\n"
-    "return 1\n";
+    "return res\n";
 
 typedef struct rec {
     struct rec *next;
@@ -81,6 +125,7 @@ struct v4_util {
     char shape[64];
     long bucket_s, bucket_ttl_s, done_ttl_s, timeout_ms;
     size_t max_backlog, max_backlog_bytes;
+    int max_batch;           /* records per EVAL */
     size_t n_cells;
     int n_experts;
     v4_util_log_fn log;
@@ -100,6 +145,9 @@ struct v4_util {
     size_t argcap;
     char *num;
     size_t numcap;
+    uint64_t *agg;           /* [n_cells] batch sums (all 0 between batches), allocated at first use */
+    uint32_t *agg_pos;       /* [n_cells] index of a cell's field in the batch aggregate */
+    uint32_t *agg_cells;     /* [n_cells] the cells of the aggregate, in order */
 };
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -175,6 +223,12 @@ void v4_util_key_total(const char *prefix, const char *model, char *out, size_t 
         snprintf(out, n, "%s:util:%s:total", pfx(prefix), model ? model : "");
 }
 
+void v4_util_key_bucket_prefix(const char *prefix, const char *model, char *out, size_t n)
+{
+    if (out && n)
+        snprintf(out, n, "%s:util:%s:b:", pfx(prefix), model ? model : "");
+}
+
 void v4_util_key_bucket(const char *prefix, const char *model, long long unix_s, long bucket_s, char *out,
                         size_t n)
 {
@@ -191,7 +245,9 @@ void v4_util_key_bucket(const char *prefix, const char *model, long long unix_s,
     if (gmtime_r(&start, &tm))
         snprintf(stamp, sizeof stamp, "%04d%02d%02d%02d%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
                  tm.tm_hour, tm.tm_min);
-    snprintf(out, n, "%s:util:%s:b:%s", pfx(prefix), model ? model : "", stamp);
+    v4_util_key_bucket_prefix(prefix, model, out, n);
+    size_t len = strlen(out);
+    snprintf(out + len, n - len, "%s", stamp);
 }
 
 void v4_util_key_done(const char *prefix, const char *task_id, char *out, size_t n)
@@ -351,14 +407,74 @@ static int scratch_reserve(v4_util *u, size_t argc, size_t numbytes)
     return 0;
 }
 
-/* Append the EVAL of r to the context's output buffer.  0 ok, -1 out of memory. */
-static int append_eval(v4_util *u, const rec *r)
+/* msgpack: one unsigned integer (positive fixint, uint 8/16/32/64). */
+static unsigned char *mp_uint(unsigned char *p, uint64_t v)
 {
-    size_t argc = 10 + 2 * (size_t)r->n;
-    size_t plen = strlen(u->prefix), mlen = strlen(u->model), idlen = strlen(r->id);
-    size_t need = (plen + idlen + 8) + 2 * (plen + mlen + 32) + 4 * 24 + sizeof u->shape + (size_t)r->n * 36;
+    int bytes;
+    if (v < 128) {
+        *p++ = (unsigned char)v;
+        return p;
+    } else if (v < 256) {
+        *p++ = 0xcc;
+        bytes = 1;
+    } else if (v < 65536) {
+        *p++ = 0xcd;
+        bytes = 2;
+    } else if (v <= 0xffffffffu) {
+        *p++ = 0xce;
+        bytes = 4;
+    } else {
+        *p++ = 0xcf;
+        bytes = 8;
+    }
+    for (int s = 8 * (bytes - 1); s >= 0; s -= 8)
+        *p++ = (unsigned char)(v >> s);
+    return p;
+}
+
+/* Upper bound of the EVAL argument bytes that record r adds: its guard key and its
+ * msgpack array (header 5, tokens 9, per cell <= 2 x 5).  The aggregate adds at most
+ * AGG_FIELD_BYTES per distinct cell of the batch. */
+#define AGG_FIELD_BYTES 44   /* "<layer>:<expert>" and a sum, each <= 21 characters + NUL */
+static size_t rec_arg_bytes(const v4_util *u, const rec *r)
+{
+    return strlen(u->prefix) + strlen(r->id) + 8 + 14 + (size_t)r->n * 10;
+}
+
+/* Append the ONE EVAL of batch[0..n) (records of one bucket) to the context's output
+ * buffer.  0 ok, -1 out of memory. */
+static int append_eval(v4_util *u, rec *const *batch, int n)
+{
+    /* the aggregate: sum per cell in u->agg, fields in order of first appearance */
+    if (!u->agg) {
+        u->agg = calloc(u->n_cells, sizeof *u->agg);
+        u->agg_pos = malloc(u->n_cells * sizeof *u->agg_pos);
+        u->agg_cells = malloc(u->n_cells * sizeof *u->agg_cells);
+        if (!u->agg || !u->agg_pos || !u->agg_cells)
+            return -1;
+    }
+    uint32_t nf = 0;
+    uint64_t tokens = 0;
+    for (int i = 0; i < n; i++) {
+        const rec *r = batch[i];
+        tokens += (uint64_t)r->tokens;
+        for (uint32_t c = 0; c < r->n; c++) {
+            uint32_t x = r->idx[c];
+            if (u->agg[x] == 0) {
+                u->agg_pos[x] = nf;
+                u->agg_cells[nf++] = x;
+            }
+            u->agg[x] += r->cnt[c];
+        }
+    }
+    size_t argc = 9 + 2 * (size_t)n + 2 * (size_t)nf;   /* 5 + n keys + 4 + n records + fields */
+    size_t plen = strlen(u->prefix), mlen = strlen(u->model);
+    size_t need = 2 * (plen + mlen + 32) + 4 * 24 + (size_t)nf * AGG_FIELD_BYTES;
+    for (int i = 0; i < n; i++)
+        need += rec_arg_bytes(u, batch[i]);
+    int rc = -1;
     if (scratch_reserve(u, argc, need) != 0)
-        return -1;
+        goto out;
     char *p = u->num, *end = u->num + u->numcap;
     size_t a = 0;
 #define ARG_LIT(s) (u->argv[a] = (s), u->argl[a] = strlen(s), a++)
@@ -367,25 +483,54 @@ static int append_eval(v4_util *u, const rec *r)
     ARG_LIT("EVAL");
     u->argv[a] = LUA_SCRIPT;
     u->argl[a++] = sizeof LUA_SCRIPT - 1;
-    ARG_LIT("3");
-    ARG_FMT("%s:done:%s", u->prefix, r->id);
+    ARG_FMT("%d", 2 + n);
     ARG_FMT("%s:util:%s:total", u->prefix, u->model);
-    v4_util_key_bucket(u->prefix, u->model, r->unix_s, u->bucket_s, p, (size_t)(end - p));
+    v4_util_key_bucket(u->prefix, u->model, batch[0]->unix_s, u->bucket_s, p, (size_t)(end - p));
     u->argv[a] = p;
     u->argl[a] = strlen(p);
     p += u->argl[a++] + 1;
+    for (int i = 0; i < n; i++)
+        ARG_FMT("%s:done:%s", u->prefix, batch[i]->id);
     ARG_FMT("%ld", u->done_ttl_s);
     ARG_FMT("%ld", u->bucket_ttl_s);
-    ARG_FMT("%ld", r->tokens);
     ARG_LIT(u->shape);
+    ARG_FMT("%llu", (unsigned long long)tokens);
+    for (int i = 0; i < n; i++) {
+        const rec *r = batch[i];
+        unsigned char *q = (unsigned char *)p;
+        uint32_t len = 1 + 2 * r->n;   /* array 32 header */
+        *q++ = 0xdd;
+        for (int s = 24; s >= 0; s -= 8)
+            *q++ = (unsigned char)(len >> s);
+        q = mp_uint(q, (uint64_t)r->tokens);
+        for (uint32_t c = 0; c < r->n; c++) {
+            q = mp_uint(q, (uint64_t)u->agg_pos[r->idx[c]] + 1);
+            q = mp_uint(q, r->cnt[c]);
+        }
+        u->argv[a] = p;
+        u->argl[a++] = (size_t)((char *)q - p);
+        p = (char *)q;
+    }
     unsigned ne = (unsigned)u->n_experts;
-    for (uint32_t i = 0; i < r->n; i++) {
-        ARG_FMT("%u:%u", r->idx[i] / ne, r->idx[i] % ne);
-        ARG_FMT("%u", r->cnt[i]);
+    for (uint32_t f = 0; f < nf; f++) {
+        uint32_t x = u->agg_cells[f];
+        ARG_FMT("%u:%u", x / ne, x % ne);
+        ARG_FMT("%llu", (unsigned long long)u->agg[x]);
     }
 #undef ARG_LIT
 #undef ARG_FMT
-    return redisAppendCommandArgv(u->c, (int)a, u->argv, u->argl) == REDIS_OK ? 0 : -1;
+    rc = redisAppendCommandArgv(u->c, (int)a, u->argv, u->argl) == REDIS_OK ? 0 : -1;
+out:
+    for (uint32_t f = 0; f < nf; f++)
+        u->agg[u->agg_cells[f]] = 0;
+    return rc;
+}
+
+/* Index of the time bucket of a record made at unix_s (floor division). */
+static long long bucket_of(const v4_util *u, long long unix_s)
+{
+    long long q = unix_s / u->bucket_s;
+    return (unix_s % u->bucket_s != 0 && unix_s < 0) ? q - 1 : q;
 }
 
 static void ctx_reason(const v4_util *u, char *out, size_t n)
@@ -401,42 +546,43 @@ static void ctx_reason(const v4_util *u, char *out, size_t n)
 
 enum { RES_KEEP = -1, RES_DUP = 0, RES_SENT = 1, RES_REJECTED = 2 };
 
-/* Send batch[0..n) as one pipeline and read the replies into res[].  Returns 0 when the
- * connection is still good, -1 (reason filled) when it must be dropped. */
+/* Send batch[0..n) as one EVAL and read its reply into res[].  Returns 0 when the
+ * connection is still good, -1 (reason filled) when it must be dropped.  A transient
+ * error reply keeps every record; any other error (or a reply of the wrong shape)
+ * rejects every record of the batch: the script refuses as a whole, before any write. */
 static int send_batch(v4_util *u, rec **batch, int n, int *res, char *reason, size_t rn, char *rej, size_t rjn)
 {
     for (int i = 0; i < n; i++)
         res[i] = RES_KEEP;
-    for (int i = 0; i < n; i++)
-        if (append_eval(u, batch[i]) != 0) {
-            snprintf(reason, rn, "out of memory building the EVAL of task '%.64s'", batch[i]->id);
-            return -1;
-        }
-    int rc = 0;
-    for (int i = 0; i < n; i++) {
-        void *rv = NULL;
-        if (redisGetReply(u->c, &rv) != REDIS_OK || !rv) {
-            ctx_reason(u, reason, rn);
-            return -1;
-        }
-        redisReply *r = rv;
-        if (r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)) {
-            res[i] = r->integer ? RES_SENT : RES_DUP;
-        } else if (r->type == REDIS_REPLY_ERROR && transient_error(r->str)) {
-            if (rc == 0)
-                snprintf(reason, rn, "server busy: %.200s", r->str);
-            rc = -1;   /* keep the record; read the other replies first */
-        } else {
-            res[i] = RES_REJECTED;
-            if (rej[0] == '\0') {
-                if (r->type == REDIS_REPLY_ERROR)
-                    snprintf(rej, rjn, "task '%.64s': %.200s", batch[i]->id, r->str);
-                else
-                    snprintf(rej, rjn, "task '%.64s': unexpected reply type %d", batch[i]->id, r->type);
-            }
-        }
-        freeReplyObject(r);
+    if (append_eval(u, batch, n) != 0) {
+        snprintf(reason, rn, "out of memory building the EVAL of %d records", n);
+        return -1;
     }
+    void *rv = NULL;
+    if (redisGetReply(u->c, &rv) != REDIS_OK || !rv) {
+        ctx_reason(u, reason, rn);
+        return -1;
+    }
+    redisReply *r = rv;
+    int rc = 0, ok = r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n;
+    for (int i = 0; ok && i < n; i++)
+        ok = r->element[i]->type == REDIS_REPLY_INTEGER && (r->element[i]->integer == 0 || r->element[i]->integer == 1);
+    if (ok) {
+        for (int i = 0; i < n; i++)
+            res[i] = r->element[i]->integer ? RES_SENT : RES_DUP;
+    } else if (r->type == REDIS_REPLY_ERROR && transient_error(r->str)) {
+        snprintf(reason, rn, "server busy: %.200s", r->str);
+        rc = -1;   /* keep the records */
+    } else {
+        for (int i = 0; i < n; i++)
+            res[i] = RES_REJECTED;
+        if (r->type == REDIS_REPLY_ERROR)
+            snprintf(rej, rjn, "%d record%s from task '%.64s': %.200s", n, n == 1 ? "" : "s", batch[0]->id, r->str);
+        else
+            snprintf(rej, rjn, "%d record%s from task '%.64s': unexpected reply (type %d, %zu elements)", n,
+                     n == 1 ? "" : "s", batch[0]->id, r->type, r->elements);
+    }
+    freeReplyObject(r);
     return rc;
 }
 
@@ -506,12 +652,17 @@ static void *util_thread(void *arg)
                 note_pending = u->n_pending;
                 break;
             }
-            size_t bytes = 0;
-            for (rec *r = u->head; r && nb < BATCH_MAX_RECS; r = r->next) {
-                if (nb > 0 && bytes + r->bytes * 4 > BATCH_MAX_BYTES)
+            /* a prefix of the backlog, all in the bucket of the first record, within the caps */
+            size_t bytes = 0, cells = 0;
+            long long bkt = bucket_of(u, u->head->unix_s);
+            for (rec *r = u->head; r && nb < u->max_batch; r = r->next) {
+                size_t rb = rec_arg_bytes(u, r);
+                if (nb > 0 && (bucket_of(u, r->unix_s) != bkt || bytes + rb > BATCH_MAX_BYTES ||
+                               cells + r->n > BATCH_MAX_CELLS))
                     break;
                 batch[nb++] = r;
-                bytes += r->bytes * 4;
+                bytes += rb;
+                cells += r->n;
             }
             if (u->stop) {
                 long left = ts_ms_until(&u->stop_deadline);
@@ -623,9 +774,9 @@ static void *util_thread(void *arg)
         }
         if (rej[0]) {
             if (u->rejected_logged == 0)
-                ulog(u, 0, LOGP "Redis rejected a record (discarded, counted in stats.rejected): %s", rej);
+                ulog(u, 0, LOGP "Redis rejected an EVAL (its records discarded, counted in stats.rejected): %s", rej);
             else
-                ulog(u, 2, LOGP "Redis rejected a record: %s (%llu so far)", rej, (unsigned long long)nrej);
+                ulog(u, 2, LOGP "Redis rejected an EVAL: %s (%llu records so far)", rej, (unsigned long long)nrej);
             u->rejected_logged = nrej;
         }
         if (rc != 0) {
@@ -664,6 +815,9 @@ static void util_destroy(v4_util *u)
     free(u->argv);
     free(u->argl);
     free(u->num);
+    free(u->agg);
+    free(u->agg_pos);
+    free(u->agg_cells);
     free(u->url);
     free(u->url_masked);
     free(u->prefix);
@@ -735,6 +889,7 @@ v4_util *v4_util_start(const v4_util_opts *o, v4_util_log_fn log, void *ud, v4_e
     u->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 1000;
     u->max_backlog = o->max_backlog > 0 ? o->max_backlog : 10000;
     u->max_backlog_bytes = o->max_backlog_bytes > 0 ? o->max_backlog_bytes : ((size_t)64 << 20);
+    u->max_batch = o->max_batch > 0 && o->max_batch < BATCH_MAX_RECS ? (int)o->max_batch : BATCH_MAX_RECS;
     u->log = log;
     u->ud = ud;
     struct timespec t;

@@ -13,16 +13,33 @@
  * The bucket of a record is fixed when it is recorded (not when it is sent), so a record
  * delayed by an outage still lands in the bucket of its task.
  *
- * Wire: ONE round trip per task: EVAL of a Lua script with KEYS = {done, total, bucket};
- * it does SET done 1 NX EX and, only if that succeeded, the HINCRBYs/HSET/EXPIRE on both
- * hashes; it returns 1 (applied) or 0 (duplicate: the task was already counted).
- * Several pending records are pipelined (append N EVALs, read N replies).
+ * Wire: at most ONE EVAL per task (R19), usually far fewer: the thread sends the pending
+ * records as batches, ONE EVAL per batch.  A batch is a prefix of the backlog whose records
+ * all fall in the same time bucket, at most max_batch (default 64) records, 1 Mi non-zero
+ * cells and 16 MiB of arguments.  Batches form by themselves under load: while one EVAL is
+ * in flight the next records wait, and the next EVAL takes them all (an idle fleet still
+ * sends one record per EVAL, at once).  The Lua script (KEYS = {total, bucket, done of
+ * each record}; atomic as a whole) refuses with WRONGTYPE before any write unless both
+ * hashes are hashes or absent, then does SET done 1 NX EX for each record, and for the
+ * records whose guard it set, ONE HINCRBY per distinct field on each hash (plus _tasks,
+ * _tokens, HSET _shape, EXPIRE of the bucket).  The client sends the batch's aggregate
+ * (field, summed count pairs: what the script writes when no record is a duplicate) and,
+ * per record, its counts as one compact msgpack string of (field index, count) pairs; only
+ * the duplicates' strings are unpacked, summed in a Lua table and subtracted.  It returns
+ * one flag per record, 1 applied or 0 duplicate (the task was already counted), so
+ * stats.sent/duplicates stay per record.  Cost (bench/bench_util_redis.c, V4-Flash shape
+ * 43 x 256, every cell touched): the Redis time of an EVAL is dominated by its HINCRBYs
+ * (one per field and hash), so one task alone costs ~9-12 ms as before, a batch of 64
+ * ~20-40 ms in all (0.3-0.6 ms a task); that is also how long one EVAL holds Redis (lower
+ * max_batch to bound it).
  *
  * Design: a bounded FIFO backlog (mutex + condvar) filled by v4_util_record (copies the
  * non-zero counts, never does I/O, never waits for Redis) and drained by the thread,
  * which owns a sync hiredis context (redis_conn.c: connect/command timeouts, keepalive).
  * Records stay in the backlog until Redis confirmed them, so "pending" includes the
- * ones in flight.  On any error the context is freed (hiredis: not reusable), the
+ * ones in flight.  The thread also owns the scratch of a batch (EVAL arguments and the
+ * per-cell aggregate, n_layers x n_experts x 16 bytes, allocated at the first batch).
+ * On any error the context is freed (hiredis: not reusable), the
  * unconfirmed records stay (a record whose reply was lost may be re-sent: the done
  * guard makes that safe; it then counts as a duplicate), and the thread reconnects with
  * exponential backoff + jitter (100 ms .. 10 s) sleeping on the condvar.  A frozen
@@ -32,7 +49,7 @@
  * reason", "URL unreachable: reason" (first failed attempt of an outage; the later
  * ones at debug level), "backlog full" (error) and "backlog below half again" (info);
  * the password is masked ("***") in every line.
- * Redis Cluster is not supported (the three keys of a task do not share a hash slot).
+ * Redis Cluster is not supported (the keys of a batch do not share a hash slot).
  *
  * Backlog-full policy: DROP NEWEST.  When max_backlog records (or max_backlog_bytes of
  * copied counts) are pending, v4_util_record refuses the new record, returns 1 and
@@ -40,8 +57,9 @@
  * an outage the counters hold a contiguous prefix of the tasks of that outage.
  *
  * Server error replies: LOADING/BUSY/TRYAGAIN/MASTERDOWN/READONLY/OOM are transient
- * (the record stays; reconnect with backoff); any other error reply (WRONGTYPE, script
- * error) is permanent for that record: it is discarded and counted in stats.rejected.
+ * (the records stay; reconnect with backoff); any other error reply (WRONGTYPE, script
+ * error) is permanent for the EVAL: its records are discarded and each is counted in
+ * stats.rejected.
  *
  * Ownership: v4_util owns its thread, context, backlog and copies of all options
  * strings.  Threads: v4_util_record / v4_util_get_stats / v4_util_flush may be called
@@ -70,6 +88,7 @@ typedef struct v4_util_opts {
     long timeout_ms;         /* connect and command timeout (<= 0: 1000) */
     size_t max_backlog;      /* records kept in memory while Redis is unreachable (0: 10000) */
     size_t max_backlog_bytes;/* bytes of copied counts kept in memory (0: 64 MiB) */
+    size_t max_batch;        /* records per EVAL (0 or > 64: 64); 1 = one EVAL per record */
 } v4_util_opts;
 
 typedef struct v4_util v4_util;
@@ -84,7 +103,7 @@ typedef struct v4_util_stats {
     uint64_t errors;     /* failed connects / commands (one per failed attempt or batch) */
     uint64_t rejected;   /* records Redis answered with a permanent error (discarded) */
     uint64_t connects;   /* successful connections, the first included */
-    uint64_t batches;    /* pipelines written (one write of N EVALs) */
+    uint64_t batches;    /* EVALs written (one per batch of 1..max_batch records) */
 } v4_util_stats;
 
 typedef void (*v4_util_log_fn)(void *ud, int level, const char *line);  /* 0 error 1 info 2 debug */
@@ -114,5 +133,7 @@ void v4_util_key_total(const char *prefix, const char *model, char *out, size_t 
 void v4_util_key_bucket(const char *prefix, const char *model, long long unix_s, long bucket_s, char *out,
                         size_t n);
 void v4_util_key_done(const char *prefix, const char *task_id, char *out, size_t n);
+/* "<prefix>:util:<model>:b:": the bucket keys are this + YYYYmmddHHMM. */
+void v4_util_key_bucket_prefix(const char *prefix, const char *model, char *out, size_t n);
 
 #endif

@@ -3,10 +3,15 @@
  *
  *   util_redis_check basic   counts land in the total and bucket hashes with exact values,
  *                            _tasks/_tokens/_shape, bucket TTL, done guard; the same task
- *                            recorded twice (same or another instance) is counted once (R13)
+ *                            recorded twice (same or another instance) is counted once (R13);
+ *                            a total key that is not a hash: records rejected, nothing written
  *                            Redis: V4_TEST_REDIS_URL (may be shared: unique key prefix)
- *   util_redis_check r19     100 records -> INFO commandstats: exactly +100 EVAL from the
- *                            client, the only other changes are the script's own writes
+ *   util_redis_check r19     at most one EVAL per task: 100 records with max_batch 1 -> INFO
+ *                            commandstats: exactly +100 EVAL from the client, the only other
+ *                            changes are the script's own commands; then a backlog of 100
+ *                            (writes paused) with duplicates inside and across batches ->
+ *                            a few EVALs, one HINCRBY per field and hash per EVAL, per-record
+ *                            sent/duplicates, exact sums
  *   util_redis_check r17     Redis SIGSTOPped while 200 records are made: every record call
  *                            returns within 1 ms (calls during which the scheduler preempted
  *                            the thread - ru_nivcsw - excepted, but all within 100 ms, far
@@ -180,18 +185,24 @@ static void fill_counts(uint32_t *c, int L, int E, int K, unsigned seed, long to
         }
 }
 
-static v4_util *start(const char *url, const char *prefix, size_t max_backlog, long timeout_ms, logcap *lc,
-                      int L, int E, int K)
+static v4_util *start_b(const char *url, const char *prefix, size_t max_backlog, size_t max_batch,
+                        long timeout_ms, logcap *lc, int L, int E, int K)
 {
     v4_util_opts o = {
         .redis_url = url, .prefix = prefix, .model = "tiny", .n_layers = L, .n_experts = E, .top_k = K,
         .bucket_s = 3600, .bucket_ttl_s = 1234, .done_ttl_s = 777, .timeout_ms = timeout_ms,
-        .max_backlog = max_backlog,
+        .max_backlog = max_backlog, .max_batch = max_batch,
     };
     v4_error e;
     v4_util *u = v4_util_start(&o, cap_log, lc, &e);
     CHECK(u != NULL, "v4_util_start: %s (%s)", e.msg, e.where);
     return u;
+}
+
+static v4_util *start(const char *url, const char *prefix, size_t max_backlog, long timeout_ms, logcap *lc,
+                      int L, int E, int K)
+{
+    return start_b(url, prefix, max_backlog, 0, timeout_ms, lc, L, E, K);
 }
 
 static void print_stats(const char *what, v4_util *u)
@@ -280,6 +291,32 @@ static int run_basic(const char *url)
         freeReplyObject(cmd(q, "DEL %s", kd));
         break;
     }
+
+    /* A permanent error (the total key is not a hash) rejects the records of the EVAL,
+     * each counted, and the script writes nothing: no done guard is left behind. */
+    snprintf(prefix, sizeof prefix, "v4tw%d_%ld", (int)getpid(), (long)time(NULL));
+    v4_util_key_total(prefix, "tiny", kt, sizeof kt);
+    freeReplyObject(cmd(q, "SET %s notahash", kt));
+    v4_util *u = start(url, prefix, 0, 1000, &lc, L, E, K);
+    if (u) {
+        uint32_t a[L * E];
+        fill_counts(a, L, E, K, 4, 3);
+        CHECK(v4_util_record(u, "w1", a, 3) == 0 && v4_util_record(u, "w2", a, 3) == 0, "record w1 w2");
+        CHECK(v4_util_flush(u, 5000) == 0, "rejected records leave the backlog");
+        v4_util_stats s;
+        v4_util_get_stats(u, &s);
+        CHECK(s.rejected == 2 && s.sent == 0 && s.duplicates == 0, "WRONGTYPE: rejected %llu sent %llu",
+              (unsigned long long)s.rejected, (unsigned long long)s.sent);
+        v4_util_free(u);
+        for (int i = 1; i <= 2; i++) {
+            char id[8];
+            snprintf(id, sizeof id, "w%d", i);
+            v4_util_key_done(prefix, id, kd, sizeof kd);
+            CHECK(int_cmd(q, "EXISTS %s", kd) == 0, "no done guard for a rejected record (%s)", kd);
+        }
+        CHECK(log_count(&lc, "WRONGTYPE") >= 1, "the rejection is logged");
+    }
+    freeReplyObject(cmd(q, "DEL %s", kt));
     redisFree(q);
     free(lc.buf);
     TEST_DONE();
@@ -327,7 +364,7 @@ static int run_r19(const char *url)
     cstat before[256], after[256];
     int nb = commandstats(q, before, 256);
     CHECK(nb > 0, "INFO commandstats");
-    v4_util *u = start(url, "r19", 0, 1000, &lc, L, E, K);
+    v4_util *u = start_b(url, "r19", 0, 1, 1000, &lc, L, E, K);   /* max_batch 1: one record per EVAL */
     if (!u)
         return 1;
     long long hincrby = 0;
@@ -352,17 +389,18 @@ static int run_r19(const char *url)
     v4_util_stats s;
     v4_util_get_stats(u, &s);
     print_stats("r19", u);
-    CHECK(s.sent == 100 && s.batches <= 100, "sent %llu in %llu pipelines", (unsigned long long)s.sent,
+    CHECK(s.sent == 100 && s.batches == 100, "sent %llu in %llu EVALs", (unsigned long long)s.sent,
           (unsigned long long)s.batches);
     int na = commandstats(q, after, 256);
     CHECK(na > 0, "INFO commandstats");
     /* expected increments; everything else must be unchanged */
     struct { const char *name; long long delta; } exp[] = {
-        { "eval", 100 },           /* the only command the module sends per task */
+        { "eval", 100 },           /* the only command the module sends: here one per task */
         { "set", 100 },            /* inside the script: SET NX EX */
         { "hincrby", hincrby },    /* inside the script */
         { "hset", 200 },           /* inside the script: _shape on both hashes */
         { "expire", 100 },         /* inside the script: the bucket */
+        { "type", 200 },           /* inside the script: both keys must be hashes (or absent) */
         { "ping", 1 },             /* the connection handshake (no AUTH/SELECT here) */
         { "info", 1 },             /* our own first INFO */
     };
@@ -381,6 +419,70 @@ static int run_r19(const char *url)
     char kt[128];
     v4_util_key_total("r19", "tiny", kt, sizeof kt);
     check_hash(q, kt, want, L, E, 100, 250, "3,8,2");
+    v4_util_free(u);
+
+    /* Batched (the default max_batch, 64): a backlog of 100 records built while the server
+     * pauses writes drains in a few EVALs; at most one EVAL per task in any case.  Every
+     * record touches all L*E cells, so an EVAL that applies anything does exactly
+     * 4 + 2*L*E HINCRBYs.  Ids r19b-(i-1) for i % 10 == 5 repeat the previous record (a
+     * duplicate inside a batch, or across two), r19b-99 repeats r19-7 of the first part:
+     * each counts as a duplicate, per record, and adds nothing. */
+    u = start(url, "r19", 0, 1000, &lc, L, E, K);
+    if (!u)
+        return 1;
+    for (int i = 0; i < 200; i++) {   /* the eager first connect (its PING is in "before") */
+        v4_util_get_stats(u, &s);
+        if (s.connects)
+            break;
+        usleep(10000);
+    }
+    nb = commandstats(q, before, 256);
+    redisReply *pr = cmd(q, "CLIENT PAUSE 10000 WRITE");
+    CHECK(pr && pr->type == REDIS_REPLY_STATUS, "CLIENT PAUSE WRITE");
+    freeReplyObject(pr);
+    long long tokens = 250, n_new = 0;
+    for (int i = 0; i < 100; i++) {
+        uint32_t c[L * E];
+        char id[32];
+        fill_counts(c, L, E, K, 5000u + (unsigned)i, 2);
+        for (int j = 0; j < L * E; j++)
+            c[j] += 1;
+        if (i == 99)
+            snprintf(id, sizeof id, "r19-7");
+        else
+            snprintf(id, sizeof id, "r19b-%d", i % 10 == 5 ? i - 1 : i);
+        int dup = i == 99 || i % 10 == 5;
+        if (!dup) {
+            n_new++;
+            tokens += 2;
+            for (int j = 0; j < L * E; j++)
+                want[j] += c[j];
+        }
+        CHECK(v4_util_record(u, id, c, 2) == 0, "record %d", i);
+    }
+    usleep(100 * 1000);
+    pr = cmd(q, "CLIENT UNPAUSE");
+    freeReplyObject(pr);
+    CHECK(v4_util_flush(u, 10000) == 0, "flush");
+    v4_util_stats s2;
+    v4_util_get_stats(u, &s2);
+    print_stats("r19 batched", u);
+    na = commandstats(q, after, 256);
+    long long evals = calls_of(after, na, "eval") - calls_of(before, nb, "eval");
+    long long hi = calls_of(after, na, "hincrby") - calls_of(before, nb, "hincrby");
+    fprintf(stderr, "r19 batched: %lld EVALs for 100 records, %lld HINCRBY\n", evals, hi);
+    CHECK(s2.sent == (uint64_t)n_new && s2.duplicates == (uint64_t)(100 - n_new) && s2.rejected == 0,
+          "per record: sent %llu duplicates %llu, want %lld / %lld", (unsigned long long)s2.sent,
+          (unsigned long long)s2.duplicates, n_new, 100 - n_new);
+    CHECK(evals >= 1 && evals <= 100 && evals == (long long)s2.batches, "%lld EVALs, %llu batches: at most one per task",
+          evals, (unsigned long long)s2.batches);
+    CHECK(evals <= 6, "%lld EVALs for a backlog of 100 records (want batches of up to 64)", evals);
+    CHECK(calls_of(after, na, "set") - calls_of(before, nb, "set") == 100, "one SET NX per record");
+    CHECK(hi % (4 + 2 * L * E) == 0 && hi >= 4 + 2 * L * E && hi <= evals * (4 + 2 * L * E),
+          "HINCRBY +%lld: one per distinct field and hash per EVAL (%d) expected", hi, 4 + 2 * L * E);
+    CHECK(calls_of(after, na, "expire") - calls_of(before, nb, "expire") == hi / (4 + 2 * L * E),
+          "one EXPIRE per EVAL that applied records");
+    check_hash(q, kt, want, L, E, 100 + n_new, tokens, "3,8,2");
     v4_util_free(u);
     redisFree(q);
     free(lc.buf);

@@ -2,7 +2,8 @@
  * (layer, routed expert) token counters that the workers keep in Redis, as a text
  * table or JSON, optionally with a PNG heatmap.
  *
- * Design: options -> connect (stats_redis.c: URL, 2 s timeouts, AUTH/SELECT) ->
+ * Design: options -> connect (stats_redis.c over cache/redis_conn.c: URL, 2 s timeouts,
+ * AUTH/SELECT; key names from cache/util_redis.h) ->
  * pick the model (--model, else the only <prefix>:util:*:total key found by SCAN)
  * -> read the source into a v4_umat (stats_util.c): the total hash (default), one
  * bucket (--bucket), or the sum of the buckets that started in the last H hours
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../cache/util_redis.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "heatmap_png.h"
@@ -161,7 +163,7 @@ static int pick_model(v4_stats_redis *r, const stats_opts *o, char *model, size_
         return 0;
     }
     char where[300];
-    snprintf(where, sizeof where, "%s:util:*:total", o->prefix);
+    v4_util_key_total(o->prefix, "*", where, sizeof where);
     if (n == 0) {
         v4_err_set(err, V4_ERR_MISSING, where,
                    "no utilization data: no key matches (is the prefix right? --prefix)");
@@ -177,6 +179,14 @@ static int pick_model(v4_stats_redis *r, const stats_opts *o, char *model, size_
     }
     v4_stats_free_names(names, n);
     return -1;
+}
+
+/* The key of the bucket named name (YYYYmmddHHMM). */
+static void bucket_key(const char *prefix, const char *model, const char *name, char *key, size_t n)
+{
+    v4_util_key_bucket_prefix(prefix, model, key, n);
+    size_t len = strlen(key);
+    snprintf(key + len, n - len, "%s", name);
 }
 
 /* --hours: the names of the buckets that started after now - H hours. */
@@ -200,7 +210,7 @@ static int recent_buckets(v4_stats_redis *r, const stats_opts *o, const char *mo
     *n_out = k;
     if (k == 0) {
         char where[600];
-        snprintf(where, sizeof where, "%s:util:%s:b:*", o->prefix, model);
+        bucket_key(o->prefix, model, "*", where, sizeof where);
         v4_err_set(err, V4_ERR_MISSING, where,
                    "no data: none of the %zu bucket%s started in the last %d hour%s", n,
                    n == 1 ? "" : "s", o->hours, o->hours == 1 ? "" : "s");
@@ -219,9 +229,9 @@ static int read_source(v4_stats_redis *r, const stats_opts *o, const char *model
     *n_buckets = 0;
     if (!o->hours) {
         if (o->bucket)
-            snprintf(key, sizeof key, "%s:util:%s:b:%s", o->prefix, model, o->bucket);
+            bucket_key(o->prefix, model, o->bucket, key, sizeof key);
         else
-            snprintf(key, sizeof key, "%s:util:%s:total", o->prefix, model);
+            v4_util_key_total(o->prefix, model, key, sizeof key);
         if (v4_stats_read_hash(r, key, u, &found, err))
             return -1;
         if (!found)
@@ -245,7 +255,7 @@ static int read_source(v4_stats_redis *r, const stats_opts *o, const char *model
     }
     size_t k = 0;   /* buckets actually read: one may expire between SCAN and HGETALL */
     for (size_t i = 0; i < n; i++) {
-        snprintf(key, sizeof key, "%s:util:%s:b:%s", o->prefix, model, names[i]);
+        bucket_key(o->prefix, model, names[i], key, sizeof key);
         if (v4_stats_read_hash(r, key, u, &found, err)) {
             v4_stats_free_names(names, n);
             return -1;
@@ -304,15 +314,9 @@ int v4_cmd_stats(int argc, char **argv)
     }
     v4_error err;
     v4_err_clear(&err);
-    v4_stats_url url;
-    if (v4_stats_parse_url(o.url, &url, &err))
-        return fail(&err);
-    char display[600];
-    v4_stats_url_display(&url, display, sizeof display);
     v4_stats_redis *r;
-    if (v4_stats_redis_open(&url, &r, &err))
+    if (v4_stats_redis_open(o.url, &r, &err))
         return fail(&err);
-    memset(url.password, 0, sizeof url.password);
 
     char model[MAX_NAME + 1];
     v4_umat u = {0};
@@ -325,7 +329,7 @@ int v4_cmd_stats(int argc, char **argv)
         goto out;
     }
     v4_stats_report rep = {
-        .model = model, .prefix = o.prefix, .redis = display,
+        .model = model, .prefix = o.prefix, .redis = v4_stats_redis_display(r),
         .buckets = (const char *const *)buckets, .n_buckets = n_buckets, .hours = o.hours,
         .top_n = o.top < u.experts ? o.top : u.experts,
     };

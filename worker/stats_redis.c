@@ -8,7 +8,6 @@
  */
 #include "stats_redis.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -16,131 +15,15 @@
 #include <string.h>
 #include <sys/time.h>
 
-#define TIMEOUT_S 2
+#include "../cache/redis_conn.h"
+#include "../cache/util_redis.h"
+
+#define TIMEOUT_TEXT "2 s"   /* V4_STATS_TIMEOUT_MS, for messages */
 
 struct v4_stats_redis {
     redisContext *c;
-    char display[600];   /* the URL without password, for messages */
+    char display[600];   /* the masked URL, for messages */
 };
-
-/* ---------------------------------------------------------------- URL */
-
-static int hexval(int ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    ch = tolower(ch);
-    return (ch >= 'a' && ch <= 'f') ? ch - 'a' + 10 : -1;
-}
-
-/* Copy s[0..n) into out (cap) decoding %XX; -1 on a bad escape or overflow. */
-static int pct_decode(const char *s, size_t n, char *out, size_t cap)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int ch = (unsigned char)s[i];
-        if (ch == '%') {
-            if (i + 2 >= n || hexval(s[i + 1]) < 0 || hexval(s[i + 2]) < 0)
-                return -1;
-            ch = hexval(s[i + 1]) * 16 + hexval(s[i + 2]);
-            i += 2;
-        }
-        if (ch == 0 || o + 1 >= cap)
-            return -1;
-        out[o++] = (char)ch;
-    }
-    out[o] = 0;
-    return 0;
-}
-
-static int parse_num(const char *s, size_t n, long lo, long hi, int *out)
-{
-    long v = 0;
-    if (n == 0 || n > 10)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-/* Messages never quote the userinfo part of the URL (it may hold the password). */
-int v4_stats_parse_url(const char *url, v4_stats_url *u, v4_error *err)
-{
-    memset(u, 0, sizeof *u);
-    u->port = 6379;
-    const char *w = "Redis URL";
-    if (!strncmp(url, "rediss://", 9))
-        return v4_err_set(err, V4_ERR_INVALID, w, "rediss:// (TLS) is not supported");
-    if (strncmp(url, "redis://", 8))
-        return v4_err_set(err, V4_ERR_INVALID, w,
-                          "must start with redis:// (redis://[[user]:password@]host[:port][/db])");
-    const char *p = url + 8;
-    const char *end = p + strcspn(p, "/?#");
-    /* userinfo: up to the last '@' of the authority (passwords may contain '@' only
-     * %-escaped, but be lenient) */
-    const char *at = NULL;
-    for (const char *q = p; q < end; q++)
-        if (*q == '@')
-            at = q;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (!colon)
-            return v4_err_set(err, V4_ERR_INVALID, w,
-                              "user info without ':' (write redis://:PASSWORD@host or "
-                              "redis://USER:PASSWORD@host)");
-        if (pct_decode(p, (size_t)(colon - p), u->user, sizeof u->user) ||
-            pct_decode(colon + 1, (size_t)(at - colon - 1), u->password, sizeof u->password))
-            return v4_err_set(err, V4_ERR_INVALID, w,
-                              "bad user or password (bad %%XX escape, NUL or too long)");
-        u->has_password = 1;
-        p = at + 1;
-    }
-    const char *host = p, *host_end, *port = NULL;
-    if (*p == '[') {
-        host = p + 1;
-        host_end = memchr(host, ']', (size_t)(end - host));
-        if (!host_end)
-            return v4_err_set(err, V4_ERR_INVALID, w, "unterminated [IPv6] host");
-        p = host_end + 1;
-        if (p < end && *p != ':')
-            return v4_err_set(err, V4_ERR_INVALID, w, "junk after ]");
-    } else {
-        host_end = memchr(p, ':', (size_t)(end - p));
-        if (!host_end)
-            host_end = end;
-        p = host_end;
-    }
-    if (p < end && *p == ':')
-        port = p + 1;
-    size_t hn = (size_t)(host_end - host);
-    if (hn == 0 || hn >= sizeof u->host)
-        return v4_err_set(err, V4_ERR_INVALID, w, "missing or too long host");
-    memcpy(u->host, host, hn);
-    u->host[hn] = 0;
-    if (port && parse_num(port, (size_t)(end - port), 1, 65535, &u->port))
-        return v4_err_set(err, V4_ERR_INVALID, w, "port must be an integer in [1, 65535]");
-    if (*end == '?' || *end == '#')
-        return v4_err_set(err, V4_ERR_INVALID, w, "query and fragment are not supported");
-    if (*end == '/' && end[1]) {
-        const char *db = end + 1;
-        if (parse_num(db, strlen(db), 0, 1000000, &u->db))
-            return v4_err_set(err, V4_ERR_INVALID, w, "database must be an integer >= 0 after '/'");
-    }
-    return 0;
-}
-
-void v4_stats_url_display(const v4_stats_url *u, char *out, size_t cap)
-{
-    int v6 = strchr(u->host, ':') != NULL;
-    snprintf(out, cap, "redis://%s%s%s%s%s:%d/%d", u->user, u->has_password ? ":***@" : "",
-             v6 ? "[" : "", u->host, v6 ? "]" : "", u->port, u->db);
-}
 
 /* ---------------------------------------------------------------- commands */
 
@@ -155,7 +38,7 @@ static redisReply *command(v4_stats_redis *r, int argc, const char **argv, v4_er
     if (!rep) {
         int timed_out = r->c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
         v4_err_set(err, V4_ERR_IO, r->display, "%s: %s", argv[0],
-                   timed_out ? "no reply within 2 s (timed out)" : r->c->errstr);
+                   timed_out ? "no reply within " TIMEOUT_TEXT " (timed out)" : r->c->errstr);
         return NULL;
     }
     if (rep->type == REDIS_REPLY_ERROR) {
@@ -166,49 +49,24 @@ static redisReply *command(v4_stats_redis *r, int argc, const char **argv, v4_er
     return rep;
 }
 
-int v4_stats_redis_open(const v4_stats_url *u, v4_stats_redis **out, v4_error *err)
+int v4_stats_redis_open(const char *url, v4_stats_redis **out, v4_error *err)
 {
     *out = NULL;
     v4_stats_redis *r = calloc(1, sizeof *r);
     if (!r)
         return v4_err_set(err, V4_ERR_NOMEM, "redis", "out of memory");
-    v4_stats_url_display(u, r->display, sizeof r->display);
-    struct timeval tv = {TIMEOUT_S, 0};
-    r->c = redisConnectWithTimeout(u->host, u->port, tv);
-    if (!r->c || r->c->err) {
-        v4_err_set(err, V4_ERR_IO, r->display, "cannot connect to Redis: %s",
-                   r->c ? r->c->errstr : "out of memory");
-        v4_stats_redis_close(r);
+    v4_redis_url_mask(url, r->display, sizeof r->display);
+    if (!(r->c = v4_redis_connect(url, V4_STATS_TIMEOUT_MS, err))) {
+        free(r);
         return -1;
-    }
-    if (redisSetTimeout(r->c, tv) != REDIS_OK) {
-        v4_err_set(err, V4_ERR_IO, r->display, "cannot set the command timeout: %s", r->c->errstr);
-        v4_stats_redis_close(r);
-        return -1;
-    }
-    redisReply *rep;
-    if (u->has_password) {
-        const char *a_user[] = {"AUTH", u->user, u->password};
-        const char *a_pw[] = {"AUTH", u->password};
-        rep = u->user[0] ? command(r, 3, a_user, err) : command(r, 2, a_pw, err);
-        if (!rep) {
-            v4_stats_redis_close(r);
-            return -1;
-        }
-        freeReplyObject(rep);
-    }
-    if (u->db) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", u->db);
-        const char *a[] = {"SELECT", db};
-        if (!(rep = command(r, 2, a, err))) {
-            v4_stats_redis_close(r);
-            return -1;
-        }
-        freeReplyObject(rep);
     }
     *out = r;
     return 0;
+}
+
+const char *v4_stats_redis_display(const v4_stats_redis *r)
+{
+    return r->display;
 }
 
 void v4_stats_redis_close(v4_stats_redis *r)
@@ -361,16 +219,22 @@ static int list_common(v4_stats_redis *r, const char *head, const char *pat_head
 int v4_stats_list_models(v4_stats_redis *r, const char *prefix, char ***v, size_t *n,
                          v4_error *err)
 {
-    char head[600];
-    snprintf(head, sizeof head, "%s:util:", prefix);
-    return list_common(r, head, head, ":total", keep_model, v, n, err);
+    /* the total key of a model "\n" (a byte no model name from SCAN is split at):
+     * what comes before it is the head of every total key, what follows the tail */
+    char key[600];
+    v4_util_key_total(prefix, "\n", key, sizeof key);
+    char *mark = strrchr(key, '\n');
+    if (!mark)
+        return v4_err_set(err, V4_ERR_INVALID, prefix, "prefix too long for a key");
+    *mark = 0;
+    return list_common(r, key, key, mark + 1, keep_model, v, n, err);
 }
 
 int v4_stats_list_buckets(v4_stats_redis *r, const char *prefix, const char *model,
                           char ***v, size_t *n, v4_error *err)
 {
     char head[1100];
-    snprintf(head, sizeof head, "%s:util:%s:b:", prefix, model);
+    v4_util_key_bucket_prefix(prefix, model, head, sizeof head);
     return list_common(r, head, head, "", keep_bucket, v, n, err);
 }
 
