@@ -4,7 +4,7 @@
 #   counts   each result's experts.hits = forwarded positions x layers x experts-per-token;
 #            the fleet hash holds exactly the results' hits, _tasks, _tokens, _shape, and a
 #            time-bucket hash with an expiry
-#   R19      one EVAL per task, and no new Redis connection per task
+#   R19      at most one EVAL per task (pending tasks share one), and one Redis connection
 #   R17      Redis SIGSTOPped (commands would time out after 2 s): tasks keep flowing at
 #            full speed; after SIGCONT the backlog is flushed and nothing is lost
 #   R13      V4_FAULT_EXIT_BEFORE_ACK: the worker dies after its result was confirmed and
