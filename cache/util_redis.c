@@ -126,7 +126,7 @@ struct v4_util {
     long bucket_s, bucket_ttl_s, done_ttl_s, timeout_ms;
     size_t max_backlog, max_backlog_bytes;
     int max_batch;           /* records per EVAL */
-    size_t n_cells;
+    size_t n_cells;          /* n_layers * n_experts routing cells + V4_UTIL_NFIGS cache figures */
     int n_experts;
     v4_util_log_fn log;
     void *ud;
@@ -270,7 +270,23 @@ static void rec_unlink(v4_util *u, rec *prev, rec *r)
     u->bytes_pending -= r->bytes;
 }
 
+/* Cell i of a record: a routing count, or one of the cache figures after them. */
+static uint32_t cell_of(const v4_util *u, const uint32_t *counts, const v4_util_figs *f, size_t i)
+{
+    size_t nr = u->n_cells - V4_UTIL_NFIGS;
+    if (i < nr)
+        return counts[i];
+    if (!f)
+        return 0;
+    return i == nr ? f->hits : i == nr + 1 ? f->misses : f->kib_loaded;
+}
+
 int v4_util_record(v4_util *u, const char *task_id, const uint32_t *counts, long tokens)
+{
+    return v4_util_record_ex(u, task_id, counts, tokens, NULL);
+}
+
+int v4_util_record_ex(v4_util *u, const char *task_id, const uint32_t *counts, long tokens, const v4_util_figs *figs)
 {
     if (!u)
         return 0;
@@ -281,7 +297,7 @@ int v4_util_record(v4_util *u, const char *task_id, const uint32_t *counts, long
         return -1;
     uint32_t nz = 0;
     for (size_t i = 0; i < u->n_cells; i++)
-        nz += counts[i] != 0;
+        nz += cell_of(u, counts, figs, i) != 0;
     size_t off = (sizeof(rec) + idlen + 1 + 3) & ~(size_t)3;
     size_t bytes = off + (size_t)nz * 2 * sizeof(uint32_t);
     rec *r = malloc(bytes);
@@ -295,11 +311,13 @@ int v4_util_record(v4_util *u, const char *task_id, const uint32_t *counts, long
         r->idx = (uint32_t *)((char *)r + off);
         r->cnt = r->idx + nz;
         uint32_t k = 0;
-        for (size_t i = 0; i < u->n_cells; i++)
-            if (counts[i]) {
+        for (size_t i = 0; i < u->n_cells; i++) {
+            uint32_t v = cell_of(u, counts, figs, i);
+            if (v) {
                 r->idx[k] = (uint32_t)i;
-                r->cnt[k++] = counts[i];
+                r->cnt[k++] = v;
             }
+        }
     }
     pthread_mutex_lock(&u->mu);
     int dropped = !r || u->n_pending >= u->max_backlog || u->bytes_pending + bytes > u->max_backlog_bytes;
@@ -511,10 +529,14 @@ static int append_eval(v4_util *u, rec *const *batch, int n)
         u->argl[a++] = (size_t)((char *)q - p);
         p = (char *)q;
     }
-    unsigned ne = (unsigned)u->n_experts;
+    unsigned ne = (unsigned)u->n_experts, nr = (unsigned)(u->n_cells - V4_UTIL_NFIGS);
+    static const char *const fig_names[V4_UTIL_NFIGS] = {"_hits", "_misses", "_kib_loaded"};
     for (uint32_t f = 0; f < nf; f++) {
         uint32_t x = u->agg_cells[f];
-        ARG_FMT("%u:%u", x / ne, x % ne);
+        if (x >= nr)
+            ARG_FMT("%s", fig_names[x - nr]);
+        else
+            ARG_FMT("%u:%u", x / ne, x % ne);
         ARG_FMT("%llu", (unsigned long long)u->agg[x]);
     }
 #undef ARG_LIT
@@ -882,7 +904,7 @@ v4_util *v4_util_start(const v4_util_opts *o, v4_util_log_fn log, void *ud, v4_e
     }
     snprintf(u->shape, sizeof u->shape, "%d,%d,%d", o->n_layers, o->n_experts, o->top_k);
     u->n_experts = o->n_experts;
-    u->n_cells = (size_t)o->n_layers * (size_t)o->n_experts;
+    u->n_cells = (size_t)o->n_layers * (size_t)o->n_experts + V4_UTIL_NFIGS;
     u->bucket_s = o->bucket_s > 0 ? o->bucket_s : 3600;
     u->bucket_ttl_s = o->bucket_ttl_s > 0 ? o->bucket_ttl_s : 172800;
     u->done_ttl_s = o->done_ttl_s > 0 ? o->done_ttl_s : 604800;

@@ -2,8 +2,8 @@
 # test_worker_redis.sh - the worker's Redis expert-utilization counters end to end, with a
 # real RabbitMQ (tests/lib/brokers.sh), a private Redis started here, and the tiny model:
 #   counts   each result's experts.hits = forwarded positions x layers x experts-per-token;
-#            the fleet hash holds exactly the results' hits, _tasks, _tokens, _shape, and a
-#            time-bucket hash with an expiry
+#            the fleet hash holds exactly the results' routed tokens, _hits, _tasks,
+#            _tokens, _shape, and a time-bucket hash with an expiry
 #   R19      at most one EVAL per task (pending tasks share one), and one Redis connection
 #   R17      Redis SIGSTOPped (commands would time out after 2 s): tasks keep flowing at
 #            full speed; after SIGCONT the backlog is flushed and nothing is lost
@@ -69,7 +69,7 @@ stop_worker() {
     [ "$rc" -eq 0 ] || fail "worker exit status $rc after SIGTERM"
 }
 jget() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-hsum() { rcli hgetall "$TOTAL" | awk 'NR%2==1 {k=$0; next} k ~ /^[0-9]+:[0-9]+$/ {s+=$0} END {print s+0}'; }
+hsum() { rcli hgetall "$TOTAL" | awk 'NR%2==1 {k=$0; next} k ~ /^[0-9]+:[0-9]+$/ {s+=$0} END {print s+0}'; }   # routing cells only
 evals() { rcli info commandstats | tr -d '\r' | sed -n 's/^cmdstat_eval:calls=\([0-9]*\),.*/\1/p' | grep . || echo 0; }
 wait_tasks() {   # wait_tasks N TIMEOUT_S: until _tasks == N
     local i
@@ -91,6 +91,8 @@ wait_tasks 12 10 || fail "_tasks $(rcli hget "$TOTAL" _tasks), want 12"
 [ "$(hsum)" = "$hits_a" ] || fail "Redis holds $(hsum) routed tokens, the results say $hits_a"
 [ "$(rcli hget "$TOTAL" _tokens)" = "$fwd_a" ] || fail "_tokens $(rcli hget "$TOTAL" _tokens) != $fwd_a"
 [ "$(rcli hget "$TOTAL" _shape)" = "$L,$E,$K" ] || fail "_shape $(rcli hget "$TOTAL" _shape) != $L,$E,$K"
+[ "$(rcli hget "$TOTAL" _hits)" = "$hits_a" ] || fail "_hits $(rcli hget "$TOTAL" _hits) != the results' $hits_a"
+[ -z "$(rcli hget "$TOTAL" _misses)" ] || fail "resident experts: no _misses expected ($(rcli hget "$TOTAL" _misses))"
 B="$(rcli --scan --pattern "$P:util:tiny:b:*" | head -n 1)"
 [ -n "$B" ] && [ "$(rcli ttl "$B")" -gt 0 ] || fail "no time-bucket hash with an expiry ($B)"
 [ "$(rcli hget "$B" _tasks)" = 12 ] || fail "bucket _tasks $(rcli hget "$B" _tasks) != 12"

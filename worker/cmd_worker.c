@@ -110,6 +110,11 @@ static void util_log(void *ud, int level, const char *line)
         log_line(NULL, level, line);
 }
 
+static uint32_t clamp_u32(long long v)
+{
+    return v < 0 ? 0 : v > 0xFFFFFFFFll ? 0xFFFFFFFFu : (uint32_t)v;
+}
+
 static double queue_ms_of(const v4q_delivery *d)
 {
     if (!d->timestamp_s)
@@ -171,8 +176,11 @@ static void handle(worker *w, const v4q_delivery *d)
     }
     /* Utilization counters: queued for the Redis thread (never waits for Redis); the
      * done:{id} guard there keeps a redelivered task from being counted twice. */
-    if (w->util && out.expert_counts && out.forwarded > 0)
-        v4_util_record(w->util, t.id, out.expert_counts, out.forwarded);
+    if (w->util && out.expert_counts && out.forwarded > 0) {
+        v4_util_figs figs = {clamp_u32(out.expert_hits), clamp_u32(out.expert_misses),
+                             clamp_u32(out.expert_bytes_loaded / 1024)};
+        v4_util_record_ex(w->util, t.id, out.expert_counts, out.forwarded, &figs);
+    }
     if (w->cfg.fault_exit_before_ack && w->util)
         v4_util_flush(w->util, 5000);   /* test hook: make the counters land before the crash */
     v4_result_info ri = {
