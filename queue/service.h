@@ -19,7 +19,7 @@
  *   v4q_stop_consuming()  basic.cancel + requeue the deliveries not yet taken.
  * Every (re)connection increments a generation; deliveries remember theirs, and an
  * ack/nack for an older generation is never sent (delivery tags are per channel).
- * Reconnects use exponential backoff (200 ms .. 30 s) with jitter, sleeping on a
+ * Reconnects use exponential backoff (200 ms .. 10 s) with jitter, sleeping on a
  * condition variable (no busy loop while the broker is down); the service starts even
  * when the broker is not up yet.
  *
