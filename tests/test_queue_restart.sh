@@ -74,7 +74,7 @@ queues="$(rmqctl list_queues name type 2>/dev/null)"
 exchanges="$(rmqctl list_exchanges name type 2>/dev/null)"
 bindings="$(rmqctl list_bindings source_name destination_name 2>/dev/null)"
 for q in tasks.dead tasks.invalid results; do
-    grep -q "^$q[[:space:]]*classic" <<< "$queues" || fail "queue $q not re-declared after reset"
+    grep -q "^${q}[[:space:]]*classic" <<< "$queues" || fail "queue $q not re-declared after reset"
 done
 grep -q "^tasks[[:space:]]*quorum" <<< "$queues" || fail "tasks not re-declared as a quorum queue"
 grep -q "^results[[:space:]]*direct" <<< "$exchanges" || fail "exchange results not re-declared"
