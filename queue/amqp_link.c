@@ -87,6 +87,8 @@ void v4q_link_free(v4q_link *l)
     if (!l->conn)
         return;
     if (!l->dead) {
+        struct timeval tv = {1, 0};
+        amqp_set_rpc_timeout(l->conn, &tv);
         amqp_channel_close(l->conn, V4Q_CHANNEL, AMQP_REPLY_SUCCESS);
         amqp_connection_close(l->conn, AMQP_REPLY_SUCCESS);
     }
@@ -148,7 +150,14 @@ int v4q_link_handle_method(v4q_link *l, const amqp_frame_t *f, v4_error *err)
         l->dead = 1;
         return v4_err_set(err, V4_ERR_IO, "amqp", "the broker cancelled the consumer (queue deleted?)");
     }
-    if (id == AMQP_CONNECTION_BLOCKED_METHOD || id == AMQP_CONNECTION_UNBLOCKED_METHOD)
-        return 0;
+    if (id == AMQP_CONNECTION_BLOCKED_METHOD) {
+        const amqp_connection_blocked_t *b = f->payload.method.decoded;
+        l->blocked = 1;
+        snprintf(l->blocked_reason, sizeof l->blocked_reason, "%.*s", (int)b->reason.len,
+                 (const char *)b->reason.bytes);
+    } else if (id == AMQP_CONNECTION_UNBLOCKED_METHOD) {
+        l->blocked = 0;
+        l->blocked_reason[0] = 0;
+    }
     return 0;
 }

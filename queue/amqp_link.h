@@ -24,15 +24,19 @@
 typedef struct v4q_link {
     amqp_connection_state_t conn;
     int dead;                   /* 1 after any connection-level failure */
+    int blocked;                /* 1 between connection.blocked and .unblocked */
+    char blocked_reason[96];    /* the broker's reason ("low on memory"), NUL-terminated */
 } v4q_link;
 
 int v4q_link_open(v4q_link *l, const char *url, int heartbeat_s, const char *conn_name, v4_error *err);
-/* Graceful close when alive (bounded by the RPC timeout), then destroy. */
+/* Graceful close when alive (each close RPC bounded by 1 s: a broker that does not
+ * answer at once is frozen or not reading this socket), then destroy. */
 void v4q_link_free(v4q_link *l);
 /* Check the last RPC reply; what names the operation for the message. */
 int v4q_reply_check(v4q_link *l, amqp_rpc_reply_t r, const char *what, v4_error *err);
-/* Handle a method frame that arrived outside an RPC (close, cancel...): returns 0 if
- * it was harmless, -1 if the link must be dropped (err says why). */
+/* Handle a method frame that arrived outside an RPC (close, cancel, blocked...):
+ * returns 0 if it was harmless (connection.blocked/unblocked only update blocked and
+ * blocked_reason), -1 if the link must be dropped (err says why). */
 int v4q_link_handle_method(v4q_link *l, const amqp_frame_t *f, v4_error *err);
 
 #endif

@@ -7,10 +7,37 @@
  * spec §2.4).  While waiting for the confirm (≤ 50 ms per library call) the consumer
  * link is polled too, so its heartbeats keep flowing.  No confirm within
  * confirm_timeout_ms, or any link failure: both links are dropped (the broker then
- * requeues the delivery; it is never acked).
+ * requeues the delivery; it is never acked).  After a confirm timeout the publisher
+ * link is dropped without a close handshake: a broker that did not confirm is frozen
+ * or has blocked the connection (resource alarm) and does not read its socket, so a
+ * close would only wait for the RPC timeout.
+ * Resource alarms: while the broker blocks the publisher connection (connection.blocked,
+ * advertised at login; rabbitmq-c 0.11 itself ignores it) the confirm clock is
+ * suspended: a broker-wide alarm is not cured by reconnecting, and dropping the links
+ * would requeue the task, re-run it and count a delivery against x-delivery-limit
+ * (observed with a 9 s memory alarm: six deliveries, then the valid task was
+ * dead-lettered).  The delivery stays unacked, both links keep being serviced; after
+ * connection.unblocked the broker reads the pending publish and the full confirm timeout
+ * applies again.  The wait stays bounded by link failures and, ultimately, by the
+ * broker's consumer_timeout on the unacked delivery (a channel.close that ends it).
  * Thread: the AMQP thread.
  */
 #include "service_internal.h"
+
+/* A method frame outside a confirm: close / cancel / blocked (see amqp_link.h); logs
+ * blocked <-> unblocked transitions of the publisher.  0 harmless, -1 drop the links. */
+static int pub_method(v4q_service *s, const amqp_frame_t *f, v4_error *err)
+{
+    int was = s->pub.blocked;
+    if (v4q_link_handle_method(&s->pub, f, err))
+        return -1;
+    if (s->pub.blocked && !was)
+        v4q_logf(s, 0, "amqp: the broker blocked the publisher connection (%s): confirm timeout suspended, "
+                 "the task stays unacked until it unblocks", s->pub.blocked_reason);
+    else if (was && !s->pub.blocked)
+        v4q_logf(s, 1, "amqp: the broker unblocked the publisher connection");
+    return 0;
+}
 
 /* Service the publisher link without waiting (heartbeats; detects a dead peer). */
 void v4q_poll_publisher(v4q_service *s)
@@ -29,7 +56,7 @@ void v4q_poll_publisher(v4q_service *s)
         v4q_disconnect(s, &err);
         return;
     }
-    if (v4q_link_handle_method(&s->pub, &f, &err))
+    if (pub_method(s, &f, &err))
         v4q_disconnect(s, &err);
 }
 
@@ -63,6 +90,8 @@ int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
     int returned = 0;
     double deadline = v4q_now_s() + s->cfg.confirm_timeout_ms / 1000.0;
     while (v4q_now_s() < deadline) {
+        if (s->pub.blocked)   /* resource alarm: the confirm clock does not run (see above) */
+            deadline = v4q_now_s() + s->cfg.confirm_timeout_ms / 1000.0;
         amqp_frame_t f;
         struct timeval tv = {0, 50000};
         st = amqp_simple_wait_frame_noblock(s->pub.conn, &f, &tv);
@@ -119,12 +148,13 @@ int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
             amqp_destroy_message(&msg);
             continue;
         }
-        if (v4q_link_handle_method(&s->pub, &f, err)) {
+        if (pub_method(s, &f, err)) {
             v4q_disconnect(s, err);
             return -1;
         }
     }
     v4_err_set(err, V4_ERR_IO, "amqp confirm", "no confirm within %ld ms", s->cfg.confirm_timeout_ms);
+    s->pub.dead = 1;   /* no close handshake with a broker that does not answer */
     v4q_disconnect(s, err);
     return -1;
 }

@@ -3,8 +3,11 @@
  *
  * Every successful connect and every disconnect bumps the generation, so deliveries
  * of an older connection are never acked/nacked on a new channel (delivery tags are
- * per channel).  Backoff: 200 ms doubling up to 30 s, times a jitter factor in
- * [0.5, 1], slept on the condition variable (woken early by quit or a request).
+ * per channel).  Backoff: 200 ms doubling up to V4Q_BACKOFF_MAX_S (10 s), times a
+ * jitter factor in [0.5, 1], slept on the condition variable (woken early by quit or
+ * a request).  The cap bounds how long the worker stays idle after the broker is back
+ * (checklist R7: consumption resumes within 15 s of a broker restart); with 30 s a
+ * restart longer than ~13 s could leave the fleet idle for up to 30 s.
  * Thread: the AMQP thread.
  */
 #include <stdio.h>
@@ -13,6 +16,8 @@
 
 #include "service_internal.h"
 #include "topology.h"
+
+#define V4Q_BACKOFF_MAX_S 10.0
 
 /* Drop both links; the broker requeues every unacked delivery. */
 void v4q_disconnect(v4q_service *s, const v4_error *why)
@@ -76,8 +81,8 @@ fail:
 void v4q_backoff(v4q_service *s)
 {
     double base = 0.2 * (double)(1u << (s->attempt < 8 ? s->attempt : 8));
-    if (base > 30)
-        base = 30;
+    if (base > V4Q_BACKOFF_MAX_S)
+        base = V4Q_BACKOFF_MAX_S;
     double delay = base * (0.5 + 0.5 * (rand_r(&s->rnd) / (double)RAND_MAX));
     s->attempt++;
     struct timespec ts;

@@ -14,12 +14,16 @@
  *                   the delivery.  A returned (unroutable) or nacked message: the
  *                   delivery is nacked with requeue (counts towards x-delivery-limit).
  *                   No confirm in time, or a connection loss: the links are dropped and
- *                   the broker requeues the delivery.  Returns 0 only when acked.
+ *                   the broker requeues the delivery.  While the broker blocks the
+ *                   publisher (connection.blocked: memory/disk alarm) the confirm timeout
+ *                   is suspended and the delivery stays unacked until it unblocks (a
+ *                   requeue would re-run the task and count against x-delivery-limit).
+ *                   Returns 0 only when acked.
  *   v4q_requeue()   nack(requeue) a delivery that will not be processed.
  *   v4q_stop_consuming()  basic.cancel + requeue the deliveries not yet taken.
  * Every (re)connection increments a generation; deliveries remember theirs, and an
  * ack/nack for an older generation is never sent (delivery tags are per channel).
- * Reconnects use exponential backoff (200 ms .. 30 s) with jitter, sleeping on a
+ * Reconnects use exponential backoff (200 ms .. 10 s) with jitter, sleeping on a
  * condition variable (no busy loop while the broker is down); the service starts even
  * when the broker is not up yet.
  *

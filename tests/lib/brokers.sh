@@ -128,9 +128,9 @@ brokers_crash_restart() {
 
 # Wait (up to ~5 s) until none of the given pids exists any more.
 _brokers_wait_gone() {
-    local p i
+    local p
     for p in "$@"; do
-        for i in $(seq 1 50); do
+        for _ in $(seq 1 50); do
             kill -0 "$p" 2> /dev/null || break
             sleep 0.1
         done
@@ -181,6 +181,7 @@ _BROKERS_TEST_MODE=""
 brokers_test_begin() {
     local name="$1" mode="${2:-shared}" extra="${3:-}"
     : "${V4_BIN:?V4_BIN must name the v4fleet binary}" "${V4_TMP:?V4_TMP must name a scratch directory}"
+    # shellcheck disable=SC2034  # read by the sourcing test script
     status=0
     WORK="$(mktemp -d "$V4_TMP/$name.XXXXXX")" || { echo "FAIL: cannot create a work dir" >&2; exit 1; }
     _BROKERS_TEST_MODE="$mode"
@@ -201,6 +202,7 @@ brokers_test_begin() {
 
 fail() {
     echo "FAIL: $*" >&2
+    # shellcheck disable=SC2034  # read by the sourcing test script
     status=1
 }
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_queue_restart.sh - checklist R7 (shared spec queue-reliability.md §8): reconnect and
+# resume after a graceful broker restart (`rabbitmqctl stop_app` / `start_app`).
+#   A  a task is running when the app stops (CONNECTION_FORCED): its delivery tag is
+#      stale after the reconnect, so the worker must not ack it on the new channel (no
+#      406 PRECONDITION_FAILED "unknown delivery tag" in the broker log); the broker
+#      redelivers it and it completes; consumption resumes within 15 s of start_app.
+#   B  stop_app / reset / start_app wipes every exchange and queue: the worker must
+#      re-declare the whole topology on reconnect and serve new tasks.
+# Uses a private RabbitMQ node.  No broker = FAIL.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/lib/brokers.sh
+source "$HERE/lib/brokers.sh"
+brokers_test_begin queue_restart private
+WPID=""
+test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+nlines() { grep -c "$1" "$WORK/worker.log" || true; }
+wait_lines() {   # wait_lines PATTERN N TIMEOUT_S
+    local end=$(($(now_ms) + $3 * 1000))
+    while [ "$(now_ms)" -lt "$end" ]; do
+        [ "$(nlines "$1")" -ge "$2" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+queue_counts() {   # queue_counts NAME -> "ready unacked" (empty if the queue does not exist)
+    rmqctl list_queues name messages_ready messages_unacknowledged 2>/dev/null | awk -v q="$1" '$1 == q { print $2, $3 }'
+}
+
+"$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 8 > /dev/null
+export V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_MODEL_DIR="$WORK/model" V4_MODEL_NAME=tiny V4_RESULTS_QUEUE=results \
+    V4_HEARTBEAT_S=2 V4_LOG_LEVEL=2
+"$V4_BIN" worker > "$WORK/worker.log" 2>&1 &
+WPID=$!
+wait_lines "amqp: connected" 1 10 || fail "the worker did not connect"
+
+echo "--- R7 A: stop_app while a task runs, start_app"
+qclient task tasks '{"id":"rs","deadline_ms":6000,"max_tokens":200000,"input_ids":[0,2,10,3,5],"temperature":0}'
+wait_lines "delivery tag" 1 10 || fail "the worker did not take the task"
+rmqctl stop_app > /dev/null 2>&1 || fail "stop_app failed"
+wait_lines "connection lost" 1 10 || fail "the worker did not notice the broker shutdown"
+grep -q "connection lost.*320 CONNECTION_FORCED" "$WORK/worker.log" ||
+    fail "the shutdown was not seen as CONNECTION_FORCED: $(grep -m 1 "connection lost" "$WORK/worker.log")"
+t0="$(now_ms)"
+rmqctl start_app > /dev/null 2>&1 || fail "start_app failed"
+wait_lines "amqp: connected" 2 15 || fail "no reconnect within 15 s of start_app"
+echo "reconnected $(($(now_ms) - t0)) ms after start_app was called"
+# the running task ends into a lost connection: no ack on the new channel
+# (refused as a delivery of the lost connection, or at once while not yet reconnected)
+wait_lines "task rs: result not confirmed" 1 15 || fail "the stale delivery was not refused"
+grep -q "task rs: result not confirmed.*\(lost connection\|amqp: not connected\)" "$WORK/worker.log" ||
+    fail "task rs: unexpected failure: $(grep -m 1 "task rs:" "$WORK/worker.log")"
+wait_lines "task rs: failed deadline_exceeded" 2 30 || fail "task rs was not redelivered and run again"
+r="$(qclient result results 20)" || fail "no result for task rs"
+echo "$r" | grep -q '"id":"rs"' || fail "unexpected result: $r"
+for _ in $(seq 1 50); do [ "$(queue_counts tasks)" = "0 0" ] && break; sleep 0.2; done
+[ "$(queue_counts tasks)" = "0 0" ] || fail "task rs not acked: tasks $(queue_counts tasks)"
+qclient publish tasks 2 4 a > /dev/null
+qclient collect results 2 30 > /dev/null || fail "no processing after the restart"
+
+echo "--- R7 B: stop_app, reset (all topology gone), start_app"
+conn0="$(nlines "amqp: connected")"
+rmqctl stop_app > /dev/null 2>&1 || fail "stop_app failed"
+rmqctl reset > /dev/null 2>&1 || fail "reset failed"
+[ -z "$(queue_counts tasks)" ] || fail "reset did not remove the task queue"
+t0="$(now_ms)"
+rmqctl start_app > /dev/null 2>&1 || fail "start_app failed"
+wait_lines "amqp: connected" $((conn0 + 1)) 15 || fail "no reconnect within 15 s of start_app after reset"
+echo "reconnected $(($(now_ms) - t0)) ms after start_app was called"
+# (captured first: grep -q on a pipe would SIGPIPE rabbitmqctl under pipefail)
+queues="$(rmqctl list_queues name type 2>/dev/null)"
+exchanges="$(rmqctl list_exchanges name type 2>/dev/null)"
+bindings="$(rmqctl list_bindings source_name destination_name 2>/dev/null)"
+for q in tasks.dead tasks.invalid results; do
+    grep -q "^${q}[[:space:]]*classic" <<< "$queues" || fail "queue $q not re-declared after reset"
+done
+grep -q "^tasks[[:space:]]*quorum" <<< "$queues" || fail "tasks not re-declared as a quorum queue"
+grep -q "^results[[:space:]]*direct" <<< "$exchanges" || fail "exchange results not re-declared"
+grep -q "^tasks\.dlx[[:space:]]*fanout" <<< "$exchanges" || fail "exchange tasks.dlx not re-declared"
+grep -q "^tasks\.dlx[[:space:]]*tasks\.dead" <<< "$bindings" || fail "binding tasks.dlx -> tasks.dead not re-declared"
+grep -q "^results[[:space:]]*results" <<< "$bindings" || fail "binding results -> results not re-declared"
+qclient publish tasks 2 4 b > /dev/null
+qclient collect results 2 30 > /dev/null || fail "no processing after the reset"
+
+echo "--- broker log: no 406 for stale delivery tags"
+if grep -h "PRECONDITION_FAILED\|unknown delivery tag" "$V4_TEST_BROKER_DIR"/log/*.log 2>/dev/null; then
+    fail "the broker saw a 406 (stale delivery tag?)"
+fi
+kill -TERM "$WPID"
+wrc=0
+wait "$WPID" || wrc=$?
+WPID=""
+[ "$wrc" -eq 0 ] || fail "worker exit status $wrc after SIGTERM"
+[ "$status" -eq 0 ] || tail -n 40 "$WORK/worker.log" >&2
+exit "$status"
