@@ -145,7 +145,8 @@ static void handle_invalid(worker *w, const v4q_delivery *d, const v4_task *t, c
         v4q_requeue(w->svc, d);
         return;
     }
-    v4q_message m = {"", w->cfg.invalid_queue, rec, strlen(rec), id, d->correlation_id};
+    v4q_message m = {.exchange = "", .routing_key = w->cfg.invalid_queue, .body = rec, .len = strlen(rec),
+                     .message_id = id, .correlation_id = d->correlation_id};
     publish(w, d, &m, id, "error record");
     free(rec);
 }
@@ -195,9 +196,10 @@ static void handle(worker *w, const v4q_delivery *d)
         wlog(w, 0, "task %s: out of memory building the result; requeueing", t.id);
         v4q_requeue(w->svc, d);
     } else {
-        v4q_message m = {d->reply_to ? "" : w->cfg.results_exchange,
-                         d->reply_to ? d->reply_to : w->cfg.results_routing_key, json, strlen(json), t.id,
-                         d->correlation_id, w->cfg.fault_exit_before_ack};
+        v4q_message m = {.exchange = d->reply_to ? "" : w->cfg.results_exchange,
+                         .routing_key = d->reply_to ? d->reply_to : w->cfg.results_routing_key, .body = json,
+                         .len = strlen(json), .message_id = t.id, .correlation_id = d->correlation_id,
+                         .fault_exit_before_ack = w->cfg.fault_exit_before_ack};
         publish(w, d, &m, t.id, "result");
         wlog(w, 1, "task %s: %s%s%s, %d+%d tokens, %.1f ms", t.id, rc ? "failed " : "succeeded",
              rc ? v4_task_errcode_name(e.code) : "", rc ? "" : "", out.prompt_tokens, out.n_tokens, v4_now_ms() - t0);
