@@ -123,7 +123,7 @@ static int check_model_names(v4_worker_config *c, v4_error *err)
 
 /* Every setting name (also accepted with the _FILE suffix), for config-file checking. */
 static const char *const KNOWN[] = {
-    "V4_AMQP_URL", "V4_REDIS_URL", "V4_MODEL_DIR", "V4_MODEL_NAME", "V4_TASK_QUEUE", "V4_DEAD_QUEUE",
+    "V4_AMQP_URL", "V4_AMQP_CACERT", "V4_AMQP_CERT", "V4_AMQP_KEY", "V4_REDIS_URL", "V4_MODEL_DIR", "V4_MODEL_NAME", "V4_TASK_QUEUE", "V4_DEAD_QUEUE",
     "V4_DLX_EXCHANGE", "V4_INVALID_QUEUE", "V4_RESULTS_EXCHANGE", "V4_RESULTS_ROUTING_KEY", "V4_RESULTS_QUEUE",
     "V4_WORKER_ID", "V4_PREFETCH", "V4_HEARTBEAT_S", "V4_DELIVERY_LIMIT", "V4_DEADLINE_MS",
     "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
@@ -174,6 +174,9 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
     snprintf(wid, sizeof wid, "%s-%ld", host, (long)getpid());
     long lvl = 1;
     if (get_str(src, "V4_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", c->amqp_url, sizeof c->amqp_url, err) ||
+        get_str(src, "V4_AMQP_CACERT", "", c->amqp_cacert, sizeof c->amqp_cacert, err) ||
+        get_str(src, "V4_AMQP_CERT", "", c->amqp_cert, sizeof c->amqp_cert, err) ||
+        get_str(src, "V4_AMQP_KEY", "", c->amqp_key, sizeof c->amqp_key, err) ||
         get_str(src, "V4_REDIS_URL", "redis://127.0.0.1:6379/0", c->redis_url, sizeof c->redis_url, err) ||
         get_str(src, "V4_MODEL_DIR", "models/tiny", c->model_dir, sizeof c->model_dir, err) ||
         get_str(src, "V4_MODEL_NAME", "deepseek-v4", c->model_names, sizeof c->model_names, err) ||

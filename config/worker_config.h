@@ -5,7 +5,8 @@
  * first line of the file named by NAME_FILE (for secrets mounted as files), the
  * config file named by V4_CONFIG_FILE (NAME=value lines, config/config_file.h; the
  * same NAME and NAME_FILE keys), then validates the result; the error names the
- * setting (or the config file line).  Names: V4_AMQP_URL, V4_REDIS_URL ("off" = no
+ * setting (or the config file line).  Names: V4_AMQP_URL, V4_AMQP_CACERT,
+ * V4_AMQP_CERT, V4_AMQP_KEY (amqps:// CA file, client certificate and key), V4_REDIS_URL ("off" = no
  * counters), V4_MODEL_DIR, V4_MODEL_NAME (comma-separated: the name, then aliases
  * tasks may also use), V4_TASK_QUEUE, V4_DEAD_QUEUE,
  * V4_DLX_EXCHANGE, V4_INVALID_QUEUE, V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY,
@@ -32,6 +33,7 @@
 
 typedef struct v4_worker_config {
     char amqp_url[V4_CFG_STR];
+    char amqp_cacert[V4_CFG_STR], amqp_cert[V4_CFG_STR], amqp_key[V4_CFG_STR];   /* TLS files, "" = none */
     char redis_url[V4_CFG_STR];
     char model_dir[V4_CFG_STR];
     char model_name[128];           /* the model name this worker serves (results, Redis keys) */

@@ -14,7 +14,8 @@ static int lib_fail(v4_error *err, const char *what, int status)
     return v4_err_set(err, V4_ERR_IO, what, "%s", amqp_error_string2(status));
 }
 
-int v4q_link_open(v4q_link *l, const char *url, int heartbeat_s, const char *conn_name, v4_error *err)
+int v4q_link_open(v4q_link *l, const char *url, const v4q_tls *tls, int heartbeat_s, const char *conn_name,
+                  v4_error *err)
 {
     memset(l, 0, sizeof *l);
     char *copy = strdup(url);
@@ -36,12 +37,18 @@ int v4q_link_open(v4q_link *l, const char *url, int heartbeat_s, const char *con
         return v4_err_set(err, V4_ERR_NOMEM, "amqp", "cannot create a connection");
     }
     if (ci.ssl) {
-        const char *ca = getenv("V4_AMQP_CACERT");
+        const char *ca = tls ? tls->cacert : NULL, *cert = tls ? tls->cert : NULL, *key = tls ? tls->key : NULL;
         amqp_ssl_socket_set_ssl_versions(s, AMQP_TLSv1_2, AMQP_TLSvLATEST);
-        if (ca && *ca && amqp_ssl_socket_set_cacert(s, ca) != AMQP_STATUS_OK) {
+        const char *bad = NULL;
+        if (ca && *ca && amqp_ssl_socket_set_cacert(s, ca) != AMQP_STATUS_OK)
+            bad = "V4_AMQP_CACERT";
+        else if (cert && *cert && amqp_ssl_socket_set_key(s, cert, key && *key ? key : cert) != AMQP_STATUS_OK)
+            bad = "V4_AMQP_CERT";
+        if (bad) {
             free(copy);
             v4q_link_free(l);
-            return v4_err_set(err, V4_ERR_CONFIG, "V4_AMQP_CACERT", "cannot load the CA file");
+            return v4_err_set(err, V4_ERR_CONFIG, bad, "cannot load %s", !strcmp(bad, "V4_AMQP_CACERT") ?
+                              "the CA file" : "the client certificate / key (V4_AMQP_CERT, V4_AMQP_KEY)");
         }
     }
     struct timeval tv = {5, 0};

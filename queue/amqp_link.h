@@ -28,7 +28,13 @@ typedef struct v4q_link {
     char blocked_reason[96];    /* the broker's reason ("low on memory"), NUL-terminated */
 } v4q_link;
 
-int v4q_link_open(v4q_link *l, const char *url, int heartbeat_s, const char *conn_name, v4_error *err);
+/* tls: for amqps:// URLs - CA file (peer and host name verified; NULL/"" = the
+ * library's default verification), client certificate + key (NULL/"" = none). */
+typedef struct v4q_tls {
+    const char *cacert, *cert, *key;
+} v4q_tls;
+int v4q_link_open(v4q_link *l, const char *url, const v4q_tls *tls, int heartbeat_s, const char *conn_name,
+                  v4_error *err);
 /* Graceful close when alive (each close RPC bounded by 1 s: a broker that does not
  * answer at once is frozen or not reading this socket), then destroy. */
 void v4q_link_free(v4q_link *l);

@@ -39,8 +39,9 @@ void v4q_disconnect(v4q_service *s, const v4_error *why)
 int v4q_connect_all(v4q_service *s, v4_error *err)
 {
     char name[200];
+    const v4q_tls tls = {s->cfg.amqp_cacert, s->cfg.amqp_cert, s->cfg.amqp_key};
     snprintf(name, sizeof name, "v4fleet %s publisher", s->cfg.worker_id);
-    if (v4q_link_open(&s->pub, s->cfg.amqp_url, s->cfg.heartbeat_s, name, err))
+    if (v4q_link_open(&s->pub, s->cfg.amqp_url, &tls, s->cfg.heartbeat_s, name, err))
         return -1;
     if (v4q_declare_topology(&s->pub, &s->cfg, err))
         goto fail;
@@ -49,7 +50,7 @@ int v4q_connect_all(v4q_service *s, v4_error *err)
         goto fail;
     s->pub_seq = 0;
     snprintf(name, sizeof name, "v4fleet %s consumer", s->cfg.worker_id);
-    if (v4q_link_open(&s->cons, s->cfg.amqp_url, s->cfg.heartbeat_s, name, err))
+    if (v4q_link_open(&s->cons, s->cfg.amqp_url, &tls, s->cfg.heartbeat_s, name, err))
         goto fail;
     amqp_basic_qos(s->cons.conn, V4Q_CHANNEL, 0, (uint16_t)s->cfg.prefetch, 0);
     if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "basic.qos", err))
