@@ -12,8 +12,9 @@
  * manifest is written.
  *
  * Reader: two descriptors on experts.bin, one O_DIRECT (when allowed) and one
- * buffered.  read() preads the block (EINTR and short reads handled), hashes it and
- * compares with the manifest.  If O_DIRECT is refused at open (EINVAL: tmpfs) or on the
+ * buffered.  read() preads the block (EINTR and short reads handled; buffered reads
+ * take what the page cache holds with RWF_NOWAIT and issue one WILLNEED readahead for
+ * the rest), hashes it and compares with the manifest.  If O_DIRECT is refused at open (EINVAL: tmpfs) or on the
  * first read, the source switches to the buffered descriptor for good and says so in
  * its counters.  Corrupt blocks are quarantined in a per-block byte array (atomic
  * flag, the bad hash stored before the flag is released) so later reads fail at once
@@ -40,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,6 +246,21 @@ static int pread_all(int fd, void *dst, size_t len, uint64_t off)
         done += (size_t)r;
     }
     return 0;
+}
+
+/* Buffered read of one block: what the page cache holds is copied without blocking
+ * (RWF_NOWAIT); for the rest, one readahead request of the whole remainder is issued
+ * before the pread (otherwise the kernel reads a cold block in synchronous 128 KiB
+ * readahead steps: ~200 MB/s instead of ~1 GB/s on the test VM). */
+static int buffered_read(int fd, void *dst, size_t len, uint64_t off)
+{
+    struct iovec iov = {dst, len};
+    ssize_t r = preadv2(fd, &iov, 1, (off_t)off, RWF_NOWAIT);
+    size_t got = r > 0 ? (size_t)r : 0;
+    if (got == len)
+        return 0;
+    (void)posix_fadvise(fd, (off_t)(off + got), (off_t)(len - got), POSIX_FADV_WILLNEED);
+    return pread_all(fd, (char *)dst + got, len - got, off + got);
 }
 
 static int pwrite_all(int fd, const void *src, size_t len, uint64_t off)
@@ -723,14 +740,14 @@ static int pack_read(v4_xsource *xs, int l, int e, void *dst, v4_error *err)
         rc = -1;
         errno = EINVAL;
     } else {
-        rc = pread_all(direct ? s->fd_direct : s->fd_buf, dst, n, s->offs[i]);
+        rc = direct ? pread_all(s->fd_direct, dst, n, s->offs[i]) : buffered_read(s->fd_buf, dst, n, s->offs[i]);
     }
     if (rc && direct && errno == EINVAL) {
         /* The filesystem accepted O_DIRECT at open but refuses the I/O: buffered for good. */
         atomic_store(&s->use_direct, 0);
         atomic_store(&s->direct_refused, 1);
         direct = 0;
-        rc = pread_all(s->fd_buf, dst, n, s->offs[i]);
+        rc = buffered_read(s->fd_buf, dst, n, s->offs[i]);
     }
     if (rc) {
         int en = errno;
