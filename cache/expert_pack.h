@@ -11,7 +11,7 @@
  *                  n_routed_experts, moe_inter, dim, expert_fp4), block_bytes, the six
  *                  part offsets/lengths, the hash name "xxh3-64", the source model's
  *                  identity (XXH3 of its config.json bytes and a data fingerprint, see
- *                  v4_pack_model_id) and per block: layer, expert, offset, bytes and
+ *                  v4_pack_model_id_of) and per block: layer, expert, offset, bytes and
  *                  checksum (16 hex digits of XXH3_64bits over the whole block, padding
  *                  included).
  * The writer builds everything in PACKDIR.tmp.<pid>/, fsyncs experts.bin, then writes
@@ -20,6 +20,9 @@
  * removed after the rename).  A pack without manifest.json is never opened, so a
  * crashed run leaves at most a PACKDIR.tmp.<pid> that the next run removes (only when
  * that pid is no longer alive).
+ *
+ * Code: expert_pack.c (identity, writer), expert_pack_source.c (source "pack",
+ * counters, verifier), expert_source_st.c (source "safetensors"), expert_pack_util.c.
  *
  * Ownership: v4_pack_write/v4_pack_verify own everything they allocate; a source
  * returned by v4_pack_source_open* is freed with v4_xsource_close.
@@ -111,7 +114,7 @@ typedef struct v4_xsource_counters {
  * the manifest; used by the verifier).  io = V4_PACK_IO_*.  This form does not check
  * which checkpoint the pack came from; v4_pack_source_open_model does. */
 v4_xsource *v4_pack_source_open(const char *pack_dir, const v4_config *cfg, int io, v4_error *err);
-/* As above, and refuse the pack unless it was made from ck (v4_pack_model_id). */
+/* As above, and refuse the pack unless it was made from ck (v4_pack_model_id_of). */
 v4_xsource *v4_pack_source_open_model(const char *pack_dir, const v4_config *cfg, const v4_ckpt *ck, int io,
                                       v4_error *err);
 /* Counters of a "pack" or "safetensors" source (zeroed for other kinds). */
