@@ -136,6 +136,41 @@ int main(void)
         v4_run_output_free(&o);
         v4_runner_free(rp);
     }
+    /* a corrupted pack (a flipped byte in every expert of layer 1): a task fails with
+     * expert_corrupt naming layer, expert and offset, not a crash; the next task fails the
+     * same way from the quarantine, and the runner stays usable */
+    char pack[4300], cmd2[16000];
+    snprintf(pack, sizeof pack, "%s/task_run_pack", t_env("V4_TMP", "/tmp"));
+    snprintf(cmd2, sizeof cmd2, "rm -rf '%s' && '%s' pack --model '%s' --out '%s' >/dev/null 2>&1", pack,
+             t_env("V4_BIN", "build/v4fleet"), dir, pack);
+    CHECK(system(cmd2) == 0, "pack: %s", cmd2);
+    v4_runner_experts cx = {pack, all, "lru", 2};
+    snprintf(cmd2, sizeof cmd2, "%s/experts.bin", pack);
+    FILE *pf = fopen(cmd2, "r+b");
+    CHECK(pf != NULL, "open the pack data");
+    for (int x = 0; pf && x < c->n_routed_experts; x++) {
+        long off = (long)((size_t)(c->n_routed_experts + x) * lo.bytes + 64);   /* layer 1, expert x */
+        int ch;
+        fseek(pf, off, SEEK_SET);
+        ch = fgetc(pf);
+        fseek(pf, off, SEEK_SET);
+        fputc(ch ^ 0x10, pf);
+    }
+    if (pf)
+        fclose(pf);
+    rp = v4_runner_open(dir, "flash", &cx, &e);
+    CHECK(rp != NULL, "runner on the corrupted pack opens: %s", e.message);
+    if (rp) {
+        CHECK(run(rp, "{\"id\":\"x\",\"input_ids\":[1,2,3],\"max_tokens\":3}", far, NULL, &o, &e) == -1 &&
+                  e.code == V4_TASK_EXPERT_CORRUPT && strstr(e.message, "layer 1") && strstr(e.message, "offset"),
+              "expert_corrupt: %s: %s", v4_task_errcode_name(e.code), e.message);
+        v4_run_output_free(&o);
+        CHECK(run(rp, "{\"id\":\"y\",\"input_ids\":[4,5],\"max_tokens\":2}", far, NULL, &o, &e) == -1 &&
+                  e.code == V4_TASK_EXPERT_CORRUPT, "the next task too (quarantined, fails fast): %s", e.message);
+        v4_run_output_free(&o);
+        v4_runner_free(rp);
+    }
+
     px.host_cache_bytes = (long long)lo.bytes;   /* smaller than one layer's experts */
     rp = v4_runner_open(dir, "flash", &px, &e);
     if (rp) {
