@@ -100,13 +100,15 @@ int v4_umat_add_hash(v4_umat *u, const char *key, const char *const *fields,
         const char *f = fields[i];
         uint64_t v;
         if (f[0] == '_') {
-            int is_tasks = !strcmp(f, "_tasks"), is_tokens = !strcmp(f, "_tokens");
-            if (!is_tasks && !is_tokens)
+            uint64_t *dst = !strcmp(f, "_tasks") ? &u->tasks : !strcmp(f, "_tokens") ? &u->tokens
+                          : !strcmp(f, "_hits") ? &u->hits : !strcmp(f, "_misses") ? &u->misses
+                          : !strcmp(f, "_kib_loaded") ? &u->kib_loaded : NULL;
+            if (!dst)
                 continue;   /* _shape (checked) or a field of a later writer */
             if (parse_u64(values[i], &v))
                 return v4_err_set(err, V4_ERR_FORMAT, key,
                                   "field %s: '%.64s' is not a non-negative integer", f, values[i]);
-            if (add_u64(is_tasks ? &u->tasks : &u->tokens, v))
+            if (add_u64(dst, v))
                 return v4_err_set(err, V4_ERR_RANGE, key, "field %s: sum overflows", f);
             continue;
         }
