@@ -5,7 +5,8 @@
 # per-task overhead outside inference (bench_queue_client.py).  Needs build/v4fleet
 # (or V4_BIN).  The workers record expert utilization in the private Redis (one EVAL per
 # task), as in production; after the run the Redis counters are checked against TASKS.
-# Not part of scripts/test.sh.
+# Also prints each worker's RSS before and after the run (checklist R23: memory stays
+# flat over many tasks).  Not part of scripts/test.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=tests/lib/brokers.sh
@@ -31,8 +32,13 @@ for i in $(seq 1 "$WORKERS"); do
     PIDS+=($!)
 done
 sleep 1
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+RSS0=(); for p in "${PIDS[@]}"; do RSS0+=("$(rss "$p")"); done
 echo "bench_queue: $WORKERS workers x $TASKS tasks (1 token each, prefetch 1, confirms on both sides)"
 /usr/bin/python3 "$ROOT/bench/bench_queue_client.py" "$V4_TEST_AMQP_URL" tasks "$TASKS"
 sleep 1
 echo "redis: $(redis-cli -u "$V4_TEST_REDIS_URL" hget bench:util:tiny:total _tasks) tasks counted," \
     "$(redis-cli -u "$V4_TEST_REDIS_URL" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_eval:calls=\([0-9]*\),.*/\1/p') EVAL calls"
+line="worker RSS (KiB) before -> after:"
+for i in "${!PIDS[@]}"; do line+=" ${RSS0[$i]} -> $(rss "${PIDS[$i]}")"; done
+echo "$line   (checklist R23: flat = no per-task growth)"
