@@ -1,5 +1,6 @@
 /* cuda_linear.h - internal: the launchers of the CUDA linear kernels (cuda_linear.cu),
- * called by cuda_backend.cu.  Not a public header (C++/CUDA only).
+ * called by cuda_backend.cu (and by bench/bench_cuda_linear.c to time the kernels
+ * alone).  C-compatible (CUDA runtime API types only); not part of the engine API.
  *
  * All pointers are device pointers; every launcher enqueues on `st` and returns the
  * launch's cudaError_t (cudaGetLastError after the launch).  Layout of the per-call
@@ -14,8 +15,12 @@
 #ifndef V4_CUDA_LINEAR_H
 #define V4_CUDA_LINEAR_H
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 cudaError_t v4cu_act_quant(const float *x, int n, int K, double *xq, float *xs, cudaStream_t st);
 cudaError_t v4cu_quant_fp8(const uint8_t *w, const uint8_t *scale, int rows, int K, int n, const double *xq,
@@ -26,5 +31,9 @@ cudaError_t v4cu_quant_fp4(const uint8_t *w, const uint8_t *scale, int rows, int
  * r8: 1 for the V4_LAYOUT_R8 layout. */
 cudaError_t v4cu_exact(int type, int r8, const void *w, const uint8_t *scale, int rows, int K, int n,
                        const float *x, float *y, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
