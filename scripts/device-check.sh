@@ -165,7 +165,7 @@ if [ $MODE = full ]; then
         r=FAIL
         case $line in *Passed*) r=PASS ;; *Skipped*|*"Not Run"*) r=SKIPPED ;; esac
         [ $STEP_RC -eq 124 ] && [ -z "$line" ] && r=TIMEOUT
-        step_result "$t" $r $STEP_S "$(echo "$line" | sed 's/.*\.\.\.* *//')"
+        step_result "$t" $r $STEP_S "$(echo "$line" | sed -e 's/.*\.\.\.* *//' -e 's/[*]//g')"
     done
     say "ctest: $RES"
 else

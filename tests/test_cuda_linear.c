@@ -365,6 +365,31 @@ static int run_gpu(v4_backend *cu)
     run_case(&r, sc, cu, V4_W_F32, V4_LIN_EXACT, 24, 1000, 3, F_XNAN);
     run_case(&r, sc, cu, V4_W_FP8, V4_LIN_EXACT, 130, 300, 3, F_XNAN);
 
+    /* a host buffer refilled with other weights (a paged-expert slot): the cached copy
+     * must be refreshed, not reused */
+    {
+        mat_buf m = make_mat(&r, V4_W_FP4, 64, 512, 0);
+        float x[512];
+        rand_acts(&r, x, 512, 1);
+        float *ref = run_linear(sc, &m.W, V4_LIN_QUANT, 1, x, 512), *got = run_linear(cu, &m.W, V4_LIN_QUANT, 1, x, 512);
+        compare("fp4 slot, first content", 64, 1, ref, got);
+        free(ref);
+        free(got);
+        const size_t before = v4_cuda_backend_reuploads(cu);
+        for (size_t i = 0; i < 64 * 256; i++)
+            ((uint8_t *)m.w)[i] = (uint8_t)rnext(&r);
+        for (size_t i = 0; i < 64 * 16; i++)
+            m.s[i] = rand_e8m0(&r);
+        ref = run_linear(sc, &m.W, V4_LIN_QUANT, 1, x, 512);
+        got = run_linear(cu, &m.W, V4_LIN_QUANT, 1, x, 512);
+        compare("fp4 slot, refilled in place", 64, 1, ref, got);
+        CHECK(v4_cuda_backend_reuploads(cu) >= before + 2, "refilled weights and scales re-uploaded (%zu -> %zu)",
+              before, v4_cuda_backend_reuploads(cu));
+        free(ref);
+        free(got);
+        v4_cuda_backend_drop_weights(cu);
+        free_mat(&m);
+    }
     unaligned_case(&r, sc, cu, V4_W_FP8);
     unaligned_case(&r, sc, cu, V4_W_FP4);
 

@@ -9,7 +9,9 @@
  * Weight cache: entries {host start, host end, device copy} sorted by host start; a
  * lookup takes the last entry starting at or below the pointer and looks back a few
  * entries for one containing the whole range (so row views reuse their matrix's
- * copy); a miss uploads exactly the range asked for.  Uploads go through one pinned
+ * copy); a miss uploads exactly the range asked for.  Every hit compares a
+ * 32-word sampled fingerprint of the entry's host bytes with the one taken at upload
+ * and re-uploads the entry when it differs (a reused host buffer).  Uploads go through one pinned
  * staging buffer (16 MiB) chunk by chunk (memcpy into it, cudaMemcpyAsync, wait);
  * without pinned memory they fall back to pageable cudaMemcpy.  Entries live until
  * v4_cuda_backend_drop_weights or destroy.
@@ -38,6 +40,7 @@ constexpr int LOOKBACK = 8;
 struct wentry {
     uintptr_t h0, h1;
     void *d;
+    uint64_t fp;    /* fingerprint of the host bytes at upload time */
 };
 
 struct cuda_impl {
@@ -50,6 +53,7 @@ struct cuda_impl {
     float *dx, *dxs, *dy;
     double *dxq;
     size_t cap_dx, cap_dxq, cap_dxs, cap_dy;
+    size_t reuploads;   /* entries refreshed because their host bytes changed */
     int broken;     /* sticky: the context may be unusable */
     int reported;   /* the first failure was printed */
     v4_error first;
@@ -157,16 +161,49 @@ cudaError_t upload(cuda_impl *c, void *d, const void *h, size_t bytes)
     return cudaSuccess;
 }
 
-/* Device address of the host range [h, h+bytes); uploads on a miss.  NULL on failure
- * (recorded in c). */
+/* A cheap fingerprint of host bytes: 32 words sampled evenly (first and last
+ * included).  It catches a host buffer reused for other weights (e.g. a paged-expert
+ * slot refilled with another expert) without reading the whole range; it is a
+ * heuristic, not a guarantee (see cuda_backend.h). */
+uint64_t fingerprint(const void *h, size_t bytes)
+{
+    const uint8_t *b = (const uint8_t *)h;
+    uint64_t f = 0x9e3779b97f4a7c15ull ^ bytes;
+    if (bytes < 8) {
+        for (size_t i = 0; i < bytes; i++)
+            f = (f ^ b[i]) * 0x100000001b3ull;
+        return f;
+    }
+    for (size_t i = 0; i < 32; i++) {
+        uint64_t v;
+        memcpy(&v, b + (bytes - 8) * i / 31, 8);
+        f = (f ^ v) * 0x100000001b3ull;
+        f ^= f >> 29;
+    }
+    return f;
+}
+
+/* Device address of the host range [h, h+bytes); uploads on a miss, re-uploads an
+ * entry whose host bytes changed.  NULL on failure (recorded in c). */
 const void *dev_of(cuda_impl *c, const void *h, size_t bytes)
 {
     const uintptr_t p = (uintptr_t)h, q = p + bytes;
     size_t i = upper(c, p);
     for (int k = 0; k < LOOKBACK && i > 0; k++, i--) {
-        const wentry *e = &c->ents[i - 1];
-        if (e->h0 <= p && q <= e->h1)
+        wentry *e = &c->ents[i - 1];
+        if (e->h0 <= p && q <= e->h1) {
+            const uint64_t fp = fingerprint((const void *)e->h0, e->h1 - e->h0);
+            if (fp != e->fp) {
+                cudaError_t err = upload(c, e->d, (const void *)e->h0, e->h1 - e->h0);
+                if (err != cudaSuccess) {
+                    fail(c, 1, "weight re-upload: copy", err);
+                    return NULL;
+                }
+                e->fp = fp;
+                c->reuploads++;
+            }
             return (const uint8_t *)e->d + (p - e->h0);
+        }
     }
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, bytes ? bytes : 1);
@@ -199,7 +236,7 @@ const void *dev_of(cuda_impl *c, const void *h, size_t bytes)
     }
     const size_t at = upper(c, p);
     memmove(&c->ents[at + 1], &c->ents[at], (c->n_ents - at) * sizeof c->ents[0]);
-    c->ents[at] = wentry{p, q, d};
+    c->ents[at] = wentry{p, q, d, fingerprint(h, bytes)};
     c->n_ents++;
     c->wbytes += bytes;
     return d;
@@ -405,6 +442,11 @@ extern "C" const char *v4_cuda_backend_device_name(const v4_backend *be)
 extern "C" size_t v4_cuda_backend_weight_bytes(const v4_backend *be)
 {
     return ((const cuda_impl *)be->impl)->wbytes;
+}
+
+extern "C" size_t v4_cuda_backend_reuploads(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->reuploads;
 }
 
 extern "C" void v4_cuda_backend_drop_weights(v4_backend *be)

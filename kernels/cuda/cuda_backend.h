@@ -19,9 +19,12 @@
  * memory used = the bytes of every distinct weight matrix (and scale grid) ever passed
  * (v4_cuda_backend_weight_bytes), plus per-call scratch (x, quantized x, y: a few MiB).
  * When cudaMalloc fails the cache is emptied once and the upload retried (correct, but
- * it thrashes if the working set does not fit).  The copies assume the host bytes do
- * not change and stay mapped at the same address while the backend lives; a caller
- * that frees or rewrites weight memory must call v4_cuda_backend_drop_weights first.
+ * it thrashes if the working set does not fit).  Every use of a cached copy first
+ * compares a fingerprint of 32 words sampled across the host range with the one taken
+ * at upload and re-uploads on a difference, so a host buffer refilled with other
+ * weights (a paged-expert slot) is noticed in practice; this is a heuristic (a change
+ * that leaves all 32 sampled words equal goes unseen), so a caller that frees or
+ * rewrites weight memory should call v4_cuda_backend_drop_weights.
  *
  * Failures: linear() has no error return.  A CUDA failure during a call (allocation,
  * copy, launch, or a fault found at the synchronization) fills that call's y rows with
@@ -57,6 +60,8 @@ int v4_cuda_backend_status(const v4_backend *be, v4_error *err);
 /* The device's name ("NVIDIA H200 ...") and bytes of weights held on the device. */
 const char *v4_cuda_backend_device_name(const v4_backend *be);
 size_t v4_cuda_backend_weight_bytes(const v4_backend *be);
+/* Cached copies refreshed because their host bytes changed (see above). */
+size_t v4_cuda_backend_reuploads(const v4_backend *be);
 /* Forget (and free) every cached device copy of weights. */
 void v4_cuda_backend_drop_weights(v4_backend *be);
 
