@@ -361,6 +361,7 @@ k_exact(const void *__restrict__ w, const uint8_t *__restrict__ scale, int rows,
                 y[(size_t)b * ldy + rbase + lane] = __double2float_rn(acc[b]);
 }
 
+#ifndef V4CU_HOST_EMULATION   /* kernels/cuda/emulate_check.cpp compiles the kernels above for the CPU */
 template <int TYPE, int R8>
 cudaError_t launch_exact(const void *w, const uint8_t *scale, int rows, int K, int n, const float *x, float *y,
                          cudaStream_t st)
@@ -389,7 +390,9 @@ cudaError_t launch_exact(const void *w, const uint8_t *scale, int rows, int K, i
     return cudaSuccess;
 }
 
+#endif /* V4CU_HOST_EMULATION */
 } /* namespace */
+#ifndef V4CU_HOST_EMULATION
 
 cudaError_t v4cu_act_quant(const float *x, int n, int K, double *xq, float *xs, cudaStream_t st)
 {
@@ -449,3 +452,4 @@ cudaError_t v4cu_exact(int type, int r8, const void *w, const uint8_t *scale, in
     default: return cudaErrorInvalidValue;
     }
 }
+#endif /* V4CU_HOST_EMULATION */
