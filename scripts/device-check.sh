@@ -11,7 +11,8 @@
 #      (nvcc + gcc straight, into build-gpu/mini/) of what needs no library: the
 #      CUDA backend, the CPU reference, test_cuda_linear and bench_cuda_linear
 #      (test_cuda_golden needs the model loader, so it is reported NOT BUILT).
-#   3. GPU tests: ctest -R cuda (full build) or test_cuda_linear (minimal build).
+#   3. GPU tests: ctest -R cuda (full build: test_cuda_linear, test_cuda_golden and the
+#      CPU emulation test_cuda_emulated) or test_cuda_linear (minimal build).
 #   4. benchmark: bench_cuda_linear (V4-Flash shapes, us/call and GB/s vs 4.8 TB/s).
 #   5. a final summary table (step, result, seconds).
 # Every step has a timeout (60+200+150+120 s at worst, under the device tool's 10
@@ -113,7 +114,7 @@ if [ $MODE = full ]; then
         summary; exit 1
     fi
     step_result configure ok $STEP_S "release, V4_CUDA=ON, build-gpu/"
-    run_step build 200 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden bench_cuda_linear v4fleet
+    run_step build 200 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden cuda_emulate_check bench_cuda_linear v4fleet
     if [ $STEP_RC -ne 0 ]; then step_result build "$([ $STEP_RC -eq 124 ] && echo TIMEOUT || echo FAIL)" $STEP_S "see log"; summary; exit 1; fi
     step_result build ok $STEP_S "full CMake build"
     TEST_LINEAR=$BUILD/tests/test_cuda_linear
@@ -161,7 +162,7 @@ fi
 if [ $MODE = full ]; then
     run_step gpu-tests 150 ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 140
     RES=$(grep -E "tests passed|tests failed" "$LOG" | tail -1)
-    for t in test_cuda_linear test_cuda_golden; do
+    for t in test_cuda_emulated test_cuda_linear test_cuda_golden; do
         line=$(grep -E "Test +#[0-9]+: $t " "$LOG" | tail -1)
         r=FAIL
         case $line in *Passed*) r=PASS ;; *Skipped*|*"Not Run"*) r=SKIPPED ;; esac

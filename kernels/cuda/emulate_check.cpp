@@ -1,9 +1,12 @@
-/* emulate_check.cpp - developer tool: runs the CUDA kernels of cuda_linear.cu on the
- * CPU (a small SIMT emulation) against the scalar reference, for machines without a
- * GPU.  Not built by CMake and not a test: it checks the kernels' indexing, lane
- * mapping, shuffles and rounding steps as written, not the GPU's arithmetic units
- * (host IEEE float/double with -ffp-contract=off stands in for __fmul_rn & co., which
- * are IEEE round-to-nearest on the GPU too).
+/* emulate_check.cpp - runs the CUDA kernels of cuda_linear.cu on the CPU (a small
+ * SIMT emulation) against the scalar reference, so that every CUDA build checks the
+ * kernels even without a GPU (ctest: test_cuda_emulated, registered in the top-level
+ * CMakeLists.txt when V4_CUDA is ON).  It checks the kernels' indexing, lane mapping,
+ * shuffles and rounding steps as written, not the GPU's arithmetic units (host IEEE
+ * float/double with -ffp-contract=off stands in for __fmul_rn & co., which are IEEE
+ * round-to-nearest on the GPU too); test_cuda_linear does that on a GPU.  The
+ * launchers (<<<>>>, memsets) are not compiled here; this driver repeats their
+ * chunking and the tail memsets.
  *
  * Emulation: blocks run one after another; a block's threads are std::threads; a
  * warp's shuffles exchange values through a per-warp slot array between two
@@ -11,7 +14,7 @@
  * function-local statics (one block at a time).  A warp returns as a whole or not at
  * all in these kernels, so the barriers always see full warps.
  *
- * Build and run (from the repository root):
+ * By hand (from the repository root):
  *   gcc -O1 -ffp-contract=off -I. -c kernels/codec.c kernels/cpu/linear_scalar.c &&
  *   g++ -std=c++20 -O1 -ffp-contract=off -pthread -I. -I/usr/local/cuda/include \
  *       -o /tmp/emu kernels/cuda/emulate_check.cpp codec.o linear_scalar.o
@@ -165,7 +168,10 @@ static void quant_case(int fp4, int rows, int K, int n, int nanx)
     std::vector<float> x((size_t)n * K);
     for (size_t i = 0; i < x.size(); i++)
         x[i] = rnd() % 16 == 0 ? 0.0f : v4_bf16(rval((int)((i / 128) % 25) - 12 - (int)(rnd() % 12)));
-    if (nanx) {
+    if (nanx) {             /* NaN/inf activations, a NaN weight code (FP8), a NaN scale */
+        if (!fp4)
+            w[rnd() % w.size()] = 0xff;
+        sc[rnd() % sc.size()] = 0xff;
         x[5] = NAN;
         if (n > 1)
             x[(size_t)K + 7] = INFINITY;
@@ -280,6 +286,9 @@ int main()
     quant_case(1, 36, 2048, 5, 0);
     quant_case(1, 20, 384, 3, 1);
     quant_case(1, 9, 160, 3, 0);
+    quant_case(0, 36, 512, 17, 0);
+    quant_case(1, 36, 512, 17, 1);
+    quant_case(0, 260, 256, 2, 1);
     const v4_wtype ts[3] = {V4_W_BF16, V4_W_F32, V4_W_FP8};
     for (int k = 0; k < 3; k++)
         for (int r8 = 0; r8 < 2; r8++) {
@@ -287,6 +296,7 @@ int main()
             exact_case(ts[k], r8, 70, 131, 3);
             exact_case(ts[k], r8, 33, 64, 9);
             exact_case(ts[k], r8, 5, 7, 2);
+            exact_case(ts[k], r8, 24, 1100, 17);
         }
     printf("%s: %d mismatches\n", bad_total ? "FAILED" : "all equal", bad_total);
     return bad_total != 0;
