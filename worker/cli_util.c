@@ -8,13 +8,16 @@
 #include "../cache/model_files.h"
 #include "../config/worker_config.h"
 #include "../kernels/cpu/cpu_backend.h"
+#ifdef V4_HAVE_CUDA
+#include "../kernels/cuda/cuda_backend.h"
+#endif
 #include "cli_util.h"
 
 int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd)
 {
     const char *a = argv[*i];
     static const char *const flags[] = {"--model", "--threads", "--isa", "--host-cache-bytes", "--pack",
-                                        "--cache-policy", "--io-threads"};
+                                        "--cache-policy", "--io-threads", "--device"};
     int ours = 0;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
         ours |= !strcmp(a, flags[k]);
@@ -29,6 +32,12 @@ int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *c
         o->model = v;
     } else if (!strcmp(a, "--isa")) {
         o->isa = v;
+    } else if (!strcmp(a, "--device")) {
+        if (v4_parse_device(v, NULL)) {
+            fprintf(stderr, "v4fleet %s: --device wants cpu, cuda or cuda:N, got '%s'\n", cmd, v);
+            return -1;
+        }
+        o->device = v;
     } else if (!strcmp(a, "--pack")) {
         o->pack = v;
     } else if (!strcmp(a, "--cache-policy")) {
@@ -101,8 +110,54 @@ void v4_print_error(const char *cmd, const v4_error *err)
         fprintf(stderr, "v4fleet %s: %s\n", cmd, err->msg);
 }
 
+int v4_parse_device(const char *s, int *cuda_index)
+{
+    if (!s)
+        return -1;
+    if (!strcmp(s, "cpu")) {
+        if (cuda_index)
+            *cuda_index = -1;
+        return 0;
+    }
+    if (strncmp(s, "cuda", 4))
+        return -1;
+    long idx = 0;
+    if (s[4] == ':') {
+        char *end;
+        idx = strtol(s + 5, &end, 10);
+        if (end == s + 5 || *end || idx < 0 || idx > 255)
+            return -1;
+    } else if (s[4]) {
+        return -1;
+    }
+    if (cuda_index)
+        *cuda_index = (int)idx;
+    return 0;
+}
+
 v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
 {
+    const char *dev = o->device;
+    const char *src = "--device";
+    if (!dev || !*dev) {
+        dev = getenv("V4_DEVICE");
+        src = "V4_DEVICE";
+    }
+    int cuda = -1;
+    if (dev && *dev && v4_parse_device(dev, &cuda)) {
+        v4_err_set(err, V4_ERR_INVALID, src, "unknown device '%s' (cpu, cuda, cuda:N)", dev);
+        return NULL;
+    }
+    if (cuda >= 0) {
+#ifdef V4_HAVE_CUDA
+        return v4_cuda_backend_create(cuda, err);
+#else
+        v4_err_set(err, V4_ERR_INVALID, src,
+                   "device '%s' asked for, but this build has no CUDA backend (configure with -DV4_CUDA=ON where "
+                   "nvcc is installed)", dev);
+        return NULL;
+#endif
+    }
     const char *isa = o->isa ? o->isa : getenv("V4_CPU_ISA");
     return v4_cpu_backend_create(o->threads, isa && *isa ? isa : "auto", err);
 }

@@ -19,7 +19,13 @@ typedef struct v4_engine_opts {
     const char *pack;               /* --pack DIR (else page from the safetensors) */
     const char *cache_policy;       /* --cache-policy lru|slru|lfru */
     int io_threads;                 /* --io-threads N */
+    /* --device cpu|cuda|cuda:N (NULL: the V4_DEVICE environment variable, else cpu).
+     * cuda runs the weight products on the GPU ("hybrid" mode, kernels/cuda/). */
+    const char *device;
 } v4_engine_opts;
+
+/* The usage line of the device flag, for the commands' --help. */
+#define V4_DEVICE_FLAG_USAGE "         [--device cpu|cuda|cuda:N]\n"
 
 /* The usage line of the paged-expert flags, for the commands' --help. */
 #define V4_EXPERT_FLAGS_USAGE \
@@ -33,6 +39,13 @@ int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *c
 int v4_read_ids_json(const char *path, int32_t **ids, int *n, int limit, v4_error *err);
 /* One line "v4fleet CMD: WHERE: MESSAGE" on stderr. */
 void v4_print_error(const char *cmd, const v4_error *err);
+/* "cpu" -> 0 with *cuda_index = -1; "cuda" / "cuda:N" -> 0 with *cuda_index = 0 / N;
+ * anything else -1.  cuda_index may be NULL. */
+int v4_parse_device(const char *s, int *cuda_index);
+/* The backend o asks for: --device (or V4_DEVICE) cpu (default) -> the CPU backend
+ * (--threads, --isa); cuda or cuda:N -> the CUDA backend on device N (0).  Asking
+ * for cuda in a build without it, or on a machine without a usable GPU, is an error
+ * (V4_ERR_INVALID, saying which), never a silent fallback to the CPU. */
 v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err);
 
 struct v4_model_files;

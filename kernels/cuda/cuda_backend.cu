@@ -1,0 +1,458 @@
+/* cuda_backend.cu - the CUDA backend (cuda_backend.h): device selection, the device
+ * copy cache of weights, per-call scratch, and the linear op's host side.
+ *
+ * Design: one stream per instance; a linear call uploads x (cudaMemcpy2DAsync from the
+ * caller's strided rows into a compact [n][K] buffer), runs the kernels of
+ * cuda_linear.cu, downloads y into the caller's strided rows (only the `rows` floats
+ * of each vector are written, never y's padding) and synchronizes the stream.
+ *
+ * Weight cache: entries {host start, host end, device copy} sorted by host start; a
+ * lookup takes the last entry starting at or below the pointer and looks back a few
+ * entries for one containing the whole range (so row views reuse their matrix's
+ * copy); a miss uploads exactly the range asked for.  Every hit compares a
+ * 32-word sampled fingerprint of the entry's host bytes with the one taken at upload
+ * and re-uploads the entry when it differs (a reused host buffer).  Uploads go through one pinned
+ * staging buffer (16 MiB) chunk by chunk (memcpy into it, cudaMemcpyAsync, wait);
+ * without pinned memory they fall back to pageable cudaMemcpy.  Entries live until
+ * v4_cuda_backend_drop_weights or destroy.
+ *
+ * Errors: see cuda_backend.h (NaN outputs, one stderr line, sticky status).  The
+ * library does not link against v4core (it fills v4_error itself).
+ *
+ * Ownership: the instance owns its stream, device buffers, staging buffer and cache;
+ * weights and x/y are borrowed per call.  Thread: one driving thread at a time.
+ */
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_backend.h"
+#include "cuda_linear.h"
+
+namespace {
+
+constexpr size_t STAGE_BYTES = (size_t)16 << 20;
+constexpr int LOOKBACK = 8;
+
+struct wentry {
+    uintptr_t h0, h1;
+    void *d;
+    uint64_t fp;    /* fingerprint of the host bytes at upload time */
+};
+
+struct cuda_impl {
+    int device;
+    cudaStream_t st;
+    char name[400];
+    wentry *ents;
+    size_t n_ents, cap_ents, wbytes;
+    void *stage;
+    float *dx, *dxs, *dy;
+    double *dxq;
+    size_t cap_dx, cap_dxq, cap_dxs, cap_dy;
+    size_t reuploads;   /* entries refreshed because their host bytes changed */
+    int broken;     /* sticky: the context may be unusable */
+    int reported;   /* the first failure was printed */
+    v4_error first;
+};
+
+/* v4_err_set's twin, so that this library does not depend on v4core. */
+__attribute__((format(printf, 4, 5))) void set_err(v4_error *err, v4_errcode code, const char *where,
+                                                   const char *fmt, ...)
+{
+    if (!err)
+        return;
+    err->code = code;
+    snprintf(err->where, sizeof err->where, "%s", where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+    va_end(ap);
+}
+
+void fail(cuda_impl *c, int sticky, const char *what, cudaError_t e)
+{
+    if (!c->first.code)
+        set_err(&c->first, V4_ERR_INTERNAL, "cuda backend", "%s: %s (%s)", what, cudaGetErrorString(e),
+                   cudaGetErrorName(e));
+    if (!c->reported) {
+        fprintf(stderr, "v4fleet: cuda backend (device %d): %s: %s; this and %s calls return NaN\n", c->device,
+                what, cudaGetErrorString(e), sticky ? "all later" : "failing");
+        c->reported = 1;
+    }
+    if (sticky)
+        c->broken = 1;
+}
+
+void fill_nan(int n, int rows, float *y, int ldy)
+{
+    const uint32_t qnan = 0x7fc00000u;
+    float v;
+    memcpy(&v, &qnan, 4);
+    for (int b = 0; b < n; b++)
+        for (int r = 0; r < rows; r++)
+            y[(size_t)b * ldy + r] = v;
+}
+
+size_t elems_of(const v4_mat *W)
+{
+    const size_t rows = W->layout == V4_LAYOUT_R8 ? (size_t)(W->rows + 7) / 8 * 8 : (size_t)W->rows;
+    return rows * (size_t)W->cols;
+}
+
+size_t wbytes_of(const v4_mat *W)
+{
+    switch (W->type) {
+    case V4_W_FP8: return elems_of(W);
+    case V4_W_FP4: return (size_t)W->rows * (size_t)(W->cols / 2);
+    case V4_W_BF16: return elems_of(W) * 2;
+    case V4_W_F32: return elems_of(W) * 4;
+    }
+    return 0;
+}
+
+size_t sbytes_of(const v4_mat *W)
+{
+    if (W->type == V4_W_FP8)
+        return (size_t)((W->rows + 127) / 128) * (size_t)((W->cols + 127) / 128);
+    if (W->type == V4_W_FP4)
+        return (size_t)W->rows * (size_t)(W->cols / 32);
+    return 0;
+}
+
+void drop_all(cuda_impl *c)
+{
+    for (size_t i = 0; i < c->n_ents; i++)
+        cudaFree(c->ents[i].d);
+    c->n_ents = 0;
+    c->wbytes = 0;
+}
+
+/* first index with h0 > p */
+size_t upper(const cuda_impl *c, uintptr_t p)
+{
+    size_t lo = 0, hi = c->n_ents;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c->ents[mid].h0 <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+cudaError_t upload(cuda_impl *c, void *d, const void *h, size_t bytes)
+{
+    if (!c->stage)
+        return cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
+        const size_t len = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
+        memcpy(c->stage, (const uint8_t *)h + off, len);
+        cudaError_t e = cudaMemcpyAsync((uint8_t *)d + off, c->stage, len, cudaMemcpyHostToDevice, c->st);
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(c->st);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+/* A cheap fingerprint of host bytes: 32 words sampled evenly (first and last
+ * included).  It catches a host buffer reused for other weights (e.g. a paged-expert
+ * slot refilled with another expert) without reading the whole range; it is a
+ * heuristic, not a guarantee (see cuda_backend.h). */
+uint64_t fingerprint(const void *h, size_t bytes)
+{
+    const uint8_t *b = (const uint8_t *)h;
+    uint64_t f = 0x9e3779b97f4a7c15ull ^ bytes;
+    if (bytes < 8) {
+        for (size_t i = 0; i < bytes; i++)
+            f = (f ^ b[i]) * 0x100000001b3ull;
+        return f;
+    }
+    for (size_t i = 0; i < 32; i++) {
+        uint64_t v;
+        memcpy(&v, b + (bytes - 8) * i / 31, 8);
+        f = (f ^ v) * 0x100000001b3ull;
+        f ^= f >> 29;
+    }
+    return f;
+}
+
+/* Device address of the host range [h, h+bytes); uploads on a miss, re-uploads an
+ * entry whose host bytes changed.  NULL on failure (recorded in c). */
+const void *dev_of(cuda_impl *c, const void *h, size_t bytes)
+{
+    const uintptr_t p = (uintptr_t)h, q = p + bytes;
+    size_t i = upper(c, p);
+    for (int k = 0; k < LOOKBACK && i > 0; k++, i--) {
+        wentry *e = &c->ents[i - 1];
+        if (e->h0 <= p && q <= e->h1) {
+            const uint64_t fp = fingerprint((const void *)e->h0, e->h1 - e->h0);
+            if (fp != e->fp) {
+                cudaError_t err = upload(c, e->d, (const void *)e->h0, e->h1 - e->h0);
+                if (err != cudaSuccess) {
+                    fail(c, 1, "weight re-upload: copy", err);
+                    return NULL;
+                }
+                e->fp = fp;
+                c->reuploads++;
+            }
+            return (const uint8_t *)e->d + (p - e->h0);
+        }
+    }
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, bytes ? bytes : 1);
+    if (e != cudaSuccess && c->n_ents > 0) {
+        (void)cudaGetLastError();
+        drop_all(c);        /* make room: everything is re-uploaded on demand */
+        e = cudaMalloc(&d, bytes ? bytes : 1);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        fail(c, 0, "weight upload: cudaMalloc", e);
+        return NULL;
+    }
+    e = upload(c, d, h, bytes);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        fail(c, 1, "weight upload: copy", e);
+        return NULL;
+    }
+    if (c->n_ents == c->cap_ents) {
+        size_t nc = c->cap_ents ? c->cap_ents * 2 : 256;
+        wentry *ne = (wentry *)realloc(c->ents, nc * sizeof *ne);
+        if (!ne) {
+            cudaFree(d);
+            fail(c, 0, "weight cache index", cudaErrorMemoryAllocation);
+            return NULL;
+        }
+        c->ents = ne;
+        c->cap_ents = nc;
+    }
+    const size_t at = upper(c, p);
+    memmove(&c->ents[at + 1], &c->ents[at], (c->n_ents - at) * sizeof c->ents[0]);
+    c->ents[at] = wentry{p, q, d, fingerprint(h, bytes)};
+    c->n_ents++;
+    c->wbytes += bytes;
+    return d;
+}
+
+template <typename T>
+int ensure(cuda_impl *c, T **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    cudaError_t e = cudaMalloc((void **)buf, n * sizeof(T));
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *buf = NULL;
+        fail(c, 0, "scratch cudaMalloc", e);
+        return -1;
+    }
+    *cap = n;
+    return 0;
+}
+
+void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const float *x, int ldx, float *y,
+                 int ldy)
+{
+    cuda_impl *c = (cuda_impl *)be->impl;
+    if (n <= 0 || W->rows <= 0)
+        return;
+    const int rows = W->rows, K = W->cols;
+    const int quant_ok = mode == V4_LIN_QUANT && W->layout == V4_LAYOUT_ROWMAJOR &&
+                         (W->type == V4_W_FP8 || W->type == V4_W_FP4);
+    const int exact_ok = mode == V4_LIN_EXACT && (W->layout == V4_LAYOUT_ROWMAJOR || W->layout == V4_LAYOUT_R8) &&
+                         (W->type == V4_W_FP8 || W->type == V4_W_BF16 || W->type == V4_W_F32);
+    if (c->broken || !(quant_ok || exact_ok) || K < 0) {
+        fill_nan(n, rows, y, ldy);
+        return;
+    }
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e != cudaSuccess) {
+        fail(c, 1, "cudaSetDevice", e);
+        fill_nan(n, rows, y, ldy);
+        return;
+    }
+    const void *dw = dev_of(c, W->w, wbytes_of(W));
+    const size_t sb = sbytes_of(W);
+    const uint8_t *ds = sb ? (const uint8_t *)dev_of(c, W->scale, sb) : NULL;
+    const size_t nk = (size_t)n * (size_t)K;
+    if (!dw || (sb && !ds) || ensure(c, &c->dx, &c->cap_dx, nk + 1) ||
+        ensure(c, &c->dy, &c->cap_dy, (size_t)n * (size_t)rows)) {
+        fill_nan(n, rows, y, ldy);
+        return;
+    }
+    const char *what = "copy x to the device";
+    if (K > 0)
+        e = cudaMemcpy2DAsync(c->dx, sizeof(float) * (size_t)K, x, sizeof(float) * (size_t)ldx,
+                              sizeof(float) * (size_t)K, (size_t)n, cudaMemcpyHostToDevice, c->st);
+    if (e == cudaSuccess && quant_ok) {
+        const size_t nkb = (size_t)(K / 128);
+        if (ensure(c, &c->dxq, &c->cap_dxq, nk + 1) || ensure(c, &c->dxs, &c->cap_dxs, (size_t)n * nkb + 1)) {
+            fill_nan(n, rows, y, ldy);
+            return;
+        }
+        what = "activation quantization kernel";
+        e = v4cu_act_quant(c->dx, n, K, c->dxq, c->dxs, c->st);
+        if (e == cudaSuccess) {
+            what = W->type == V4_W_FP8 ? "fp8 linear kernel" : "fp4 linear kernel";
+            e = (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)((const uint8_t *)dw, ds, rows, K, n, c->dxq,
+                                                                          c->dxs, c->dy, c->st);
+        }
+    } else if (e == cudaSuccess) {
+        what = "exact linear kernel";
+        e = v4cu_exact((int)W->type, W->layout == V4_LAYOUT_R8, dw, ds, rows, K, n, c->dx, c->dy, c->st);
+    }
+    if (e == cudaSuccess) {
+        what = "copy y to the host";
+        e = cudaMemcpy2DAsync(y, sizeof(float) * (size_t)ldy, c->dy, sizeof(float) * (size_t)rows,
+                              sizeof(float) * (size_t)rows, (size_t)n, cudaMemcpyDeviceToHost, c->st);
+    }
+    if (e == cudaSuccess) {
+        what = "stream synchronize (a kernel failed)";
+        e = cudaStreamSynchronize(c->st);
+    }
+    if (e != cudaSuccess) {
+        fail(c, 1, what, e);
+        fill_nan(n, rows, y, ldy);
+    }
+}
+
+void cuda_destroy(v4_backend *be)
+{
+    if (!be)
+        return;
+    cuda_impl *c = (cuda_impl *)be->impl;
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->st)
+            cudaStreamSynchronize(c->st);
+        drop_all(c);
+        free(c->ents);
+        cudaFree(c->dx);
+        cudaFree(c->dxq);
+        cudaFree(c->dxs);
+        cudaFree(c->dy);
+        if (c->stage)
+            cudaFreeHost(c->stage);
+        if (c->st)
+            cudaStreamDestroy(c->st);
+        free(c);
+    }
+    free(be);
+}
+
+const v4_backend_ops cuda_ops = {"cuda", cuda_linear, cuda_destroy};
+
+} /* namespace */
+
+extern "C" int v4_cuda_device_count(char *why, size_t n)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (why && n)
+            snprintf(why, n, "no usable CUDA device: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        return 0;
+    }
+    if (count == 0 && why && n)
+        snprintf(why, n, "no CUDA device present");
+    return count;
+}
+
+extern "C" v4_backend *v4_cuda_backend_create(int device, v4_error *err)
+{
+    char why[256];
+    const int count = v4_cuda_device_count(why, sizeof why);
+    if (count <= 0) {
+        set_err(err, V4_ERR_INVALID, "cuda backend", "%s", why);
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d does not exist (%d CUDA device%s)", device, count,
+                   count == 1 ? "" : "s");
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess) {
+        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    if (prop.major < 7) {
+        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d (%s) has compute capability %d.%d; 7.0+ needed",
+                   device, prop.name, prop.major, prop.minor);
+        return NULL;
+    }
+    v4_backend *be = (v4_backend *)calloc(1, sizeof *be);
+    cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        set_err(err, V4_ERR_NOMEM, "cuda backend", "out of memory");
+        return NULL;
+    }
+    c->device = device;
+    snprintf(c->name, sizeof c->name, "%.255s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
+             (double)prop.totalGlobalMem / (double)(1ull << 30));
+    e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d: cudaStreamCreate: %s", device,
+                   cudaGetErrorString(e));
+        free(c);
+        free(be);
+        return NULL;
+    }
+    if (cudaHostAlloc(&c->stage, STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->stage = NULL;    /* pageable uploads instead */
+    }
+    be->ops = &cuda_ops;
+    be->impl = c;
+    return be;
+}
+
+extern "C" int v4_cuda_backend_status(const v4_backend *be, v4_error *err)
+{
+    const cuda_impl *c = (const cuda_impl *)be->impl;
+    if (!c->first.code)
+        return 0;
+    if (err)
+        *err = c->first;
+    return -1;
+}
+
+extern "C" const char *v4_cuda_backend_device_name(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->name;
+}
+
+extern "C" size_t v4_cuda_backend_weight_bytes(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->wbytes;
+}
+
+extern "C" size_t v4_cuda_backend_reuploads(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->reuploads;
+}
+
+extern "C" void v4_cuda_backend_drop_weights(v4_backend *be)
+{
+    cuda_impl *c = (cuda_impl *)be->impl;
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->st);
+    drop_all(c);
+}

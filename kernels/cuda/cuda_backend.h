@@ -1,0 +1,72 @@
+/* cuda_backend.h - create the CUDA implementation of the backend interface (C11 API).
+ *
+ * "Hybrid" mode, a first step of the GPU engine: only the weight products
+ * (backend.h linear) run on the GPU; the rest of the decode path stays on the CPU.
+ * Every linear call copies x host->device, runs the kernel, and copies y back
+ * (stream-ordered on the backend's own stream, synchronous for the caller).
+ *
+ * Numerics: bit-identical to the scalar reference kernels/cpu/linear_scalar.c for
+ * every mode/type/layout backend.h allows (QUANT FP8/FP4 row-major; EXACT BF16/F32/FP8
+ * row-major or R8).  The only allowed difference is the sign/payload of a NaN output
+ * (the GPU produces canonical NaNs; x86 propagates operand payloads): a NaN is a NaN.
+ * Combinations the interface does not allow (R8 in QUANT mode, FP4 in R8, QUANT with a
+ * BF16/F32 weight, EXACT with FP4) give NaN outputs.
+ *
+ * Weights: v4_mat.w / .scale are host pointers (the checkpoint's mmap or a repacked
+ * copy).  The backend keeps a device copy of every weight range it has seen, keyed by
+ * the host address range, uploaded on first use through a 16 MiB pinned staging
+ * buffer; a row view (v4_mat_rows) inside an uploaded matrix reuses its copy.  Device
+ * memory used = the bytes of every distinct weight matrix (and scale grid) ever passed
+ * (v4_cuda_backend_weight_bytes), plus per-call scratch (x, quantized x, y: a few MiB).
+ * When cudaMalloc fails the cache is emptied once and the upload retried (correct, but
+ * it thrashes if the working set does not fit).  Every use of a cached copy first
+ * compares a fingerprint of 32 words sampled across the host range with the one taken
+ * at upload and re-uploads on a difference, so a host buffer refilled with other
+ * weights (a paged-expert slot) is noticed in practice; this is a heuristic (a change
+ * that leaves all 32 sampled words equal goes unseen), so a caller that frees or
+ * rewrites weight memory should call v4_cuda_backend_drop_weights.
+ *
+ * Failures: linear() has no error return.  A CUDA failure during a call (allocation,
+ * copy, launch, or a fault found at the synchronization) fills that call's y rows with
+ * NaN, prints one line on stderr (first failure only), and is kept as a sticky error
+ * (v4_cuda_backend_status); after a launch/copy/sync failure every later call also
+ * returns NaN (the CUDA context may be unusable).  An allocation failure of the
+ * per-call scratch is reported the same way but is not sticky.
+ *
+ * Ownership: the caller owns the returned backend and frees it with
+ * be->ops->destroy(be); that frees all device memory, the stream and staging buffer.
+ * Thread: create/destroy and every call from one thread at a time (backend.h).
+ */
+#ifndef V4_CUDA_BACKEND_H
+#define V4_CUDA_BACKEND_H
+
+#include <stddef.h>
+
+#include "../../config/error.h"
+#include "../backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable CUDA devices; 0 when there is no device or no (compatible) driver,
+ * with the reason in why (if non-NULL, size n). */
+int v4_cuda_device_count(char *why, size_t n);
+/* Backend on CUDA device `device` (0-based).  NULL + err (V4_ERR_INVALID with the
+ * CUDA runtime's reason) when there is no such device or no driver. */
+v4_backend *v4_cuda_backend_create(int device, v4_error *err);
+/* 0 while no CUDA failure happened; otherwise -1 and the first failure in err. */
+int v4_cuda_backend_status(const v4_backend *be, v4_error *err);
+/* The device's name ("NVIDIA H200 ...") and bytes of weights held on the device. */
+const char *v4_cuda_backend_device_name(const v4_backend *be);
+size_t v4_cuda_backend_weight_bytes(const v4_backend *be);
+/* Cached copies refreshed because their host bytes changed (see above). */
+size_t v4_cuda_backend_reuploads(const v4_backend *be);
+/* Forget (and free) every cached device copy of weights. */
+void v4_cuda_backend_drop_weights(v4_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

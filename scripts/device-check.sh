@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# device-check.sh - the one GPU check of the CUDA backend (issue 6), for a GPU machine
+# (an H200 box: 16 cores, no network, maybe no apt).  Run from anywhere; it works in
+# the repository root.
+#
+#   1. tools: cmake, ninja (or make), gcc, nvcc (PATH or /usr/local/cuda/bin) and the
+#      libraries of the full build (pkg-config: jansson, libpcre2-8, librabbitmq,
+#      hiredis, libpng, libxxhash); says what is missing.
+#   2. build (release, V4_CUDA=ON) into build-gpu/: the full CMake build of the GPU
+#      tests and benchmark when every library is there; otherwise a MINIMAL build
+#      (nvcc + gcc straight, into build-gpu/mini/) of what needs no library: the
+#      CUDA backend, the CPU reference, test_cuda_linear and bench_cuda_linear
+#      (test_cuda_golden needs the model loader, so it is reported NOT BUILT).
+#   3. GPU tests: ctest -R cuda (full build: test_cuda_linear, test_cuda_golden and the
+#      CPU emulation test_cuda_emulated) or test_cuda_linear (minimal build).
+#   4. benchmark: bench_cuda_linear (V4-Flash shapes, us/call and GB/s vs 4.8 TB/s).
+#   5. a final summary table (step, result, seconds).
+# Every step has a timeout (60+200+150+120 s at worst, under the device tool's 10
+# minutes per command); a normal run takes a few minutes on an H200 (goal: < 8).  Logs go
+# to build-gpu/device-check.log (and to $OUT/ when the device tool sets OUT).
+# Without a GPU it says "no GPU: skipped" and exits 0 after the tool check.
+# Exit status: 0 when every step that ran passed (or no GPU), 1 otherwise.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+BUILD=$ROOT/build-gpu
+mkdir -p "$BUILD"
+LOG=$BUILD/device-check.log
+: >"$LOG"
+T_START=$(date +%s)
+JOBS=$(nproc 2>/dev/null || echo 4)
+SUMMARY=()
+FAILED=0
+
+say() { echo "$*" | tee -a "$LOG"; }
+step_result() {   # name result seconds detail
+    SUMMARY+=("$(printf '%-24s %-12s %6ss  %s' "$1" "$2" "$3" "$4")")
+    case $2 in FAIL*|TIMEOUT*) FAILED=1 ;; esac
+}
+run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to log + screen
+    local name=$1 to=$2
+    shift 2
+    local t0
+    t0=$(date +%s)
+    local cmd="$*"
+    say "=== $name: ${cmd:0:160}"
+    set -o pipefail
+    timeout "$to" "$@" 2>&1 | tee -a "$LOG"
+    STEP_RC=$?
+    set +o pipefail
+    STEP_S=$(($(date +%s) - t0))
+}
+summary() {
+    say ""
+    say "================ device-check summary ($(($(date +%s) - T_START)) s total) ================"
+    say "machine: $(hostname), $JOBS cores, ${GPU_DESC:-no GPU}"
+    say "$(printf '%-24s %-12s %7s  %s' step result time detail)"
+    for l in "${SUMMARY[@]}"; do say "$l"; done
+    if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+        cp "$LOG" "$OUT/device-check.log" 2>/dev/null
+        [ -f "$BUILD/bench.txt" ] && cp "$BUILD/bench.txt" "$OUT/bench.txt"
+    fi
+}
+
+# ---------------------------------------------------------------- 1. tools --
+MISSING=()
+NVCC=$(command -v nvcc || true)
+[ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+[ -z "$NVCC" ] && MISSING+=(nvcc)
+command -v cmake >/dev/null || MISSING+=(cmake)
+command -v gcc >/dev/null || MISSING+=(gcc)
+command -v g++ >/dev/null || MISSING+=(g++)
+GEN=""
+if command -v ninja >/dev/null; then GEN=Ninja; elif command -v make >/dev/null; then GEN="Unix Makefiles"; else MISSING+=("ninja or make"); fi
+LIBS_MISSING=()
+if command -v pkg-config >/dev/null; then
+    for m in jansson libpcre2-8 librabbitmq hiredis libpng libxxhash; do
+        pkg-config --exists "$m" 2>/dev/null || LIBS_MISSING+=("$m")
+    done
+else
+    LIBS_MISSING+=(pkg-config)
+fi
+say "tools: nvcc=${NVCC:-MISSING} cmake=$(command -v cmake || echo MISSING) generator=${GEN:-MISSING} gcc=$(command -v gcc || echo MISSING)"
+[ ${#MISSING[@]} -gt 0 ] && say "missing tools: ${MISSING[*]}"
+[ ${#LIBS_MISSING[@]} -gt 0 ] && say "missing libraries for the full build: ${LIBS_MISSING[*]} (a minimal build is used)"
+if [ ${#MISSING[@]} -eq 0 ]; then step_result tools ok 0 "nvcc $("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), $GEN"
+else step_result tools "FAIL" 0 "missing: ${MISSING[*]}"; fi
+
+GPU_DESC=""
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    GPU_DESC=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+fi
+# V4_DEVICE_CHECK_FORCE=1 goes on without a GPU (to check this script: the tests then
+# skip and the benchmark says so); V4_DEVICE_CHECK_MINIMAL=1 forces the minimal build.
+[ -z "$GPU_DESC" ] && [ "${V4_DEVICE_CHECK_FORCE:-0}" = 1 ] && GPU_DESC="none (V4_DEVICE_CHECK_FORCE=1)"
+[ "${V4_DEVICE_CHECK_MINIMAL:-0}" = 1 ] && LIBS_MISSING+=("(forced: V4_DEVICE_CHECK_MINIMAL=1)")
+if [ -z "$GPU_DESC" ]; then
+    say "no GPU: skipped (nvidia-smi finds no device; nothing to build or run here)"
+    step_result gpu "SKIPPED" 0 "no GPU: skipped"
+    summary
+    exit 0
+fi
+say "GPU: $GPU_DESC"
+if [ ${#MISSING[@]} -gt 0 ]; then summary; exit 1; fi
+
+# ---------------------------------------------------------------- 2. build --
+MODE=full
+[ ${#LIBS_MISSING[@]} -gt 0 ] && MODE=minimal
+if [ $MODE = full ]; then
+    run_step configure 60 cmake -S "$ROOT" -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DV4_CUDA=ON \
+        -DCMAKE_CUDA_COMPILER="$NVCC"
+    if [ $STEP_RC -ne 0 ] || ! grep -q "CUDA backend: ON" "$LOG"; then
+        step_result configure FAIL $STEP_S "cmake failed or CUDA backend not ON (see log)"
+        summary; exit 1
+    fi
+    step_result configure ok $STEP_S "release, V4_CUDA=ON, build-gpu/"
+    run_step build 200 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden cuda_emulate_check bench_cuda_linear v4fleet
+    if [ $STEP_RC -ne 0 ]; then step_result build "$([ $STEP_RC -eq 124 ] && echo TIMEOUT || echo FAIL)" $STEP_S "see log"; summary; exit 1; fi
+    step_result build ok $STEP_S "full CMake build"
+    TEST_LINEAR=$BUILD/tests/test_cuda_linear
+    BENCH=$BUILD/bench/bench_cuda_linear
+else
+    M=$BUILD/mini
+    mkdir -p "$M"
+    CF="-O2 -std=gnu11 -Wall -Wextra -Werror -ffp-contract=off -fno-fast-math -pthread -I$ROOT -DV4_HAVE_CUDA=1 -DV4_TEST_NO_CLI=1"
+    CUDA_INC=$(dirname "$(dirname "$NVCC")")/include
+    CUDA_LIB=$(dirname "$(dirname "$NVCC")")/lib64
+    mini_build() {
+        set -e
+        for f in kernels/cuda/cuda_linear.cu kernels/cuda/cuda_backend.cu; do
+            "$NVCC" -std=c++17 -O3 -I"$ROOT" -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+                --fmad=false -Werror all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-ffp-contract=off,-pthread \
+                -c "$f" -o "$M/$(basename "$f").o" &
+        done
+        for f in kernels/codec.c kernels/cpu/backend_cpu.c kernels/cpu/linear_scalar.c kernels/cpu/threadpool.c \
+                 kernels/v4/weights.c config/error.c; do
+            gcc $CF -I"$CUDA_INC" -c "$f" -o "$M/$(basename "$f").o" &
+        done
+        gcc $CF -mavx2 -mfma -mf16c -c kernels/cpu/linear_avx2.c -o "$M/linear_avx2.o" &
+        gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -c kernels/cpu/linear_avx512.c \
+            -o "$M/linear_avx512.o" &
+        gcc $CF -I"$CUDA_INC" -c tests/test_cuda_linear.c -o "$M/test_cuda_linear.o" &
+        gcc $CF -I"$CUDA_INC" -c bench/bench_cuda_linear.c -o "$M/bench_cuda_linear.o" &
+        local pid bad=0
+        for pid in $(jobs -p); do wait "$pid" || bad=1; done
+        [ $bad -eq 0 ] || { echo "minimal build: a compilation failed"; return 1; }
+        local objs=("$M"/cuda_linear.cu.o "$M"/cuda_backend.cu.o "$M"/codec.c.o "$M"/backend_cpu.c.o \
+                    "$M"/linear_scalar.c.o "$M"/threadpool.c.o "$M"/weights.c.o "$M"/error.c.o \
+                    "$M"/linear_avx2.o "$M"/linear_avx512.o)
+        for t in test_cuda_linear bench_cuda_linear; do
+            g++ -o "$M/$t" "$M/$t.o" "${objs[@]}" -L"$CUDA_LIB" -lcudart_static -ldl -lrt -lpthread -lm
+        done
+    }
+    run_step build-minimal 200 bash -c "$(declare -f mini_build); NVCC='$NVCC' ROOT='$ROOT' M='$M' CF='$CF' CUDA_INC='$CUDA_INC' CUDA_LIB='$CUDA_LIB' mini_build"
+    if [ $STEP_RC -ne 0 ] || [ ! -x "$M/test_cuda_linear" ]; then step_result build-minimal FAIL $STEP_S "see log"; summary; exit 1; fi
+    step_result build-minimal ok $STEP_S "no CMake build: missing ${LIBS_MISSING[*]}"
+    TEST_LINEAR=$M/test_cuda_linear
+    BENCH=$M/bench_cuda_linear
+fi
+
+# ---------------------------------------------------------------- 3. tests --
+if [ $MODE = full ]; then
+    run_step gpu-tests 150 ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 140
+    RES=$(grep -E "tests passed|tests failed" "$LOG" | tail -1)
+    for t in test_cuda_emulated test_cuda_linear test_cuda_golden; do
+        line=$(grep -E "Test +#[0-9]+: $t " "$LOG" | tail -1)
+        r=FAIL
+        case $line in *Passed*) r=PASS ;; *Skipped*|*"Not Run"*) r=SKIPPED ;; esac
+        [ $STEP_RC -eq 124 ] && [ -z "$line" ] && r=TIMEOUT
+        step_result "$t" $r $STEP_S "$(echo "$line" | sed -e 's/.*\.\.\.* *//' -e 's/[*]//g')"
+    done
+    say "ctest: $RES"
+else
+    run_step test_cuda_linear 150 "$TEST_LINEAR"
+    r=FAIL
+    [ $STEP_RC -eq 0 ] && r=PASS
+    [ $STEP_RC -eq 77 ] && r=SKIPPED
+    [ $STEP_RC -eq 124 ] && r=TIMEOUT
+    step_result test_cuda_linear $r $STEP_S "$(grep -E 'outputs compared|checks,|SKIPPED' "$LOG" | tail -2 | tr '\n' ' ')"
+    step_result test_cuda_golden "NOT BUILT" 0 "needs ${LIBS_MISSING[*]} (model loader)"
+fi
+
+# ---------------------------------------------------------------- 4. bench --
+run_step bench 120 "$BENCH" 30
+grep -A40 "^machine:" "$LOG" | tail -n +1 >"$BUILD/bench.txt" 2>/dev/null
+r=ok
+[ $STEP_RC -ne 0 ] && r=FAIL
+[ $STEP_RC -eq 124 ] && r=TIMEOUT
+step_result bench_cuda_linear $r $STEP_S "table above (build-gpu/bench.txt)"
+
+summary
+if [ -s "$BUILD/bench.txt" ]; then
+    say ""
+    say "benchmark table:"
+    cat "$BUILD/bench.txt" | tee -a "$LOG" >/dev/null
+    cat "$BUILD/bench.txt"
+fi
+exit $FAILED
