@@ -33,7 +33,7 @@ static void usage(FILE *f)
                "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
                "         [--top-p P] [--top-k K] [--seed S] [--stop STR]... [--ignore-eos]\n"
                "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512]\n"
-               V4_EXPERT_FLAGS_USAGE
+               V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE
                "defaults: --model models/tiny, --max-tokens 64, --temperature 1, --top-p 1, --top-k 0,\n"
                "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"
                "          experts resident unless --host-cache-bytes > 0 (paged through a host cache\n"

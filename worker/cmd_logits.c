@@ -19,7 +19,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet logits --model DIR --tokens FILE.json --out FILE.bin [--trace FILE.jsonl]\n"
                "                      [--threads N] [--isa auto|scalar|avx2|avx512]\n"
-               "             " V4_EXPERT_FLAGS_USAGE);
+               "             " V4_EXPERT_FLAGS_USAGE "             " V4_DEVICE_FLAG_USAGE);
 }
 
 static void write_trace_line(FILE *f, const v4_config *cfg, int pos, int am, const v4_trace *t)
