@@ -286,8 +286,12 @@ static int emit(batch_run *b, char *json, int failed, long long tokens)
 /* A finished job -> its output line.  1 = aborted (no line), 0 written, -1 fatal. */
 static int finish_job(batch_run *b, v4_batch_job *j)
 {
-    if (j->rc == -2)
+    if (j->rc == -2) {
+        v4_bp_clear(&b->prog);
+        fprintf(stderr, "v4fleet %s: line %ld (id \"%s\"): aborted after the grace period, no output line; it runs again on resume\n",
+                PROG, j->item.line, j->item.id);
         return 1;
+    }
     const v4_task *t = &j->item.task;
     const v4_run_output *o = &j->out;
     v4_result_info ri = {
