@@ -139,7 +139,7 @@ static json_t *openai_record(const v4_batch_item *it)
 {
     char id[48];
     snprintf(id, sizeof id, "batch_req_%ld", it->line);
-    return json_pack("{s:s, s:s}", "id", id, "custom_id", it->id ? it->id : "");
+    return json_pack("{s:s, s:o}", "id", id, "custom_id", it->id ? json_string(it->id) : json_null());
 }
 
 char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, long long created)
