@@ -11,7 +11,8 @@
  *                 of text parts is joined; role "developer" -> "system") and that JSON
  *                 goes through v4_task_parse too, so both forms share one validator.
  *                 Errors name the input's fields ("custom_id", "url", "body.messages[0]").
- *                 Body fields that are not mapped are ignored and reported in unknown[].
+ *                 Body fields that are not mapped are ignored and reported in unknown[]
+ *                 (other top-level fields of the line are ignored silently).
  * Blank (whitespace-only) lines are skipped by the reader but still counted, so line
  * numbers are the file's.
  *
@@ -56,7 +57,7 @@ typedef struct v4_batch_item {
     v4_task_error err;
     const char *id;                 /* id / custom_id, NULL when the line had none usable */
     json_t *line_root;              /* OpenAI lines: the parsed line (owns custom_id) */
-    const char *unknown[V4_BATCH_MAX_UNKNOWN];  /* ignored field names ("body.n", "x") */
+    const char *unknown[V4_BATCH_MAX_UNKNOWN];  /* ignored fields: the packet's, or an OpenAI line's body's */
     int n_unknown;
 } v4_batch_item;
 

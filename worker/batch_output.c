@@ -81,9 +81,23 @@ int v4_batch_out_open(v4_batch_out *o, const char *path, v4_idset *done, char *m
     msg[0] = 0;
     if (scan(o, path, done, msg, msg_n))
         return -1;
+    struct stat st;
+    int created = stat(path, &st) != 0;
     if ((o->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0) {
         snprintf(msg, msg_n, "%s: %s", path, strerror(errno));
         return -1;
+    }
+    if (created) {   /* make the new file's directory entry durable too */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            slash == dir ? (void)(slash[1] = 0) : (void)(*slash = 0);
+        int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
     }
     return 0;
 }

@@ -8,7 +8,8 @@
  * custom_id (OpenAI lines) or id (task results).  Complete lines that are not JSON
  * objects are kept but counted in `unreadable`.
  * Writing: every line is written with one write() to an O_APPEND descriptor and
- * fsync()ed before the next task starts, so a crash loses at most the task in progress.
+ * fsync()ed before the next task starts (a newly created file's directory is fsynced
+ * once), so a crash loses at most the task in progress.
  *
  * Line shapes:
  *   task packet, ran    the queue's result record (v4_result_json);

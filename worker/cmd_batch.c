@@ -399,6 +399,7 @@ int v4_cmd_batch(int argc, char **argv)
     gethostname(host, sizeof host - 1);
     snprintf(b.worker, sizeof b.worker, "batch@%s", host[0] ? host : "localhost");
 
+    json_object_seed(0);   /* before any thread starts (jansson thread-safety note) */
     int rc = 1;
     char msg[512];
     if (v4_batch_out_open(&b.o, b.out, &b.done, msg, sizeof msg)) {
@@ -414,7 +415,6 @@ int v4_cmd_batch(int argc, char **argv)
             fprintf(stderr, "; cut a partial last line (%lld bytes)", b.o.truncated_bytes);
         fprintf(stderr, "\n");
     }
-    json_object_seed(0);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
