@@ -3,7 +3,10 @@
 #
 # Installs the build dependencies if missing, builds the release binary in build/,
 # writes a synthetic tiny checkpoint to models/tiny (once; kept if config.json is
-# there), and generates 16 greedy tokens from the prompt ids in scripts/demo_prompt.json.
+# there), then runs the main job: `v4fleet batch` over scripts/demo_batch.jsonl (task
+# packets, OpenAI batch lines and deliberately bad lines; no broker needed) and prints the
+# output JSONL; then generates 16 greedy tokens from the prompt ids in
+# scripts/demo_prompt.json and a short chat answer.
 # --worker: instead of generating directly, start a private RabbitMQ + Redis on loopback
 # (tests/lib/brokers.sh; no root, no systemd), a `v4fleet worker` on models/tiny, submit
 # scripts/demo_tasks.jsonl through the queue (scripts/submit.py), print the results and
@@ -63,6 +66,13 @@ if [ "$MODE" = worker ]; then
     build/v4fleet stats --redis "$V4_TEST_REDIS_URL" --model tiny --top 3
     exit 0
 fi
+
+v4_section "run the main job: v4fleet batch scripts/demo_batch.jsonl (no broker)"
+BATCH_DIR="$(mktemp -d /tmp/v4batch.XXXXXX)"
+trap 'rm -rf "$BATCH_DIR"' EXIT
+build/v4fleet batch scripts/demo_batch.jsonl -o "$BATCH_DIR/out.jsonl" --model models/tiny --model-name tiny
+v4_section "batch output ($BATCH_DIR/out.jsonl: one line per input line; re-running the command resumes)"
+cat "$BATCH_DIR/out.jsonl"
 
 v4_section "generate (token ids in, ids out)"
 build/v4fleet generate --model models/tiny --prompt-ids scripts/demo_prompt.json \

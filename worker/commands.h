@@ -15,5 +15,6 @@ int v4_cmd_stats(int argc, char **argv);
 int v4_cmd_pack(int argc, char **argv);
 int v4_cmd_worker(int argc, char **argv);
 int v4_cmd_cachesim(int argc, char **argv);
+int v4_cmd_batch(int argc, char **argv);
 
 #endif

@@ -21,6 +21,7 @@ static const subcommand commands[] = {
     {"pack", v4_cmd_pack, "repack routed experts into a checksummed expert pack, or --verify one"},
     {"worker", v4_cmd_worker, "queue worker: RabbitMQ tasks in, results out (settings from the environment)"},
     {"cachesim", v4_cmd_cachesim, "replay a routing trace through the expert cache policies vs Belady MIN"},
+    {"batch", v4_cmd_batch, "run a JSONL file of tasks (queue packets or OpenAI batch lines) -> results, resumable"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,209 @@
+/* batch_output.c - resumable OUTPUT.jsonl and its line shapes (see batch_output.h).
+ * Thread: one thread per writer. */
+#include "batch_output.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The key of one complete output line (see the header), or "" when it has none. */
+static void key_of(const char *line, size_t len, char *key, size_t n, int *readable)
+{
+    key[0] = 0;
+    json_t *o = json_loadb(line, len, 0, NULL);
+    *readable = json_is_object(o);
+    json_t *ln = json_object_get(o, "line"), *cid = json_object_get(o, "custom_id"), *id = json_object_get(o, "id");
+    if (json_is_integer(ln))
+        snprintf(key, n, "L%lld", (long long)json_integer_value(ln));
+    else if (json_is_string(cid))
+        snprintf(key, n, "I%s", json_string_value(cid));
+    else if (json_is_string(id))
+        snprintf(key, n, "I%s", json_string_value(id));
+    json_decref(o);
+}
+
+static int scan(v4_batch_out *o, const char *path, v4_idset *done, char *msg, size_t msg_n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(msg, msg_n, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = NULL, key[V4_TASK_MAX_ID + 32];
+    size_t cap = 0;
+    ssize_t n;
+    long long good = 0;   /* bytes up to the end of the last complete line */
+    while ((n = getline(&buf, &cap, f)) > 0) {
+        if (buf[n - 1] != '\n')
+            break;        /* a partial last line (crash mid-write) */
+        good += n;
+        o->lines_before++;
+        int readable;
+        key_of(buf, (size_t)n - 1, key, sizeof key, &readable);
+        o->unreadable += !readable;
+        if (key[0] && v4_idset_add(done, key, o->lines_before) < 0) {
+            snprintf(msg, msg_n, "out of memory");
+            break;
+        }
+    }
+    int err = ferror(f);
+    free(buf);
+    struct stat st;
+    int rc = fstat(fileno(f), &st);
+    fclose(f);
+    if (err || rc) {
+        snprintf(msg, msg_n, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (msg[0])
+        return -1;
+    if (st.st_size > good) {
+        if (truncate(path, (off_t)good)) {
+            snprintf(msg, msg_n, "%s: cannot cut the partial last line: %s", path, strerror(errno));
+            return -1;
+        }
+        o->truncated_bytes = st.st_size - good;
+    }
+    return 0;
+}
+
+int v4_batch_out_open(v4_batch_out *o, const char *path, v4_idset *done, char *msg, size_t msg_n)
+{
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    msg[0] = 0;
+    if (scan(o, path, done, msg, msg_n))
+        return -1;
+    struct stat st;
+    int created = stat(path, &st) != 0;
+    if ((o->fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+        snprintf(msg, msg_n, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (created) {   /* make the new file's directory entry durable too */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            slash == dir ? (void)(slash[1] = 0) : (void)(*slash = 0);
+        int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            fsync(dfd);
+            close(dfd);
+        }
+    }
+    return 0;
+}
+
+int v4_batch_out_write(v4_batch_out *o, const char *json)
+{
+    size_t n = strlen(json);
+    char *line = malloc(n + 1);
+    if (!line) {
+        errno = ENOMEM;
+        return -1;
+    }
+    memcpy(line, json, n);
+    line[n] = '\n';
+    size_t at = 0;
+    while (at < n + 1) {
+        ssize_t w = write(o->fd, line + at, n + 1 - at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            free(line);
+            return -1;
+        }
+        at += (size_t)w;
+    }
+    free(line);
+    while (fsync(o->fd) && errno == EINTR)
+        ;
+    return 0;
+}
+
+void v4_batch_out_close(v4_batch_out *o)
+{
+    if (o->fd >= 0)
+        close(o->fd);
+    o->fd = -1;
+}
+
+static char *dump(json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static json_t *openai_error(const v4_task_error *e)
+{
+    return json_pack("{s:s, s:s, s:s}", "code", v4_task_errcode_name(e->code), "message", e->message, "where",
+                     e->where);
+}
+
+static json_t *openai_record(const v4_batch_item *it)
+{
+    char id[48];
+    snprintf(id, sizeof id, "batch_req_%ld", it->line);
+    return json_pack("{s:s, s:o}", "id", id, "custom_id", it->id ? json_string(it->id) : json_null());
+}
+
+char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, long long created)
+{
+    if (it->kind == V4_BATCH_TASK)
+        return v4_result_json(ri);
+    json_t *o = openai_record(it);
+    if (!o)
+        return NULL;
+    if (ri->error && ri->error->code != V4_TASK_OK) {
+        json_object_set_new(o, "response", json_null());
+        json_object_set_new(o, "error", openai_error(ri->error));
+        return dump(o);
+    }
+    char cid[48], rid[48];
+    snprintf(cid, sizeof cid, "chatcmpl-%ld", it->line);
+    snprintf(rid, sizeof rid, "req_%ld", it->line);
+    json_t *body = json_pack(
+        "{s:s, s:s, s:I, s:s, s:[{s:i, s:{s:s, s:s%}, s:s}], s:{s:i, s:i, s:i}}", "id", cid, "object",
+        "chat.completion", "created", (json_int_t)created, "model", ri->model ? ri->model : "", "choices", "index", 0,
+        "message", "role", "assistant", "content", ri->text ? ri->text : "", ri->text ? ri->text_len : 0,
+        "finish_reason", ri->finish_reason ? ri->finish_reason : "stop", "usage", "prompt_tokens", ri->prompt_tokens,
+        "completion_tokens", ri->n_tokens, "total_tokens", ri->prompt_tokens + ri->n_tokens);
+    if (!body) {   /* e.g. text that is not valid UTF-8 (random weights can cut a character) */
+        json_decref(o);
+        return NULL;
+    }
+    json_object_set_new(o, "response", json_pack("{s:i, s:s, s:o}", "status_code", 200, "request_id", rid, "body", body));
+    json_object_set_new(o, "error", json_null());
+    return dump(o);
+}
+
+char *v4_batch_error_line(const v4_batch_item *it, const v4_task_error *e, const char *raw, size_t len,
+                          const char *worker)
+{
+    if (!e)
+        e = &it->err;
+    json_t *o;
+    if (it->kind == V4_BATCH_TASK) {
+        char *s = v4_invalid_record_json(e, it->id, worker, raw, len);
+        o = s ? json_loads(s, 0, NULL) : NULL;
+        free(s);
+    } else {
+        o = openai_record(it);
+        if (o) {
+            json_object_set_new(o, "response", json_null());
+            json_object_set_new(o, "error", openai_error(e));
+        }
+    }
+    if (o)
+        json_object_set_new(o, "line", json_integer(it->line));
+    return dump(o);
+}
