@@ -390,11 +390,6 @@ int v4_cmd_batch(int argc, char **argv)
     int done = 0, st = parse_args(&b, argc, argv, &done);
     if (st || done)
         return st;
-    if (b.eo.threads)
-        fprintf(stderr, "v4fleet %s: note: --threads is not applied yet (the task runner uses one thread per core)\n",
-                PROG);
-    if (b.eo.isa)
-        setenv("V4_CPU_ISA", b.eo.isa, 1);   /* read by the runner's backend; before any thread starts */
     char host[64] = "";
     gethostname(host, sizeof host - 1);
     snprintf(b.worker, sizeof b.worker, "batch@%s", host[0] ? host : "localhost");
@@ -425,7 +420,7 @@ int v4_cmd_batch(int argc, char **argv)
     long to_run = (long)b.n_plan - b.n_skip;
     if (to_run > 0) {
         v4_task_error te = {0};
-        v4_runner_experts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads};
+        v4_runner_opts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads, b.eo.threads, b.eo.isa};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;

@@ -237,7 +237,7 @@ int v4_cmd_worker(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     v4_task_error te = {0};
-    v4_runner_experts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads};
+    v4_runner_opts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads, 0, NULL};
     if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_names, &rx, &te))) {
         fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, te.where, te.message);
         return 1;

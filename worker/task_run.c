@@ -56,7 +56,7 @@ static void describe_names(v4_runner *r)
     }
 }
 
-v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_experts *ex,
+v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e)
 {
     v4_runner *r = calloc(1, sizeof *r);
@@ -68,7 +68,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     snprintf(r->names, sizeof r->names, "%s", model_names);
     snprintf(r->name, sizeof r->name, "%.*s", (int)strcspn(model_names, ","), model_names);
     describe_names(r);
-    v4_engine_opts eo = {.model = model_dir};
+    v4_engine_opts eo = {.model = model_dir, .threads = ex ? ex->threads : 0, .isa = ex ? ex->isa : NULL};
     if (v4_model_open(model_dir, &r->m, &err))
         goto fail;
     r->m_open = 1;

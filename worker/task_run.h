@@ -43,20 +43,24 @@ typedef struct v4_run_output {
     long long expert_hits, expert_misses, expert_bytes_loaded;
 } v4_run_output;
 
-/* How routed experts are held: all resident (host_cache_bytes 0, the mapped
- * checkpoint), or paged through a host cache of host_cache_bytes filled from the
- * expert pack pack_dir ("" or NULL: from the safetensors) - cache/expert_provider.h. */
-typedef struct v4_runner_experts {
+/* Engine options of a runner.  Routed experts: all resident (host_cache_bytes 0, the
+ * mapped checkpoint), or paged through a host cache of host_cache_bytes filled from
+ * the expert pack pack_dir ("" or NULL: from the safetensors) - cache/expert_provider.h.
+ * Compute: threads (0 = one per core) and isa (NULL = auto / V4_CPU_ISA) of the CPU
+ * backend; the device comes from V4_DEVICE (cli_util.h). */
+typedef struct v4_runner_opts {
     const char *pack_dir;
     long long host_cache_bytes;
     const char *policy;             /* lru | slru | lfru (NULL: lfru) */
     int io_threads;                 /* 0: default */
-} v4_runner_experts;
+    int threads;
+    const char *isa;
+} v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
  * are refused with model_not_available, the message lists the names); results carry
- * the first name.  ex may be NULL (all experts resident). */
-v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_experts *ex,
+ * the first name.  ex may be NULL (defaults: experts resident, all cores). */
+v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e);
 /* One line describing how experts are served (for the worker's start-up log). */
 void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n);
