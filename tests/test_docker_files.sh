@@ -24,7 +24,8 @@
 #    with the generated redis.conf answers compose's healthcheck command (and refuses it
 #    with a wrong password); `v4fleet worker` run with exactly compose's resolved
 #    environment and the generated secret files serves a task, answers compose's
-#    healthcheck once it has the HTTP endpoint, and exits 0 on SIGTERM within V4_GRACE_MS.
+#    healthcheck once it has the HTTP endpoint, and exits 0 on SIGTERM within V4_GRACE_MS;
+#    the k8s ConfigMap's values pass the worker's settings validation.
 # Not checkable here (no engine, no registry): building the images, hadolint (not
 # packaged for Debian), the Ubuntu 24.04 package names, kubectl/KEDA schema validation.
 # Needs: V4_BIN, V4_TMP; yamllint, docker-compose, shellcheck, rabbitmq-server,
@@ -706,6 +707,24 @@ for pw in "$amqp_pass" "$(sed -n 's/^requirepass //p' "$s/redis.conf")"; do
     if grep -qF "$pw" "$WORK/worker.log"; then fail "a generated password appears in the worker log"; fi
 done
 if [ "$status" -ne 0 ]; then tail -n 30 "$WORK/worker.log" >&2; fi
+
+# The k8s ConfigMap's values pass the worker's validation: with them (and secret files
+# of any URL) the worker gets past its settings and stops at the missing model directory
+# (exit 1, naming config.json) instead of naming a setting (exit 2).
+mapfile -t kenv < <($PY - "$ROOT/docker/k8s/configmap.yaml" <<'PY'
+import sys, yaml
+for k, v in yaml.safe_load(open(sys.argv[1]))["data"].items():
+    print("%s=%s" % (k, v))
+PY
+)
+krc=0
+env -i PATH="$PATH" HOME="$WORK" "${kenv[@]}" V4_HTTP_PORT="$(_brokers_free_port)" \
+    V4_AMQP_URL_FILE="$WORK/run-secrets/amqp_url" V4_REDIS_URL_FILE="$WORK/run-secrets/redis_url" timeout 60 "$V4_BIN" worker > "$WORK/k8s-worker.log" 2>&1 || krc=$?
+if [ "$krc" -eq 1 ] && grep -q "config.json" "$WORK/k8s-worker.log" && ! grep -q "worker: V4_" "$WORK/k8s-worker.log"; then
+    echo "ok: the ConfigMap's ${#kenv[@]} settings pass the worker's validation"
+else
+    fail "the worker rejects the ConfigMap's settings (exit $krc): $(cat "$WORK/k8s-worker.log")"
+fi
 hc="$($PY - "$ROOT/docker/compose.yml" <<'PY'
 import sys, yaml
 t = yaml.safe_load(open(sys.argv[1]))["services"]["redis"]["healthcheck"]["test"]
