@@ -19,20 +19,30 @@ command -v socat > /dev/null || { echo "FAIL: socat is not installed" >&2; exit 
 
 BPORT="$(echo "$V4_TEST_AMQP_URL" | sed -nE 's|.*:([0-9]+)/?$|\1|p')"
 PPORT="$(_brokers_free_port)"
-proxy_start() {
-    socat "TCP-LISTEN:$PPORT,bind=127.0.0.1,fork,reuseaddr" "TCP:127.0.0.1:$BPORT" 2>> "$WORK/socat.log" &
-    SPID=$!
-    disown "$SPID"   # killed on purpose: no job-control message
-    for _ in $(seq 1 50); do
-        (exec 3<> "/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && return 0
-        sleep 0.1
+proxy_start() {   # (re)launch socat until it listens: a killed one may still hold the port briefly
+    local try
+    for try in $(seq 1 10); do
+        socat "TCP-LISTEN:$PPORT,bind=127.0.0.1,fork,reuseaddr" "TCP:127.0.0.1:$BPORT" 2>> "$WORK/socat.log" &
+        SPID=$!
+        disown "$SPID"   # killed on purpose: no job-control message
+        for _ in $(seq 1 20); do
+            (exec 3<> "/dev/tcp/127.0.0.1/$PPORT") 2>/dev/null && return 0
+            kill -0 "$SPID" 2>/dev/null || break   # bind failed: try again
+            sleep 0.1
+        done
+        kill -9 "$SPID" 2>/dev/null || true
+        sleep 0.5
     done
-    fail "socat does not listen on $PPORT"
+    fail "socat does not listen on $PPORT (see $WORK/socat.log)"
 }
 proxy_pids() { [ -z "$SPID" ] || { echo "$SPID"; pgrep -P "$SPID" || true; }; }
-proxy_kill() {
-    local p
-    for p in $(proxy_pids); do kill -9 "$p" 2>/dev/null || true; done
+proxy_kill() {   # kill the proxy and its per-connection children, wait until they are gone
+    local p pids
+    pids="$(proxy_pids)"
+    for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
+    for p in $pids; do
+        for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    done
     SPID=""
 }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
