@@ -18,9 +18,11 @@ V4_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # the queue tests start on loopback (tests/lib/brokers.sh); python3-pika: the third-party
 # producer of the end-to-end queue test; libhiredis-dev: the Redis expert-utilization
 # counters and `v4fleet stats`; libpng-dev: `v4fleet stats --png` heatmaps; libxxhash-dev:
-# XXH3 checksums of expert-pack blocks.
+# XXH3 checksums of expert-pack blocks; libuv1-dev: the worker's /healthz /readyz /metrics
+# endpoint; curl: its test (tests/test_worker_http.sh).
 V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev libpcre2-dev clang
-             librabbitmq-dev libhiredis-dev libpng-dev libxxhash-dev rabbitmq-server redis-server python3-pika)
+             librabbitmq-dev libhiredis-dev libpng-dev libxxhash-dev rabbitmq-server redis-server python3-pika
+             libuv1-dev curl)
 
 v4_section() {
     printf '\n==== %s ====\n' "$*"
