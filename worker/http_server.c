@@ -30,6 +30,8 @@ struct v4_http {
     v4_http_handlers h;
     v4_log *log;
     int nconns;
+    int port;                   /* bound port (set before the thread starts) */
+    int refusing;               /* at the connection limit: logged once per episode */
 };
 
 typedef struct conn {
@@ -234,9 +236,13 @@ static void on_connection(uv_stream_t *ls, int status)
         t->data = NULL;
         uv_accept(ls, (uv_stream_t *)t);
         uv_close((uv_handle_t *)t, on_reject_closed);
-        v4_log_emit(s->log, V4_LOG_DEBUG, "http", NULL, NULL, "http: too many connections, one refused");
+        if (!s->refusing)
+            v4_log_emit(s->log, V4_LOG_INFO, "http", NULL, NULL,
+                        "http: 64 connections open: closing new ones until some finish");
+        s->refusing = 1;
         return;
     }
+    s->refusing = 0;
     conn *c = calloc(1, sizeof *c);
     if (!c)
         return;
@@ -307,6 +313,11 @@ v4_http *v4_http_start(const char *addr, int port, const v4_http_handlers *h, v4
         v4_err_set(err, V4_ERR_IO, "V4_HTTP_PORT", "cannot listen on %s:%d: %s", addr, port, uv_strerror(rc));
         goto fail;
     }
+    struct sockaddr_storage bound;
+    int blen = sizeof bound;
+    if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen) == 0)
+        s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
     if ((rc = pthread_create(&s->thread, NULL, http_main, s))) {
         v4_err_set(err, V4_ERR_IO, "http", "cannot start the thread: %s", strerror(rc));
         goto fail;
@@ -320,6 +331,11 @@ fail:
     uv_loop_close(&s->loop);
     free(s);
     return NULL;
+}
+
+int v4_http_port(const v4_http *s)
+{
+    return s->port;
 }
 
 void v4_http_stop(v4_http *s)

@@ -37,9 +37,12 @@ typedef struct v4_http_handlers {
 
 typedef struct v4_http v4_http;
 
-/* Binds addr:port (IPv4 or IPv6 literal; port 1..65535) and listens before returning, so
- * a port in use is an error here (V4_ERR_IO, where "V4_HTTP_PORT"); then starts the thread. */
+/* Binds addr:port (IPv4 or IPv6 literal; port 0..65535, 0 = any free port, for tests) and
+ * listens before returning, so a port in use is an error here (V4_ERR_IO, where
+ * "V4_HTTP_PORT"); then starts the thread. */
 v4_http *v4_http_start(const char *addr, int port, const v4_http_handlers *h, v4_log *log, v4_error *err);
+/* The port actually bound. */
+int v4_http_port(const v4_http *s);
 /* Closes every connection and the listener, joins the thread, frees.  NULL is a no-op. */
 void v4_http_stop(v4_http *s);
 

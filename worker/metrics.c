@@ -231,6 +231,10 @@ void v4m_format_double(double v, char *out, size_t n)
         snprintf(out, n, v > 0 ? "+Inf" : "-Inf");
         return;
     }
+    if (v == (double)(long long)v && v > -1e15 && v < 1e15) {   /* integers in full: counters */
+        snprintf(out, n, "%lld", (long long)v);
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(out, n, "%.*g", prec, v);
         if (strtod(out, NULL) == v)

@@ -8,7 +8,8 @@
  * so a scrape never sees a half-updated histogram and never holds the lock during I/O.
  * Names are used verbatim (callers pass valid names such as "v4fleet:ready"); label
  * values are escaped (\\, \", \n) and HELP text (\\, \n) when rendered.  Numbers are
- * printed in the shortest form that reads back exactly ("3", "0.25", "+Inf").
+ * printed as integers when integral (below 1e15), else in the shortest form that reads
+ * back exactly ("3", "160000", "0.25", "1e+21", "+Inf").
  *
  * Ownership: the registry owns its families, series and copies of all strings; family
  * and series pointers stay valid until v4m_free.  v4m_render returns a malloc'd string.
