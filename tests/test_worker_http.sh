@@ -165,10 +165,12 @@ V4_HTTP_PORT=0 V4_AMQP_URL="amqp://guest:guest@127.0.0.1:1/" timeout -s TERM 2 "
 grep -q ' v4fleet worker info: ' "$WORK/text2.log" && ! grep -q '^{' "$WORK/text2.log" || fail "--log-format text"
 rc=0; V4_LOG_FORMAT=xml "$V4_BIN" worker 2> "$WORK/bad.log" || rc=$?
 [ "$rc" = 2 ] && grep -q V4_LOG_FORMAT "$WORK/bad.log" || fail "V4_LOG_FORMAT=xml: exit $rc $(cat "$WORK/bad.log")"
-nc_pid=""; /usr/bin/python3 -c 'import socket,time,sys; s=socket.socket(); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); time.sleep(4)' "$HPORT" & nc_pid=$!
-sleep 0.3
-rc=0; "$V4_BIN" worker 2> "$WORK/busy.log" || rc=$?
-kill "$nc_pid" 2> /dev/null || true; wait "$nc_pid" 2> /dev/null || true
+# the port taken by another process (SO_REUSEADDR: the old worker's TIME_WAIT sockets remain)
+/usr/bin/python3 -c 'import socket,time,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1",int(sys.argv[1]))); s.listen(); open(sys.argv[2],"w").close(); time.sleep(20)' "$HPORT" "$WORK/bound" &
+busy_pid=$!
+for _ in $(seq 1 50); do [ -f "$WORK/bound" ] && break; sleep 0.1; done
+rc=0; timeout -s KILL 20 "$V4_BIN" worker 2> "$WORK/busy.log" || rc=$?
+kill "$busy_pid" 2> /dev/null || true; wait "$busy_pid" 2> /dev/null || true
 [ "$rc" = 1 ] && grep -q "V4_HTTP_PORT: cannot listen" "$WORK/busy.log" || fail "port in use: exit $rc $(cat "$WORK/busy.log")"
 
 if [ "$status" -ne 0 ]; then
