@@ -214,6 +214,8 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         return -1;
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CACHE_POLICY", "'%s' is not lru, slru or lfru", c->cache_policy);
+    int failed = 0;
+    c->http_port_set = lookup(src, "V4_HTTP_PORT", err, &failed) != NULL;
     if (strcmp(c->log_format, "json") && strcmp(c->log_format, "text") && strcmp(c->log_format, "auto"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_LOG_FORMAT", "'%s' is not json, text or auto", c->log_format);
     if (check_name("V4_HTTP_ADDR", c->http_addr, err))

@@ -133,12 +133,12 @@ int main(void)
 
     /* observability settings */
     CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 9090 && !strcmp(c.http_addr, "0.0.0.0") &&
-              !strcmp(c.log_format, "auto"),
+              !strcmp(c.log_format, "auto") && !c.http_port_set,
           "http/log defaults (%d %s %s)", c.http_port, c.http_addr, c.log_format);
     setenv("V4_HTTP_PORT", "0", 1);
     setenv("V4_HTTP_ADDR", "::1", 1);
     setenv("V4_LOG_FORMAT", "json", 1);
-    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 0 && !strcmp(c.http_addr, "::1") &&
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 0 && c.http_port_set && !strcmp(c.http_addr, "::1") &&
               !strcmp(c.log_format, "json"),
           "http off, ipv6 address, json logs");
     setenv("V4_LOG_FORMAT", "text", 1);
@@ -159,7 +159,8 @@ int main(void)
     unsetenv("V4_LOG_FORMAT");
     unsetenv("V4_HTTP_ADDR");
     setenv("V4_CONFIG_FILE", path, 1);
-    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 8123 && !strcmp(c.log_format, "text"),
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 8123 && c.http_port_set &&
+              !strcmp(c.log_format, "text"),
           "observability settings from the config file: %s", err.msg);
     unsetenv("V4_CONFIG_FILE");
     remove(path);

@@ -19,6 +19,8 @@
  * thread (http_server.h, V4_HTTP_PORT) that serves /healthz, /readyz and /metrics and
  * reads the shared state below through `health` (mutex): the phase (loading -> serving
  * -> draining) and the service/counter-thread pointers, cleared before they are freed.
+ * An explicit V4_HTTP_PORT that cannot be bound is fatal; the default 9090 taken (several
+ * workers on one host) is logged as an error and the worker runs without the endpoint.
  * Ready = model loaded, service started, broker connected, not draining.
  *
  * Signals: SIGTERM/SIGINT set a sig_atomic_t flag (the one piece of process-wide
@@ -361,12 +363,17 @@ int v4_cmd_worker(int argc, char **argv)
     v4_http *http = NULL;
     if (w.cfg.http_port) {   /* first, so that /healthz answers while the model loads */
         v4_http_handlers hh = {http_ready, http_metrics, &w};
-        if (!(http = v4_http_start(w.cfg.http_addr, w.cfg.http_port, &hh, &w.log, &err))) {
+        http = v4_http_start(w.cfg.http_addr, w.cfg.http_port, &hh, &w.log, &err);
+        if (!http && (w.cfg.http_port_set || strcmp(err.where, "V4_HTTP_PORT"))) {
             wlog(&w, 0, NULL, "%s: %s", err.where, err.msg);
             return finish(&w, NULL, 1);
         }
-        wlog(&w, 1, NULL, "http: listening on %s port %d (/healthz /readyz /metrics)", w.cfg.http_addr,
-             w.cfg.http_port);
+        if (http)
+            wlog(&w, 1, NULL, "http: listening on %s port %d (/healthz /readyz /metrics)", w.cfg.http_addr,
+                 w.cfg.http_port);
+        else   /* the default port is taken (several workers on one host): run without */
+            wlog(&w, 0, NULL, "%s: %s; running WITHOUT the health/metrics endpoint (set V4_HTTP_PORT to a free "
+                 "port, or 0 to silence this)", err.where, err.msg);
     }
     v4_task_error te = {0};
     v4_runner_experts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads};
