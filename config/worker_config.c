@@ -129,7 +129,7 @@ static const char *const KNOWN[] = {
     "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
     "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
     "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
-    "V4_IO_THREADS",
+    "V4_IO_THREADS", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT",
 };
 
 int v4_parse_bytes(const char *v, long long *out)
@@ -207,10 +207,19 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_str(src, "V4_EXPERT_PACK", "", c->expert_pack, sizeof c->expert_pack, err) ||
         get_bytes(src, "V4_HOST_CACHE_BYTES", &c->host_cache_bytes, err) ||
         get_str(src, "V4_CACHE_POLICY", "lfru", c->cache_policy, sizeof c->cache_policy, err) ||
-        get_int(src, "V4_IO_THREADS", 4, 1, 64, &c->io_threads, err))
+        get_int(src, "V4_IO_THREADS", 4, 1, 64, &c->io_threads, err) ||
+        get_int(src, "V4_HTTP_PORT", 9090, 0, 65535, &c->http_port, err) ||
+        get_str(src, "V4_HTTP_ADDR", "0.0.0.0", c->http_addr, sizeof c->http_addr, err) ||
+        get_str(src, "V4_LOG_FORMAT", "auto", c->log_format, sizeof c->log_format, err))
         return -1;
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CACHE_POLICY", "'%s' is not lru, slru or lfru", c->cache_policy);
+    int failed = 0;
+    c->http_port_set = lookup(src, "V4_HTTP_PORT", err, &failed) != NULL;
+    if (strcmp(c->log_format, "json") && strcmp(c->log_format, "text") && strcmp(c->log_format, "auto"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_LOG_FORMAT", "'%s' is not json, text or auto", c->log_format);
+    if (check_name("V4_HTTP_ADDR", c->http_addr, err))
+        return -1;
     c->log_level = (int)lvl;
     if (check_model_names(c, err))
         return -1;

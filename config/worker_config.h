@@ -14,8 +14,12 @@
  * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
  * V4_REDIS_PREFIX, V4_REDIS_BUCKET_S, V4_REDIS_BUCKET_TTL_S, V4_REDIS_DONE_TTL_S,
  * V4_REDIS_TIMEOUT_MS, V4_REDIS_BACKLOG, V4_EXPERT_PACK, V4_HOST_CACHE_BYTES (a byte
- * count, suffixes K/M/G/T = powers of 1024), V4_CACHE_POLICY, V4_IO_THREADS, and the
- * test hook V4_FAULT_EXIT_BEFORE_ACK.
+ * count, suffixes K/M/G/T = powers of 1024), V4_CACHE_POLICY, V4_IO_THREADS,
+ * V4_HTTP_PORT (health/metrics endpoint, default 9090, 0 = off; http_port_set tells
+ * whether it was given: the worker treats a busy default port as a warning, a busy
+ * explicit one as an error), V4_HTTP_ADDR (its
+ * listen address, default 0.0.0.0), V4_LOG_FORMAT (json | text | auto = JSON unless
+ * stderr is a terminal), and the test hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
  * URLs may be logged.
  *
@@ -61,6 +65,11 @@ typedef struct v4_worker_config {
     long long host_cache_bytes;     /* V4_HOST_CACHE_BYTES: 0 = all experts resident (no cache) */
     char cache_policy[16];          /* V4_CACHE_POLICY: lru | slru | lfru */
     int io_threads;                 /* V4_IO_THREADS: concurrent expert reads */
+    /* observability (worker/http_server.h, worker/log.h) */
+    int http_port;                  /* V4_HTTP_PORT: 0 = no endpoint */
+    int http_port_set;              /* V4_HTTP_PORT was given (env, _FILE or file), not the default */
+    char http_addr[64];             /* V4_HTTP_ADDR: IPv4/IPv6 literal to listen on */
+    char log_format[8];             /* V4_LOG_FORMAT: json | text | auto */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

@@ -89,3 +89,14 @@ uint64_t v4q_generation(v4q_service *s)
     pthread_mutex_unlock(&s->mu);
     return g;
 }
+
+int v4q_connected(v4q_service *s, uint64_t *connects)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t g = s->generation;
+    int quit = s->quit;
+    pthread_mutex_unlock(&s->mu);
+    if (connects)
+        *connects = (g + 1) / 2;
+    return !quit && (g & 1);
+}

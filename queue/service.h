@@ -76,6 +76,11 @@ void v4q_requeue(v4q_service *s, const v4q_delivery *d);
 void v4q_stop_consuming(v4q_service *s);
 /* Generation of the current connection (0 before the first); for tests and logs. */
 uint64_t v4q_generation(v4q_service *s);
+/* For health checks and metrics, from any thread: 1 while connected to the broker (both
+ * links up and, unless v4q_stop_consuming was called, consuming), else 0; *connects
+ * (may be NULL) = successful connections so far, the first included.  Derived from the
+ * generation (each connect and each disconnect bumps it once: odd = connected). */
+int v4q_connected(v4q_service *s, uint64_t *connects);
 void v4q_service_free(v4q_service *s);
 void v4q_delivery_free(v4q_delivery *d);
 

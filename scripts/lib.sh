@@ -18,11 +18,13 @@ V4_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # the queue tests start on loopback (tests/lib/brokers.sh); python3-pika: the third-party
 # producer of the end-to-end queue test; libhiredis-dev: the Redis expert-utilization
 # counters and `v4fleet stats`; libpng-dev: `v4fleet stats --png` heatmaps; libxxhash-dev:
-# XXH3 checksums of expert-pack blocks; yamllint, docker-compose (1.29: `config` parses
-# without an engine), shellcheck: tests/test_docker_files.sh's checks of docker/.
+# XXH3 checksums of expert-pack blocks; libuv1-dev: the worker's /healthz /readyz /metrics
+# endpoint; curl: its test (tests/test_worker_http.sh) and the images' HEALTHCHECK;
+# yamllint, docker-compose (1.29: `config` parses without an engine), shellcheck:
+# tests/test_docker_files.sh's checks of docker/.
 V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev libpcre2-dev clang
-             librabbitmq-dev libhiredis-dev libpng-dev libxxhash-dev rabbitmq-server redis-server python3-pika
-             yamllint docker-compose shellcheck)
+             librabbitmq-dev libhiredis-dev libpng-dev libxxhash-dev libuv1-dev rabbitmq-server redis-server
+             python3-pika curl yamllint docker-compose shellcheck)
 
 v4_section() {
     printf '\n==== %s ====\n' "$*"

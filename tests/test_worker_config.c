@@ -131,6 +131,40 @@ int main(void)
     remove(path);
     remove(secret);
 
+    /* observability settings */
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 9090 && !strcmp(c.http_addr, "0.0.0.0") &&
+              !strcmp(c.log_format, "auto") && !c.http_port_set,
+          "http/log defaults (%d %s %s)", c.http_port, c.http_addr, c.log_format);
+    setenv("V4_HTTP_PORT", "0", 1);
+    setenv("V4_HTTP_ADDR", "::1", 1);
+    setenv("V4_LOG_FORMAT", "json", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 0 && c.http_port_set && !strcmp(c.http_addr, "::1") &&
+              !strcmp(c.log_format, "json"),
+          "http off, ipv6 address, json logs");
+    setenv("V4_LOG_FORMAT", "text", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.log_format, "text"), "text logs");
+    static const char *const badobs[][2] = {
+        {"V4_HTTP_PORT", "65536"}, {"V4_HTTP_PORT", "-1"}, {"V4_HTTP_PORT", "80x"}, {"V4_LOG_FORMAT", "xml"},
+        {"V4_LOG_FORMAT", "JSON"}, {"V4_LOG_FORMAT", "jsonlines"}};
+    for (size_t i = 0; i < sizeof badobs / sizeof badobs[0]; i++) {
+        setenv(badobs[i][0], badobs[i][1], 1);
+        CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, badobs[i][0]), "bad %s=%s: %s",
+              badobs[i][0], badobs[i][1], err.where);
+        setenv(badobs[i][0], !strcmp(badobs[i][0], "V4_HTTP_PORT") ? "9091" : "auto", 1);
+    }
+    f = fopen(path, "w");
+    fputs("V4_HTTP_PORT=8123\nV4_LOG_FORMAT=text\n", f);
+    fclose(f);
+    unsetenv("V4_HTTP_PORT");
+    unsetenv("V4_LOG_FORMAT");
+    unsetenv("V4_HTTP_ADDR");
+    setenv("V4_CONFIG_FILE", path, 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.http_port == 8123 && c.http_port_set &&
+              !strcmp(c.log_format, "text"),
+          "observability settings from the config file: %s", err.msg);
+    unsetenv("V4_CONFIG_FILE");
+    remove(path);
+
     /* the shipped example parses (its secret files are overridden by the environment) */
     char example[4200];
     snprintf(example, sizeof example, "%s/../../config/worker.conf.example", t_env("V4_TEST_DATA", "tests/data"));

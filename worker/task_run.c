@@ -114,6 +114,17 @@ void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n)
              v4_xprov_source_kind(r->xp), st.budget_bytes / 1073741824.0, st.slots, st.slot_bytes);
 }
 
+int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f)
+{
+    memset(f, 0, sizeof *f);
+    if (!r->xp)
+        return -1;
+    v4_xcache_stats st;
+    v4_xprov_stats(r->xp, &st);
+    *f = (v4_runner_cache_figs){st.hits, st.misses, st.bytes_read, st.in_use_bytes, st.budget_bytes};
+    return 0;
+}
+
 /* Is model one of the names this worker answers to? */
 static int serves(const v4_runner *r, const char *model)
 {

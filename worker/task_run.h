@@ -66,6 +66,13 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
 void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n);
 void v4_runner_free(v4_runner *r);
 const char *v4_runner_model_name(const v4_runner *r);
+/* The host expert cache's cumulative figures (thread-safe: the cache has its own lock;
+ * call it from the runner's thread or while the runner is not being freed).  Returns 0
+ * and fills the fields when experts are paged, -1 (fields 0) when all are resident. */
+typedef struct v4_runner_cache_figs {
+    unsigned long long hits, misses, bytes_read, in_use_bytes, budget_bytes;
+} v4_runner_cache_figs;
+int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
 /* The served model's shape (layers, routed experts, experts per token, ...). */
 const struct v4_config *v4_runner_config(const v4_runner *r);
 /* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.
