@@ -289,6 +289,7 @@ SONAMES = {
     "libhiredis.so.1.1.0": (None, "libhiredis1.1.0", "libhiredis-dev"),
     "libpng16.so.16": ("libpng16-16", "libpng16-16t64", "libpng-dev"),
     "libxxhash.so.0": ("libxxhash0", "libxxhash0", "libxxhash-dev"),
+    "libuv.so.1": ("libuv1", "libuv1t64", "libuv1-dev"),
     # dependencies of the packages above (librabbitmq4 -> libssl3, libpng -> zlib1g)
     "libssl.so.3": ("libssl3", "libssl3t64", None),
     "libcrypto.so.3": ("libssl3", "libssl3t64", None),
