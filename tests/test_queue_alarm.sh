@@ -13,29 +13,11 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin queue_alarm private "collect_statistics_interval = 500"
 WPID=""
 test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-nlines() { grep -c "$1" "$WORK/worker.log" || true; }
-wait_lines() {   # wait_lines PATTERN N TIMEOUT_S
-    local end=$(($(now_ms) + $3 * 1000))
-    while [ "$(now_ms)" -lt "$end" ]; do
-        [ "$(nlines "$1")" -ge "$2" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-counts() {   # counts QUEUE -> "ready unacked"
-    rmqctl list_queues name messages_ready messages_unacknowledged 2>/dev/null | awk -v q="$1" '$1 == q { print $2, $3 }'
-}
-stop_worker() {
-    local rc=0
-    kill -TERM "$WPID"
-    wait "$WPID" || rc=$?
-    WPID=""
-    [ "$rc" -eq 0 ] || fail "worker exit status $rc after SIGTERM"
-}
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 9 > /dev/null
 export V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_MODEL_DIR="$WORK/model" V4_MODEL_NAME=tiny V4_RESULTS_QUEUE=results \
@@ -46,7 +28,7 @@ export V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_MODEL_DIR="$WORK/model" V4_MODEL_NAME=
 WPID=$!
 for _ in $(seq 1 100); do grep -q "amqp: connected" "$WORK/worker0.log" && break; sleep 0.1; done
 grep -q "amqp: connected" "$WORK/worker0.log" || fail "the worker did not connect"
-stop_worker
+worker_stop
 qclient task tasks '{"id":"al","prompt":"alarm","max_tokens":4,"temperature":0}'
 
 echo "--- R3: memory alarm on, the worker publishes a result into the block"
@@ -62,8 +44,8 @@ grep -q "resource_limit,memory" <<< "$alarm" || fail "no memory alarm: $alarm"
 WPID=$!
 wait_lines "blocked the publisher connection" 1 15 || fail "connection.blocked not logged"
 # quorum-queue statistics lag a few seconds: wait until they show the delivery
-for _ in $(seq 1 40); do [ "$(counts tasks)" = "0 1" ] && break; sleep 0.3; done
-[ "$(counts tasks)" = "0 1" ] || fail "the task never showed as unacked: tasks $(counts tasks)"
+for _ in $(seq 1 40); do [ "$(queue_counts tasks)" = "0 1" ] && break; sleep 0.3; done
+[ "$(queue_counts tasks)" = "0 1" ] || fail "the task never showed as unacked: tasks $(queue_counts tasks)"
 t0="$(now_ms)"
 bad=0 samples=0
 # at least 4 samples over at least 6 s (4 more confirm timeouts); rabbitmqctl is slow
@@ -89,12 +71,11 @@ t1="$(now_ms)"
 wait_lines "task al: succeeded" 1 15 || fail "task al did not complete after the alarm cleared"
 echo "task al completed $(($(now_ms) - t1)) ms after the alarm was cleared"
 grep -q "unblocked the publisher connection" "$WORK/worker.log" || fail "connection.unblocked not logged"
-for _ in $(seq 1 30); do [ "$(counts tasks)" = "0 0" ] && break; sleep 0.2; done
-[ "$(counts tasks)" = "0 0" ] || fail "task al not acked: tasks $(counts tasks)"
+for _ in $(seq 1 30); do [ "$(queue_counts tasks)" = "0 0" ] && break; sleep 0.2; done
+[ "$(queue_counts tasks)" = "0 0" ] || fail "task al not acked: tasks $(queue_counts tasks)"
 r="$(qclient result results 5)" || fail "no result for task al"
 grep -q '"id":"al","status":"succeeded"' <<< "$r" || fail "unexpected result: $r"
 [ "$(qclient count results)" = 0 ] || fail "more than one result for task al"
 [ "$(qclient count tasks.dead)" = 0 ] || fail "a task was dead-lettered"
-stop_worker
-[ "$status" -eq 0 ] || tail -n 30 "$WORK/worker.log" >&2
-exit "$status"
+worker_stop
+worker_finish 30

@@ -18,6 +18,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin queue_crash private
 WPID=""
 test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
@@ -38,10 +40,5 @@ brokers_crash_restart 1 || fail "the broker did not restart"
 qclient collect results 30 120 || fail "confirmed tasks lost in the broker crash"
 [ "$(qclient count tasks)" = 0 ] || fail "task queue not empty"
 [ "$(grep -c "amqp: connected" "$WORK/worker.log")" -ge 3 ] || fail "the worker did not reconnect after the crash"
-kill -TERM "$WPID"
-wrc=0
-wait "$WPID" || wrc=$?
-WPID=""
-[ "$wrc" -eq 0 ] || fail "worker exit status $wrc"
-[ "$status" -eq 0 ] || tail -n 30 "$WORK/worker.log" >&2
-exit "$status"
+worker_stop
+worker_finish 30

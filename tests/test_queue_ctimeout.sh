@@ -13,24 +13,13 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin queue_ctimeout private "consumer_timeout = 10000
 collect_statistics_interval = 500"
 WPID=""
 test_cleanup() {
     [ -z "$WPID" ] || { kill -CONT "$WPID"; kill -9 "$WPID"; } 2>/dev/null
-}
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-nlines() { grep -c "$1" "$WORK/worker.log" || true; }
-wait_lines() {   # wait_lines PATTERN N TIMEOUT_S
-    local end=$(($(now_ms) + $3 * 1000))
-    while [ "$(now_ms)" -lt "$end" ]; do
-        [ "$(nlines "$1")" -ge "$2" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-counts() {   # counts QUEUE -> "ready unacked"
-    rmqctl list_queues name messages_ready messages_unacknowledged 2>/dev/null | awk -v q="$1" '$1 == q { print $2, $3 }'
 }
 
 ct="$(rmqctl eval 'application:get_env(rabbit, consumer_timeout).' 2>/dev/null || true)"
@@ -57,7 +46,7 @@ done
 echo "the broker timed the delivery out after ${timed_out:-(never)} ms"
 [ -n "$timed_out" ] || fail "no consumer timeout within 80 s"
 sleep 1.5   # statistics
-c="$(counts tasks)"
+c="$(queue_counts tasks)"
 echo "before close-ok: tasks (ready unacked) $c"
 [ "${c%% *}" = 0 ] || fail "the task was ready again before the client's close-ok ($c)"
 
@@ -66,16 +55,11 @@ kill -CONT "$WPID"
 wait_lines "server closed the channel: 406 PRECONDITION_FAILED" 1 10 || fail "the 406 channel.close was not handled"
 wait_lines "amqp: connected" 2 15 || fail "no reconnect after the channel was closed"
 wait_lines "task ct: succeeded" 2 20 || fail "task ct was not run again"
-for _ in $(seq 1 30); do [ "$(counts tasks)" = "0 0" ] && break; sleep 0.2; done
-[ "$(counts tasks)" = "0 0" ] || fail "task ct not acked: tasks $(counts tasks)"
+for _ in $(seq 1 30); do [ "$(queue_counts tasks)" = "0 0" ] && break; sleep 0.2; done
+[ "$(queue_counts tasks)" = "0 0" ] || fail "task ct not acked: tasks $(queue_counts tasks)"
 r="$(qclient result results 5)" || fail "no result for task ct"
 grep -q '"id":"ct","status":"succeeded"' <<< "$r" || fail "unexpected result: $r"
 [ "$(nlines "delivery tag")" = 2 ] || fail "expected 2 deliveries, saw $(nlines "delivery tag")"
 if grep -h "unknown delivery tag" "$V4_TEST_BROKER_DIR"/log/*.log; then fail "stale delivery tag acked"; fi
-kill -TERM "$WPID"
-wrc=0
-wait "$WPID" || wrc=$?
-WPID=""
-[ "$wrc" -eq 0 ] || fail "worker exit status $wrc after SIGTERM"
-[ "$status" -eq 0 ] || tail -n 30 "$WORK/worker.log" >&2
-exit "$status"
+worker_stop
+worker_finish 30

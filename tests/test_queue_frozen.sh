@@ -11,14 +11,14 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin queue_frozen private
 WPID="" BEAM=""
 test_cleanup() {
     [ -z "$BEAM" ] || kill -CONT "$BEAM" 2>/dev/null
     [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null
 }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-nlines() { grep -c "$1" "$WORK/worker.log" || true; }
 # results ID TIMEOUT_S: wait for a result of task ID in the results queue, drain it for
 # one more second; print "N BAD" (N results of ID, BAD results with a wrong message_id)
 results() {
@@ -94,10 +94,5 @@ echo "results of fz: $n (bad $bad)"
 [ "$n" -ge 1 ] && [ "$n" -le 2 ] || fail "task fz: $n results (expected 1 or 2, same message_id)"
 [ "$bad" = 0 ] || fail "$bad unexpected results"
 
-kill -TERM "$WPID"
-wrc=0
-wait "$WPID" || wrc=$?
-WPID=""
-[ "$wrc" -eq 0 ] || fail "worker exit status $wrc after SIGTERM"
-[ "$status" -eq 0 ] || tail -n 40 "$WORK/worker.log" >&2
-exit "$status"
+worker_stop
+worker_finish 40

@@ -9,6 +9,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin queue_netdead
 WPID="" SPID=""
 test_cleanup() {
@@ -21,7 +23,7 @@ BPORT="$(echo "$V4_TEST_AMQP_URL" | sed -nE 's|.*:([0-9]+)/?$|\1|p')"
 PPORT="$(_brokers_free_port)"
 proxy_start() {   # (re)launch socat until it listens: a killed one may still hold the port briefly
     local try
-    for try in $(seq 1 10); do
+    for _ in $(seq 1 10); do
         socat "TCP-LISTEN:$PPORT,bind=127.0.0.1,fork,reuseaddr" "TCP:127.0.0.1:$BPORT" 2>> "$WORK/socat.log" &
         SPID=$!
         disown "$SPID"   # killed on purpose: no job-control message
@@ -45,8 +47,6 @@ proxy_kill() {   # kill the proxy and its per-connection children, wait until th
     done
     SPID=""
 }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-nlines() { grep -c "$1" "$WORK/worker.log" || true; }
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 6 > /dev/null
 P="nd$$"
@@ -96,10 +96,5 @@ echo "reconnected $(($(now_ms) - t1)) ms after the proxy restart"
 qclient publish "$P.tasks" 3 4 b > /dev/null
 qclient collect "$P.results" 3 30 > /dev/null || fail "no results after the reconnect"
 
-kill -TERM "$WPID"
-wrc=0
-wait "$WPID" || wrc=$?
-WPID=""
-[ "$wrc" -eq 0 ] || fail "worker exit status $wrc after SIGTERM"
-[ "$status" -eq 0 ] || tail -n 30 "$WORK/worker.log" >&2
-exit "$status"
+worker_stop
+worker_finish 30

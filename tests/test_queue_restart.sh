@@ -12,22 +12,11 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin queue_restart private
 WPID=""
 test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-nlines() { grep -c "$1" "$WORK/worker.log" || true; }
-wait_lines() {   # wait_lines PATTERN N TIMEOUT_S
-    local end=$(($(now_ms) + $3 * 1000))
-    while [ "$(now_ms)" -lt "$end" ]; do
-        [ "$(nlines "$1")" -ge "$2" ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-queue_counts() {   # queue_counts NAME -> "ready unacked" (empty if the queue does not exist)
-    rmqctl list_queues name messages_ready messages_unacknowledged 2>/dev/null | awk -v q="$1" '$1 == q { print $2, $3 }'
-}
 
 "$V4_BIN" mkmodel --out "$WORK/model" --preset tiny --seed 8 > /dev/null
 export V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_MODEL_DIR="$WORK/model" V4_MODEL_NAME=tiny V4_RESULTS_QUEUE=results \
@@ -88,10 +77,5 @@ echo "--- broker log: no 406 for stale delivery tags"
 if grep -h "PRECONDITION_FAILED\|unknown delivery tag" "$V4_TEST_BROKER_DIR"/log/*.log 2>/dev/null; then
     fail "the broker saw a 406 (stale delivery tag?)"
 fi
-kill -TERM "$WPID"
-wrc=0
-wait "$WPID" || wrc=$?
-WPID=""
-[ "$wrc" -eq 0 ] || fail "worker exit status $wrc after SIGTERM"
-[ "$status" -eq 0 ] || tail -n 40 "$WORK/worker.log" >&2
-exit "$status"
+worker_stop
+worker_finish 40

@@ -7,6 +7,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin queue_startup none
 WPID=""
 test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
@@ -35,10 +37,5 @@ done
 grep -q "amqp: connected" "$WORK/worker.log" || fail "the worker did not connect after the broker came up"
 qclient publish tasks 2 4 s
 qclient collect results 2 30 || fail "no results after a late broker start"
-kill -TERM "$WPID"
-wrc=0
-wait "$WPID" || wrc=$?
-WPID=""
-[ "$wrc" -eq 0 ] || fail "worker exit status $wrc after SIGTERM"
-[ "$status" -eq 0 ] || tail -n 30 "$WORK/worker.log" >&2
-exit "$status"
+worker_stop
+worker_finish 30

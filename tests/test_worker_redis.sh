@@ -16,6 +16,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 trap 'brokers_release' EXIT
 brokers_ensure || { echo "FAIL: no RabbitMQ for the queue tests" >&2; exit 1; }
 : "${V4_BIN:?}" "${V4_TMP:?}"
@@ -61,13 +63,6 @@ start_worker() {
         sleep 0.1
     done
 }
-stop_worker() {
-    kill -TERM "$WPID"
-    local rc=0
-    wait "$WPID" || rc=$?
-    WPID=""
-    [ "$rc" -eq 0 ] || fail "worker exit status $rc after SIGTERM"
-}
 jget() { /usr/bin/python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 hsum() { rcli hgetall "$TOTAL" | awk 'NR%2==1 {k=$0; next} k ~ /^[0-9]+:[0-9]+$/ {s+=$0} END {print s+0}'; }   # routing cells only
 evals() { rcli info commandstats | tr -d '\r' | sed -n 's/^cmdstat_eval:calls=\([0-9]*\),.*/\1/p' | grep . || echo 0; }
@@ -109,7 +104,7 @@ el="$(jget "$S" elapsed_s)"
 kill -CONT "$(redis_pid)"
 wait_tasks 24 20 || fail "R17: after SIGCONT _tasks is $(rcli hget "$TOTAL" _tasks), want 24"
 [ "$(hsum)" = $((hits_a + $(jget "$S" hits))) ] || fail "R17: counters lost: $(hsum) != $hits_a + $(jget "$S" hits)"
-stop_worker
+worker_stop
 
 # --- R13: crash after the result's confirm, before the ack ---
 V4_FAULT_EXIT_BEFORE_ACK=1 "$V4_BIN" worker >> "$WORK/worker.log" 2>&1 &
@@ -132,7 +127,7 @@ sleep 1
 redis_up
 R="$("${PY[@]}" run "$P.tasks" "$P.results" c 4 60)" || fail "R18: results missing: $R"
 wait_tasks 4 20 || fail "R18: counting did not resume after the Redis restart ($(rcli hget "$TOTAL" _tasks))"
-stop_worker
+worker_stop
 grep -q "redis counters: .* 0 dropped" "$WORK/worker.log" || fail "no final counter summary with 0 dropped"
 if grep -q ":[^*@/]*@127.0.0.1:$RPORT" "$WORK/worker.log"; then fail "Redis URL credentials in the log"; fi
 if [ "$status" -ne 0 ]; then

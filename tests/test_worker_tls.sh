@@ -10,6 +10,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
+# shellcheck source=tests/lib/worker.sh
+source "$HERE/lib/worker.sh"
 brokers_test_begin worker_tls none
 command -v openssl > /dev/null || { echo "FAIL: openssl is not installed" >&2; exit 1; }
 WPID=""
@@ -49,13 +51,6 @@ start_worker() {   # start_worker CACERT
     V4_AMQP_URL="$TLS_URL" V4_AMQP_CACERT="$1" "$V4_BIN" worker >> "$WORK/worker.log" 2>&1 &
     WPID=$!
 }
-stop_worker() {
-    kill -TERM "$WPID"
-    local rc=0
-    wait "$WPID" || rc=$?
-    WPID=""
-    [ "$rc" -eq 0 ] || fail "worker exit status $rc after SIGTERM"
-}
 
 # --- a verified TLS connection serves tasks ---
 start_worker "$C/ca.pem"
@@ -65,7 +60,7 @@ out="$(tasks_file a 5 | /usr/bin/python3 "$HERE/../scripts/submit.py" --url "$V4
 [ "$(printf '%s\n' "$out" | grep -c '"status":"succeeded"')" -eq 5 ] || fail "want 5 succeeded results: $out"
 rmqctl list_connections ssl peer_host 2>/dev/null | grep -q '^true' || fail "the broker saw no TLS connection"
 grep -q "connected to amqps://guest:\*\*\*@localhost:$TLS_PORT/" "$WORK/worker.log" || fail "no masked amqps connect line"
-stop_worker
+worker_stop
 
 # --- the wrong CA: refused, retried with backoff, no crash, nothing lost ---
 : > "$WORK/bad.log"
@@ -78,7 +73,7 @@ sleep 3
 kill -0 "$WPID" 2>/dev/null || fail "the worker with the wrong CA exited"
 grep -qi "ssl\|tls\|certificate\|verif" "$WORK/bad.log" || fail "no TLS error in the log: $(tail -n 3 "$WORK/bad.log")"
 if grep -q "guest:guest" "$WORK/bad.log"; then fail "password in the log"; fi
-stop_worker
+worker_stop
 for _ in $(seq 1 50); do   # quorum-queue counters are refreshed every few seconds
     ready="$(rmqctl list_queues name messages_ready 2>/dev/null | awk -v q="$P.tasks" '$1 == q {print $2}')"
     [ "$ready" = 2 ] && break
@@ -88,7 +83,7 @@ done
 start_worker "$C/ca.pem"
 "${WR[@]}" collect "$P.results" b1 1 30 > /dev/null || fail "task b1 not served after the CA was fixed"
 "${WR[@]}" collect "$P.results" b2 1 30 > /dev/null || fail "task b2 not served after the CA was fixed"
-stop_worker
+worker_stop
 if [ "$status" -ne 0 ]; then
     echo "--- worker logs (tail) ---" >&2
     tail -n 20 "$WORK/worker.log" "$WORK/bad.log" >&2
