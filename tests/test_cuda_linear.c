@@ -27,6 +27,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/weights.h"
+#include "linear_gen.h"
 #include "testutil.h"
 #ifndef V4_TEST_NO_CLI
 #include "worker/cli_util.h"   /* V4_TEST_NO_CLI: scripts/device-check.sh's minimal build */
@@ -36,59 +37,6 @@
 #endif
 
 #ifdef V4_HAVE_CUDA
-
-typedef struct rng { uint64_t s; } rng;
-static uint64_t rnext(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static int rint_(rng *r, int lo, int hi) { return lo + (int)(rnext(r) % (uint64_t)(hi - lo + 1)); }
-static double runif(rng *r) { return (double)(rnext(r) >> 11) * 0x1p-53; }
-static float rval(rng *r, int e)
-{
-    float v = ldexpf((float)(0.5 + 0.5 * runif(r)), e);
-    return (rnext(r) & 1) ? -v : v;
-}
-static uint8_t rand_e4m3(rng *r)
-{
-    for (;;) {
-        uint8_t b = (uint8_t)rnext(r);
-        if ((b & 0x7f) != 0x7f)
-            return b;
-    }
-}
-static uint8_t rand_e8m0(rng *r)
-{
-    int u = rint_(r, 0, 99);
-    if (u == 0)
-        return (uint8_t)rint_(r, 0, 6);
-    if (u < 88)
-        return (uint8_t)rint_(r, 127 - 69, 127 - 1);
-    if (u < 98)
-        return (uint8_t)rint_(r, 122, 132);
-    return u == 98 ? 127 - 69 : 127 - 1;
-}
-static void rand_acts(rng *r, float *x, int cols, int bf16)
-{
-    for (int b = 0; b < (cols + 127) / 128; b++) {
-        int kind = rint_(r, 0, 9), e = rint_(r, -12, 12);
-        for (int j = b * 128; j < b * 128 + 128 && j < cols; j++) {
-            float v;
-            if (kind == 0)
-                v = 0.0f;
-            else if (kind == 1)
-                v = rval(r, rint_(r, -40, -15));
-            else if (rint_(r, 0, 15) == 0)
-                v = (rnext(r) & 1) ? -0.0f : 0.0f;
-            else
-                v = rval(r, e - rint_(r, 0, 14));
-            x[j] = bf16 ? v4_bf16(v) : v;
-        }
-    }
-}
 
 enum { F_NAN = 1, F_TINY = 2, F_XNAN = 4, F_SNAN = 8 };
 
