@@ -10,6 +10,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <stdlib.h>
+
+#include "kernels/backend.h"
 #include "kernels/codec.h"
 
 typedef struct rng { uint64_t s; } rng;
@@ -71,6 +74,21 @@ static inline void rand_acts(rng *r, float *x, int cols, int bf16)
             x[j] = bf16 ? v4_bf16(v) : v;
         }
     }
+}
+
+/* nw random BF16 (uint16 bits) or F32 weights, about 1 in 21 exactly zero, the rest of
+ * magnitude 2^-21..2^3 (malloc'd; NULL on allocation failure). */
+static inline void *rand_dense_weights(rng *r, v4_wtype t, size_t nw)
+{
+    void *w = malloc(nw * (t == V4_W_BF16 ? 2 : 4));
+    for (size_t i = 0; w && i < nw; i++) {
+        int zero = rint_(r, 0, 20) == 0;
+        if (t == V4_W_BF16)
+            ((uint16_t *)w)[i] = zero ? 0 : v4_bf16_bits(rval(r, rint_(r, -20, 3)));
+        else
+            ((float *)w)[i] = zero ? 0.0f : rval(r, rint_(r, -20, 3));
+    }
+    return w;
 }
 
 #endif

@@ -70,20 +70,10 @@ static mat_buf make_mat(rng *r, v4_wtype t, int rows, int cols, int flags)
         m.w = w;
         break;
     }
-    case V4_W_BF16: {
-        uint16_t *w = malloc(nw * 2);
-        for (size_t i = 0; i < nw; i++)
-            w[i] = rint_(r, 0, 20) == 0 ? 0 : v4_bf16_bits(rval(r, rint_(r, -20, 3)));
-        m.w = w;
+    case V4_W_BF16:
+    case V4_W_F32:
+        m.w = rand_dense_weights(r, t, nw);
         break;
-    }
-    case V4_W_F32: {
-        float *w = malloc(nw * 4);
-        for (size_t i = 0; i < nw; i++)
-            w[i] = rint_(r, 0, 20) == 0 ? 0.0f : rval(r, rint_(r, -20, 3));
-        m.w = w;
-        break;
-    }
     }
     if (ns) {
         m.s = malloc(ns);
