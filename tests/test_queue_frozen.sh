@@ -54,7 +54,7 @@ for _ in $(seq 1 100); do [ "$(nlines "amqp: connected")" -ge 1 ] && break; slee
 [ "$(nlines "amqp: connected")" -ge 1 ] || fail "the worker did not connect"
 
 echo "--- R6: freeze the broker ~1 s before the task's result is published"
-qclient task tasks '{"id":"fz","deadline_ms":4000,"max_tokens":200000,"input_ids":[0,2,10,3,5],"temperature":0}'
+qclient task tasks '{"id":"fz","deadline_ms":4000,"max_tokens":200000,"ignore_eos":true,"input_ids":[0,2,10,3,5],"temperature":0}'
 for _ in $(seq 1 100); do [ "$(nlines "delivery tag")" -ge 1 ] && break; sleep 0.05; done
 [ "$(nlines "delivery tag")" -ge 1 ] || fail "the worker did not take the task"
 sleep 3

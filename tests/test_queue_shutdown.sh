@@ -53,14 +53,14 @@ stop_worker() {   # stop_worker MAX_S: SIGTERM, expect exit 0 within MAX_S
 
 echo "--- deadline"
 V4_GRACE_MS=60000 start_worker
-qclient task "$P.tasks" '{"id":"dl","deadline_ms":300,"max_tokens":20000,'"$LONG"'}'
+qclient task "$P.tasks" '{"id":"dl","deadline_ms":300,"max_tokens":20000,"ignore_eos":true,'"$LONG"'}'
 r="$(qclient result "$P.results" 30)" || fail "no result for the deadline task"
 echo "$r" | grep -q '"code":"deadline_exceeded"' || fail "deadline task: $r"
 
 echo "--- R4: heartbeats during a long task"
 stop_worker 120
 V4_HEARTBEAT_S=1 V4_GRACE_MS=60000 start_worker
-qclient task "$P.tasks" '{"id":"hb","deadline_ms":4000,"max_tokens":200000,'"$LONG"'}'
+qclient task "$P.tasks" '{"id":"hb","deadline_ms":4000,"max_tokens":200000,"ignore_eos":true,'"$LONG"'}'
 r="$(qclient result "$P.results" 60)" || fail "no result for the heartbeat task"
 echo "$r" | grep -q '"id":"hb"' || fail "R4 result: $r"
 [ "$(grep -c "connection lost" "$WORK/worker.log")" = 0 ] || fail "R4: the connection was lost during the task"
@@ -77,7 +77,7 @@ echo "$r" | grep -q '"id":"fits","status":"succeeded"' || fail "R14 result: $r"
 
 echo "--- R15: SIGTERM, the running task does not fit the grace period"
 V4_GRACE_MS=300 start_worker
-qclient task "$P.tasks" '{"id":"long","max_tokens":20000,'"$LONG"'}'
+qclient task "$P.tasks" '{"id":"long","max_tokens":20000,"ignore_eos":true,'"$LONG"'}'
 wait_started 4
 sleep 0.3
 stop_worker 6

@@ -42,6 +42,7 @@ static const bad_case BAD[] = {
     {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[1]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"\"]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"thinking\":1}", V4_TASK_INVALID_FIELD, "thinking", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"ignore_eos\":\"yes\"}", V4_TASK_INVALID_FIELD, "ignore_eos", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"deadline_ms\":0}", V4_TASK_INVALID_FIELD, "deadline_ms", 0, 0},
     {"{\"id\":\"a\",\"input_ids\":[]}", V4_TASK_INVALID_FIELD, "input_ids", 0, 0},
     {"{\"id\":\"a\",\"input_ids\":[1,-2]}", V4_TASK_INVALID_FIELD, "input_ids[1]", 0, 0},
@@ -110,14 +111,14 @@ static void test_good(void)
 {
     const char *b = "{\"id\":\"t1\",\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
                     "{\"role\":\"user\",\"content\":\"Q\"}],\"max_tokens\":5,\"temperature\":0,\"top_p\":0.9,"
-                    "\"top_k\":3,\"seed\":42,\"stop\":[\"a\",\"b\"],\"thinking\":true,\"deadline_ms\":1000,"
+                    "\"top_k\":3,\"seed\":42,\"stop\":[\"a\",\"b\"],\"thinking\":true,\"ignore_eos\":true,\"deadline_ms\":1000,"
                     "\"metadata\":{\"x\":[1]},\"extra\":1}";
     v4_task t;
     v4_task_error e;
     CHECK(v4_task_parse(b, strlen(b), 4096, &t, &e) == 0, "good packet rejected: %s: %s", e.where, e.message);
     CHECK(!strcmp(t.id, "t1") && !strcmp(t.model, "m") && t.n_messages == 2 && t.max_tokens == 5, "fields");
     CHECK(t.temperature == 0 && t.top_p == 0.9 && t.top_k == 3 && t.seed == 42 && t.n_stops == 2, "sampling");
-    CHECK(t.thinking == 1 && t.deadline_ms == 1000 && json_is_object(t.metadata), "flags");
+    CHECK(t.thinking == 1 && t.ignore_eos == 1 && t.deadline_ms == 1000 && json_is_object(t.metadata), "flags");
     CHECK(t.n_unknown == 1 && !strcmp(t.unknown[0], "extra"), "unknown fields listed");
     v4_task_free(&t);
     const char *b2 = "{\"id\":\"t2\",\"input_ids\":[0,5,7],\"stop\":\"zz\"}";

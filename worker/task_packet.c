@@ -168,6 +168,12 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
         t->thinking = json_is_true(v);
         return 0;
     }
+    if (!strcmp(k, "ignore_eos")) {
+        if (!json_is_boolean(v))
+            return FIELD(e, k, "must be true or false");
+        t->ignore_eos = json_is_true(v);
+        return 0;
+    }
     if (!strcmp(k, "deadline_ms")) {
         if (get_int(v, k, 1, 86400000, &x, e))
             return -1;

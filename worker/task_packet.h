@@ -8,7 +8,8 @@
  *   messages [{role: system|user|assistant, content: string}] | prompt (string) |
  *   input_ids [int >= 0], max_tokens (1..1048576, default 64), temperature (>= 0,
  *   default 1), top_p ((0,1], default 1), top_k (>= 0), seed (>= 0), stop (string or
- *   array of <= 16 strings), thinking (bool), deadline_ms (1..86400000), metadata (any
+ *   array of <= 16 strings), thinking (bool), ignore_eos (bool: run to max_tokens, the
+ *   deadline or a stop string even past the end-of-sequence token), deadline_ms (1..86400000), metadata (any
  *   JSON value, echoed back).  Unknown fields are ignored and listed in unknown[].
  * On failure the error says invalid_json (with line, column and byte position) or
  * invalid_field (with the field in where); e->id is still filled when the packet had
@@ -53,6 +54,7 @@ typedef struct v4_task {
     const char *stops[V4_TASK_MAX_STOPS];
     int n_stops;
     int thinking;
+    int ignore_eos;
     long deadline_ms;               /* 0: the worker default */
     json_t *metadata;               /* borrowed from root, NULL if absent */
     const char *unknown[V4_TASK_MAX_UNKNOWN];

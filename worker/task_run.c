@@ -294,7 +294,7 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     out->expert_n = mc->n_routed_experts;
     out->expert_k = mc->n_act_experts;
     run_guard guard = {deadline_ms, abort_fn, abort_ud, 0};
-    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, eos, t->stops, t->n_stops, guard_cancel, &guard,
+    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops, t->n_stops, guard_cancel, &guard,
                           out->expert_counts};
     if (v4_generate(r->ctx, seq, r->tok, &req, emit_buf, &buf, &res, &err)) {
         if (guard.why == 2) {
