@@ -41,7 +41,7 @@ static int serial_step(v4_batch_exec *x, v4_batch_job **done, int max)
         j->deadline_ms = ms ? j->start_ms + (double)ms : 1e300;
     }
     memset(&j->err, 0, sizeof j->err);
-    j->rc = v4_runner_run(s->runner, &j->item.task, j->deadline_ms, s->abort_fn, s->abort_ud, &j->out, &j->err);
+    j->rc = v4_task_execute(s->runner, &j->item.task, j->deadline_ms, s->abort_fn, s->abort_ud, &j->out, &j->err);
     j->end_ms = v4_now_ms();
     done[0] = j;
     return 1;

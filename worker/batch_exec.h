@@ -18,6 +18,7 @@
 #define V4_BATCH_EXEC_H
 
 #include "batch_input.h"
+#include "task_exec.h"
 #include "task_run.h"
 
 typedef struct v4_batch_job {

@@ -48,6 +48,7 @@
 #include "http_server.h"
 #include "log.h"
 #include "result_packet.h"
+#include "task_exec.h"
 #include "task_packet.h"
 #include "task_run.h"
 #include "worker_metrics.h"
@@ -257,7 +258,7 @@ static void handle(worker *w, const v4q_delivery *d)
     memset(&e, 0, sizeof e);
     double queue_ms = queue_ms_of(d), t_run = v4_now_ms();
     v4m_fset(w->m.running, 1);
-    int rc = v4_runner_run(w->runner, &t, deadline, shutdown_abort, w, &out, &e);
+    int rc = v4_task_execute(w->runner, &t, deadline, shutdown_abort, w, &out, &e);
     v4m_fset(w->m.running, 0);
     if (rc == -2) {
         wlog(w, 1, t.id, "task %s: grace period over, requeued without a result", t.id);
@@ -376,7 +377,7 @@ int v4_cmd_worker(int argc, char **argv)
                  "port, or 0 to silence this)", err.where, err.msg);
     }
     v4_task_error te = {0};
-    v4_runner_opts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads, 0, NULL};
+    v4_runner_opts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads, 0, NULL, 1};
     if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_names, &rx, &te))) {
         wlog(&w, 0, NULL, "%s: %s", te.where, te.message);
         return finish(&w, http, 1);

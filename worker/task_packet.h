@@ -37,8 +37,13 @@ typedef struct v4_task_msg {
     const char *content;
 } v4_task_msg;
 
+/* What a task asks for: a generation (messages | prompt | input_ids) or a summary of a
+ * document (summarize.h). */
+enum { V4_TASK_KIND_GENERATE = 0, V4_TASK_KIND_SUMMARIZE = 1 };
+
 typedef struct v4_task {
     json_t *root;
+    int kind;                       /* V4_TASK_KIND_* */
     const char *id;                 /* NULL if the packet had no usable id */
     const char *model;              /* NULL: any */
     v4_task_msg messages[V4_TASK_MAX_MESSAGES];

@@ -14,18 +14,8 @@
 #include "chat.h"
 #include "cli_util.h"
 #include "generate.h"
+#include "task_run_internal.h"
 
-struct v4_runner {
-    v4_model_files m;
-    int m_open;
-    v4_tokenizer *tok;
-    v4_backend *be;
-    v4_ctx *ctx;
-    v4_xprov *xp;               /* paged experts; NULL = all resident */
-    char name[128];             /* the served name (first of names) */
-    char names[512];            /* "name[,alias...]" */
-    char served_list[640];      /* "\"a\"" or "\"a\" (also \"b\", \"c\")" for error messages */
-};
 
 double v4_now_ms(void)
 {
@@ -73,7 +63,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
         goto fail;
     r->m_open = 1;
     if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
-        !(r->ctx = v4_ctx_create(&r->m.w, r->be, 1, &err)))
+        !(r->ctx = v4_ctx_create(&r->m.w, r->be, ex && ex->max_batch > 1 ? ex->max_batch : 1, &err)))
         goto fail;
     if (ex && ex->host_cache_bytes > 0) {
         v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};

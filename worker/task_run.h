@@ -41,6 +41,8 @@ typedef struct v4_run_output {
     int expert_layers, expert_n, expert_k;
     long forwarded;
     long long expert_hits, expert_misses, expert_bytes_loaded;
+    /* Summarize tasks: chunks summarized and summary levels (0, 0 otherwise). */
+    int chunks, levels;
 } v4_run_output;
 
 /* Engine options of a runner.  Routed experts: all resident (host_cache_bytes 0, the
@@ -55,6 +57,7 @@ typedef struct v4_runner_opts {
     int io_threads;                 /* 0: default */
     int threads;
     const char *isa;
+    int max_batch;                  /* sequences one forward step may carry (0: 1) */
 } v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
