@@ -49,6 +49,7 @@ typedef struct v4_worker_config {
     int heartbeat_s;                /* AMQP heartbeat (0 = off, 1..600) */
     int delivery_limit;             /* x-delivery-limit of the task queue (1..1000) */
     long deadline_ms;               /* default per-task deadline (1..86400000) */
+    long max_context;               /* V4_MAX_CONTEXT: prompt + max_tokens per task (0 = the model's) */
     long confirm_timeout_ms;        /* wait for a publisher confirm (100..600000) */
     long max_body_bytes;            /* largest task body accepted (64..64 MiB) */
     long grace_ms;                  /* SIGTERM grace period for the running task */

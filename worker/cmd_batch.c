@@ -69,13 +69,14 @@ typedef struct batch_run {
     v4_batch_progress prog;
     int stopping;
     double stop_at_ms;
+    long max_context;               /* --max-context: prompt + max_tokens per task (0 = the model's) */
 } batch_run;
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet batch INPUT.jsonl -o OUTPUT.jsonl [--model DIR] [--model-name NAME[,alias...]]\n"
                "         [--deadline-ms N] [--grace-ms N] [--max-line-bytes N] [--progress-interval-ms N]\n"
-               "         [--progress bar|lines] [--threads N] [--isa auto|scalar|avx2|avx512]\n"
+               "         [--progress bar|lines] [--max-context N] [--threads N] [--isa auto|scalar|avx2|avx512]\n"
                V4_EXPERT_FLAGS_USAGE
                "Each input line is a task packet (the queue's schema) or an OpenAI batch line (custom_id,\n"
                "method POST, url /v1/chat/completions, body); each output line the queue's result record\n"
@@ -138,6 +139,10 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             if (num_arg(a, v, 0, 86400000, &x))
                 return 2;
             b->deadline_ms = (long)x;
+        } else if (!strcmp(a, "--max-context")) {
+            if (num_arg(a, v, 0, 1ll << 30, &x))
+                return 2;
+            b->max_context = (long)x;
         } else if (!strcmp(a, "--grace-ms")) {
             if (num_arg(a, v, 0, 3600000, &x))
                 return 2;
@@ -420,7 +425,7 @@ int v4_cmd_batch(int argc, char **argv)
     long to_run = (long)b.n_plan - b.n_skip;
     if (to_run > 0) {
         v4_task_error te = {0};
-        v4_runner_opts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads, b.eo.threads, b.eo.isa, 1};
+        v4_runner_opts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads, b.eo.threads, b.eo.isa, 1, b.max_context};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;

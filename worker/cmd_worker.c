@@ -377,7 +377,7 @@ int v4_cmd_worker(int argc, char **argv)
                  "port, or 0 to silence this)", err.where, err.msg);
     }
     v4_task_error te = {0};
-    v4_runner_opts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads, 0, NULL, 1};
+    v4_runner_opts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads, 0, NULL, 1, w.cfg.max_context};
     if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_names, &rx, &te))) {
         wlog(&w, 0, NULL, "%s: %s", te.where, te.message);
         return finish(&w, http, 1);

@@ -62,6 +62,9 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     if (v4_model_open(model_dir, &r->m, &err))
         goto fail;
     r->m_open = 1;
+    r->context = (long)r->m.cfg.max_position;
+    if (ex && ex->max_context > 0 && ex->max_context < r->context)
+        r->context = ex->max_context;
     if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
         !(r->ctx = v4_ctx_create(&r->m.w, r->be, ex && ex->max_batch > 1 ? ex->max_batch : 1, &err)))
         goto fail;
@@ -132,6 +135,11 @@ static int serves(const v4_runner *r, const char *model)
 const char *v4_runner_model_name(const v4_runner *r)
 {
     return r->name;
+}
+
+long v4_runner_context(const v4_runner *r)
+{
+    return r->context;
 }
 
 const v4_config *v4_runner_config(const v4_runner *r)
@@ -259,10 +267,10 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     if (build_prompt(r, t, &ids, e))
         goto out;
     long long total = (long long)ids.n + t->max_tokens;
-    if (total > r->m.cfg.max_position) {
+    if (total > r->context) {
         v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_tokens",
-             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %lld tokens", ids.n, t->max_tokens,
-             r->m.cfg.max_position);
+             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %ld tokens", ids.n, t->max_tokens,
+             r->context);
         goto out;
     }
     v4_sampling_params sp = {t->temperature, t->top_p, (int)t->top_k, t->seed};

@@ -58,6 +58,7 @@ typedef struct v4_runner_opts {
     int threads;
     const char *isa;
     int max_batch;                  /* sequences one forward step may carry (0: 1) */
+    long max_context;               /* prompt + max_tokens limit per task (0: the model's) */
 } v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
@@ -76,6 +77,9 @@ typedef struct v4_runner_cache_figs {
     unsigned long long hits, misses, bytes_read, in_use_bytes, budget_bytes;
 } v4_runner_cache_figs;
 int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
+/* The context a task may use (prompt + max_tokens): max_context, capped by the model's
+ * max_position_embeddings. */
+long v4_runner_context(const v4_runner *r);
 /* The served model's shape (layers, routed experts, experts per token, ...). */
 const struct v4_config *v4_runner_config(const v4_runner *r);
 /* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.

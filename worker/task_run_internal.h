@@ -22,6 +22,7 @@ struct v4_runner {
     v4_xprov *xp;               /* paged experts; NULL = all resident */
     char name[128];             /* the served name (first of names) */
     char names[512];            /* "name[,alias...]" */
+    long context;               /* prompt + max_tokens limit (v4_runner_context) */
     char served_list[640];      /* "\"a\"" or "\"a\" (also \"b\", \"c\")" for error messages */
 };
 
