@@ -50,6 +50,9 @@ typedef struct v4_worker_config {
     int delivery_limit;             /* x-delivery-limit of the task queue (1..1000) */
     long deadline_ms;               /* default per-task deadline (1..86400000) */
     long max_context;               /* V4_MAX_CONTEXT: prompt + max_tokens per task (0 = the model's) */
+    int warmup_tokens;              /* V4_WARMUP_TOKENS: warm-up generation before ready (0 = none) */
+    int warmup_experts;             /* V4_WARMUP_EXPERTS: pre-load the fleet's hottest experts (0/1) */
+    long model_watch_s;             /* V4_MODEL_WATCH_S: reload when V4_MODEL_DIR resolves anew (0 = off) */
     long confirm_timeout_ms;        /* wait for a publisher confirm (100..600000) */
     long max_body_bytes;            /* largest task body accepted (64..64 MiB) */
     long grace_ms;                  /* SIGTERM grace period for the running task */

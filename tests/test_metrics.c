@@ -222,7 +222,8 @@ static void t_worker_set(void)
         "v4fleet:inter_token_latency_seconds_count 1\n", "v4fleet:e2e_request_latency_seconds_count 2\n",
         "v4fleet:queue_wait_seconds_count 1\n", "v4fleet:broker_reconnects_total 2\n", "v4fleet:broker_connected 1\n",
         "v4fleet:redis_counter_records{state=\"sent\"} 4\n", "v4fleet:redis_counter_records{state=\"dropped\"} 1\n",
-        "v4fleet:redis_counter_records{state=\"pending\"} 2\n", "v4fleet:info{model=\"tiny\",worker=\"w-1\"} 1\n",
+        "v4fleet:redis_counter_records{state=\"pending\"} 2\n",
+        "v4fleet:model_reloads_total{result=\"ok\"} 0\n", "v4fleet:model_reloads_total{result=\"failed\"} 0\n", "v4fleet:info{model=\"tiny\",worker=\"w-1\"} 1\n",
         "# TYPE v4fleet:expert_cache_hits_total counter\n", "# TYPE v4fleet:ready gauge\n",
         "v4fleet:time_to_first_token_seconds_bucket{le=\"0.02\"} 1\n",
         "v4fleet:time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n"};
@@ -241,7 +242,17 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 21, "%d families", fams);
+    CHECK(fams == 24, "%d families", fams);
+    free(t);
+    v4_wmetrics_warmup(&m, 1.5, 12);
+    v4_wmetrics_reload(&m, 1);
+    v4_wmetrics_reload(&m, 0);
+    v4_wmetrics_reload(&m, 0);
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "v4fleet:warmup_seconds 1.5\n") && strstr(t, "v4fleet:warmup_experts_loaded 12\n") &&
+              strstr(t, "v4fleet:model_reloads_total{result=\"ok\"} 1\n") &&
+              strstr(t, "v4fleet:model_reloads_total{result=\"failed\"} 2\n"),
+          "warm-up and reload series");
     free(t);
     v4_wmetrics_free(&m);
 }

@@ -21,16 +21,32 @@
  * -> draining) and the service/counter-thread pointers, cleared before they are freed.
  * An explicit V4_HTTP_PORT that cannot be bound is fatal; the default 9090 taken (several
  * workers on one host) is logged as an error and the worker runs without the endpoint.
- * Ready = model loaded, service started, broker connected, not draining.
+ * Ready = model loaded and warm, service started, broker connected, not reloading or
+ * draining.
  *
- * Signals: SIGTERM/SIGINT set a sig_atomic_t flag (the one piece of process-wide
- * mutable state, written only by the handler).  It is polled every 200 ms between
+ * Warm-up (warmup.h), before the service starts consuming: the fleet's hottest experts
+ * (Redis statistics) into the host cache, then one short generation.
+ *
+ * Reload (SIGHUP, or V4_MODEL_WATCH_S: V4_MODEL_DIR resolves to another directory, as
+ * when a symlink is flipped to a new model version): between tasks, so the running
+ * task finishes on the old model; no new task is taken meanwhile (a prefetched delivery
+ * waits, unacked, in the AMQP thread, which keeps the connection's heartbeats going).
+ * The settings are read again (environment + file); the model and engine settings
+ * (V4_MODEL_DIR, V4_MODEL_NAME, expert paging, V4_MAX_CONTEXT, V4_DEADLINE_MS,
+ * warm-up) take effect, the others need a restart.  The new runner is opened and warmed
+ * up while the old one still exists; only then are they swapped.  A new model that does
+ * not open or warm up is dropped and the old one keeps serving: no task fails because
+ * of a reload.  Peak memory during a reload is both models.
+ *
+ * Signals: SIGTERM/SIGINT and SIGHUP set sig_atomic_t flags (the only process-wide
+ * mutable state, written only by the handler).  The stop flag is polled every 200 ms between
  * tasks and before every forward step of a running task: at the first sight the
  * consumer is cancelled (unstarted deliveries are requeued by the AMQP thread); the
  * running task may finish within V4_GRACE_MS, after that it is aborted and requeued
  * (nack) without a result; then the command returns 0.
  * Thread: main thread; the AMQP thread is owned by the service.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -51,18 +67,22 @@
 #include "task_exec.h"
 #include "task_packet.h"
 #include "task_run.h"
+#include "warmup.h"
 #include "worker_metrics.h"
 
 #define PROG "worker"
 
-static volatile sig_atomic_t g_stop_signal;
+static volatile sig_atomic_t g_stop_signal, g_reload_signal;
 
 static void on_signal(int sig)
 {
-    g_stop_signal = sig;
+    if (sig == SIGHUP)
+        g_reload_signal = 1;
+    else
+        g_stop_signal = sig;
 }
 
-enum { PHASE_LOADING, PHASE_SERVING, PHASE_DRAINING };
+enum { PHASE_LOADING, PHASE_WARMING, PHASE_SERVING, PHASE_RELOADING, PHASE_DRAINING };
 
 /* What the HTTP thread may read; everything under mu. */
 typedef struct health {
@@ -80,6 +100,8 @@ typedef struct worker {
     v4q_service *svc;
     v4_runner *runner;
     v4_util *util;              /* Redis expert counters; NULL when V4_REDIS_URL=off */
+    char model_real[4096];      /* realpath of V4_MODEL_DIR when loaded (V4_MODEL_WATCH_S) */
+    double next_watch_ms;
     long done, failed, invalid, requeued;
     int stopping;               /* the consumer was cancelled after a signal */
     double stop_at_ms;          /* when the signal was first seen */
@@ -101,6 +123,8 @@ static int ready_locked(worker *w, char *why, size_t n)
     int connected = w->h.svc ? v4q_connected(w->h.svc, &connects) : 0;
     v4_wmetrics_broker(&w->m, connected, connects);
     const char *r = w->h.phase == PHASE_LOADING ? "loading the model"
+                    : w->h.phase == PHASE_WARMING ? "warming up (pre-loading experts, one short generation)"
+                    : w->h.phase == PHASE_RELOADING ? "reloading the model (not taking tasks)"
                     : w->h.phase == PHASE_DRAINING ? "draining (stop signal): not taking tasks"
                     : !w->h.svc ? "starting"
                     : !connected ? "not connected to the broker"
@@ -303,6 +327,135 @@ static void handle(worker *w, const v4q_delivery *d)
     v4_task_free(&t);
 }
 
+/* Open a runner with c's model and engine settings and warm it up (phase: loading, then
+ * warming).  0 = *out ready; -1 = nothing opened (logged). */
+static int open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner **out)
+{
+    v4_task_error te = {0};
+    v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, 0, NULL, 1,
+                         c->max_context};
+    double t0 = v4_now_ms();
+    *out = NULL;
+    v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
+    if (!r) {
+        wlog(w, 0, NULL, "%s: %s", te.where, te.message);
+        return -1;
+    }
+    char experts[256];
+    v4_runner_describe_experts(r, experts, sizeof experts);
+    wlog(w, 1, NULL, "model %s opened in %.0f ms; %s", c->model_dir, v4_now_ms() - t0, experts);
+    if (phase == PHASE_LOADING)
+        set_phase(w, PHASE_WARMING, NULL, NULL);
+    v4_warmup_opts wo = {c->warmup_experts ? c->redis_url : NULL, c->redis_prefix, c->model_name, c->warmup_tokens};
+    v4_warmup_report rep;
+    if (v4_warmup(r, &wo, &rep, &te)) {
+        wlog(w, 0, NULL, "warm-up generation failed: %s: %s: %s", v4_task_errcode_name(te.code), te.where, te.message);
+        v4_runner_free(r);
+        return -1;
+    }
+    if (rep.experts_loaded)
+        wlog(w, 1, NULL, "warm-up: pre-loaded %d of %d ranked experts (%.1f MiB, %.0f ms; hottest %s)%s%s",
+             rep.experts_loaded, rep.experts_ranked, rep.bytes_loaded / 1048576.0, rep.experts_ms, rep.hottest,
+             rep.note[0] ? "; " : "", rep.note);
+    else
+        wlog(w, 1, NULL, "warm-up: no expert pre-loaded: %s", c->warmup_experts ? rep.note : "V4_WARMUP_EXPERTS=0");
+    wlog(w, 1, NULL, "warm-up: generation of %d tokens in %.1f ms", rep.gen_tokens, rep.gen_ms);
+    v4_wmetrics_warmup(&w->m, (rep.experts_ms + rep.gen_ms) / 1e3, rep.experts_loaded);
+    v4_runner_cache_figs cf;
+    if (v4_runner_cache_figs_get(r, &cf) == 0)
+        v4_wmetrics_cache(&w->m, &cf);
+    *out = r;
+    return 0;
+}
+
+/* Start the Redis counter thread for runner r's model shape. */
+static int start_util(worker *w, const v4_worker_config *c, v4_runner *r)
+{
+    const v4_config *mc = v4_runner_config(r);
+    v4_util_opts uo = {.redis_url = c->redis_url, .prefix = c->redis_prefix, .model = c->model_name,
+                       .n_layers = mc->n_layers, .n_experts = mc->n_routed_experts, .top_k = mc->n_act_experts,
+                       .bucket_s = c->redis_bucket_s, .bucket_ttl_s = c->redis_bucket_ttl_s,
+                       .done_ttl_s = c->redis_done_ttl_s, .timeout_ms = c->redis_timeout_ms,
+                       .max_backlog = (size_t)c->redis_backlog};
+    v4_error err = {0};
+    if (!(w->util = v4_util_start(&uo, v4_log_redis_cb, &w->log, &err))) {
+        wlog(w, 0, NULL, "%s: %s", err.where, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The reload itself (see the top of the file); never fails a task, never exits. */
+static void reload(worker *w, const char *why)
+{
+    double t0 = v4_now_ms();
+    wlog(w, 1, NULL, "reload (%s): not taking tasks until the new model is warm", why);
+    set_phase(w, PHASE_RELOADING, w->svc, w->util);
+    v4_worker_config nc;
+    v4_error err = {0};
+    v4_runner *nr = NULL;
+    if (v4_worker_config_from_env(&nc, &err)) {
+        wlog(w, 0, NULL, "reload failed: settings: %s: %s; still serving %s", err.where, err.msg, w->cfg.model_dir);
+    } else if (open_runner(w, &nc, PHASE_RELOADING, &nr)) {
+        wlog(w, 0, NULL, "reload failed: model %s did not open or warm up (above); still serving %s", nc.model_dir,
+             w->cfg.model_dir);
+    }
+    if (!nr) {
+        v4_wmetrics_reload(&w->m, 0);
+        set_phase(w, PHASE_SERVING, w->svc, w->util);
+        return;
+    }
+    const v4_config *a = v4_runner_config(w->runner), *b = v4_runner_config(nr);
+    if (w->util && (strcmp(nc.model_name, w->cfg.model_name) || a->n_layers != b->n_layers ||
+                    a->n_routed_experts != b->n_routed_experts || a->n_act_experts != b->n_act_experts)) {
+        v4_util *old = w->util;   /* new name or shape: new counter keys */
+        set_phase(w, PHASE_RELOADING, w->svc, NULL);
+        v4_util_flush(old, 2000);
+        v4_util_free(old);
+        w->util = NULL;
+        if (start_util(w, &nc, nr))
+            wlog(w, 0, NULL, "expert utilization is not recorded until the worker restarts");
+    }
+    v4_runner_free(w->runner);
+    w->runner = nr;
+    memcpy(w->cfg.model_dir, nc.model_dir, sizeof nc.model_dir);
+    memcpy(w->cfg.model_name, nc.model_name, sizeof nc.model_name);
+    memcpy(w->cfg.model_names, nc.model_names, sizeof nc.model_names);
+    memcpy(w->cfg.expert_pack, nc.expert_pack, sizeof nc.expert_pack);
+    memcpy(w->cfg.cache_policy, nc.cache_policy, sizeof nc.cache_policy);
+    w->cfg.host_cache_bytes = nc.host_cache_bytes;
+    w->cfg.io_threads = nc.io_threads;
+    w->cfg.max_context = nc.max_context;
+    w->cfg.deadline_ms = nc.deadline_ms;
+    w->cfg.warmup_tokens = nc.warmup_tokens;
+    w->cfg.warmup_experts = nc.warmup_experts;
+    w->cfg.model_watch_s = nc.model_watch_s;
+    if (!realpath(w->cfg.model_dir, w->model_real))
+        w->model_real[0] = 0;
+    v4_wmetrics_reload(&w->m, 1);
+    set_phase(w, PHASE_SERVING, w->svc, w->util);
+    wlog(w, 1, NULL, "reload done in %.0f ms: serving model \"%s\" (names: %s) from %s", v4_now_ms() - t0,
+         w->cfg.model_name, w->cfg.model_names, w->cfg.model_dir);
+}
+
+/* Between tasks: a SIGHUP, or (V4_MODEL_WATCH_S) V4_MODEL_DIR resolving anew. */
+static void maybe_reload(worker *w)
+{
+    if (g_reload_signal) {
+        g_reload_signal = 0;
+        reload(w, "SIGHUP");
+        return;
+    }
+    if (!w->cfg.model_watch_s || v4_now_ms() < w->next_watch_ms)
+        return;
+    w->next_watch_ms = v4_now_ms() + (double)w->cfg.model_watch_s * 1e3;
+    char now[sizeof w->model_real], why[sizeof now + 64];
+    if (realpath(w->cfg.model_dir, now) && strcmp(now, w->model_real)) {
+        snprintf(why, sizeof why, "V4_MODEL_DIR now resolves to %s", now);
+        reload(w, why);
+    }
+}
+
 static int usage(int rc)
 {
     fprintf(rc ? stderr : stdout,
@@ -359,6 +512,7 @@ int v4_cmd_worker(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     v4_http *http = NULL;
@@ -376,31 +530,17 @@ int v4_cmd_worker(int argc, char **argv)
             wlog(&w, 0, NULL, "%s: %s; running WITHOUT the health/metrics endpoint (set V4_HTTP_PORT to a free "
                  "port, or 0 to silence this)", err.where, err.msg);
     }
-    v4_task_error te = {0};
-    v4_runner_opts rx = {w.cfg.expert_pack, w.cfg.host_cache_bytes, w.cfg.cache_policy, w.cfg.io_threads, 0, NULL, 1, w.cfg.max_context};
-    if (!(w.runner = v4_runner_open(w.cfg.model_dir, w.cfg.model_names, &rx, &te))) {
-        wlog(&w, 0, NULL, "%s: %s", te.where, te.message);
+    if (open_runner(&w, &w.cfg, PHASE_LOADING, &w.runner))
         return finish(&w, http, 1);
-    }
-    v4_runner_cache_figs cf;
-    if (v4_runner_cache_figs_get(w.runner, &cf) == 0)
-        v4_wmetrics_cache(&w.m, &cf);
-    char masked[V4_CFG_STR], experts[256];
+    if (!realpath(w.cfg.model_dir, w.model_real))
+        w.model_real[0] = 0;
+    char masked[V4_CFG_STR];
     v4_mask_url(w.cfg.amqp_url, masked, sizeof masked);
-    v4_runner_describe_experts(w.runner, experts, sizeof experts);
-    wlog(&w, 1, NULL, "%s", experts);
     wlog(&w, 1, NULL, "worker %s serving model \"%s\" (names: %s) from %s; broker %s%s%s", w.cfg.worker_id,
          w.cfg.model_name, w.cfg.model_names, w.cfg.model_dir, masked, w.cfg.config_file[0] ? "; settings file " : "",
          w.cfg.config_file);
     if (strcmp(w.cfg.redis_url, "off")) {
-        const v4_config *mc = v4_runner_config(w.runner);
-        v4_util_opts uo = {.redis_url = w.cfg.redis_url, .prefix = w.cfg.redis_prefix, .model = w.cfg.model_name,
-                           .n_layers = mc->n_layers, .n_experts = mc->n_routed_experts, .top_k = mc->n_act_experts,
-                           .bucket_s = w.cfg.redis_bucket_s, .bucket_ttl_s = w.cfg.redis_bucket_ttl_s,
-                           .done_ttl_s = w.cfg.redis_done_ttl_s, .timeout_ms = w.cfg.redis_timeout_ms,
-                           .max_backlog = (size_t)w.cfg.redis_backlog};
-        if (!(w.util = v4_util_start(&uo, v4_log_redis_cb, &w.log, &err))) {
-            wlog(&w, 0, NULL, "%s: %s", err.where, err.msg);
+        if (start_util(&w, &w.cfg, w.runner)) {
             v4_runner_free(w.runner);
             return finish(&w, http, 1);
         }
@@ -414,8 +554,11 @@ int v4_cmd_worker(int argc, char **argv)
         return finish(&w, http, 1);
     }
     set_phase(&w, PHASE_SERVING, w.svc, w.util);
+    w.next_watch_ms = v4_now_ms() + (double)w.cfg.model_watch_s * 1e3;
     for (;;) {
         notice_signal(&w);
+        if (!w.stopping)
+            maybe_reload(&w);
         v4q_delivery *d = NULL;
         int r = v4q_next(w.svc, &d, 200);
         if (r < 0)

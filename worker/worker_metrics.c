@@ -68,11 +68,18 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
                                       "since start; pending now).",
                                       state_l, NULL, 0);
     m->ready = v4m_family_new(r, V4M_GAUGE, "v4fleet:ready", "1 when /readyz answers 200.", NULL, NULL, 0);
+    static const char *const result_l[] = {"result", NULL};
+    m->warmup_s = v4m_family_new(r, V4M_GAUGE, "v4fleet:warmup_seconds",
+                                 "Duration of the last warm-up (pre-loading experts + one generation).", NULL, NULL, 0);
+    m->warmup_x = v4m_family_new(r, V4M_GAUGE, "v4fleet:warmup_experts_loaded",
+                                 "Experts the last warm-up pre-loaded into the host cache.", NULL, NULL, 0);
+    m->reloads = v4m_family_new(r, V4M_COUNTER, "v4fleet:model_reloads_total",
+                                "Model reloads (SIGHUP or a new model directory) by result.", result_l, NULL, 0);
     m->info = v4m_family_new(r, V4M_GAUGE, "v4fleet:info", "The served model and this worker's id.", info_l, NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
         !m->requeued || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
-        !m->ready || !m->info) {
+        !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads) {
         v4_wmetrics_free(m);
         return -1;
     }
@@ -90,6 +97,9 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     v4m_fadd(m->reconnects, 0);
     v4m_fset(m->connected, 0);
     v4m_fset(m->ready, 0);
+    const char *ok[] = {"ok"}, *failed[] = {"failed"};
+    v4m_add(v4m_series_of(m->reloads, ok), 0);
+    v4m_add(v4m_series_of(m->reloads, failed), 0);
     const char *iv[] = {model, worker};
     v4m_set(v4m_series_of(m->info, iv), 1);
     return 0;
@@ -145,4 +155,16 @@ void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s)
         const char *v[] = {names[i]};
         v4m_set(v4m_series_of(m->redis_records, v), (double)vals[i]);
     }
+}
+
+void v4_wmetrics_warmup(v4_wmetrics *m, double seconds, int experts_loaded)
+{
+    v4m_fset(m->warmup_s, seconds);
+    v4m_fset(m->warmup_x, experts_loaded);
+}
+
+void v4_wmetrics_reload(v4_wmetrics *m, int ok)
+{
+    const char *v[] = {ok ? "ok" : "failed"};
+    v4m_add(v4m_series_of(m->reloads, v), 1);
 }

@@ -22,6 +22,9 @@
  *   v4fleet:broker_connected              gauge
  *   v4fleet:redis_counter_records{state="sent|duplicate|dropped|pending"}  gauge
  *   v4fleet:ready                         gauge      what /readyz answers (1/0)
+ *   v4fleet:warmup_seconds                gauge      the last warm-up (start or reload)
+ *   v4fleet:warmup_experts_loaded         gauge      experts it pre-loaded
+ *   v4fleet:model_reloads_total{result="ok|failed"}  counter
  *   v4fleet:info{model,worker}            gauge      always 1
  *
  * Ownership: v4_wmetrics owns the registry.  Thread: every function but init/free from
@@ -40,7 +43,7 @@ typedef struct v4_wmetrics {
     v4m_registry *reg;
     v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
-        *redis_records, *ready, *info;
+        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads;
 } v4_wmetrics;
 
 /* One finished task (a result was built).  Seconds; < 0 = not observed. */
@@ -56,5 +59,8 @@ void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f);
 void v4_wmetrics_cache(v4_wmetrics *m, const v4_runner_cache_figs *f);
 void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects);
 void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s);
+void v4_wmetrics_warmup(v4_wmetrics *m, double seconds, int experts_loaded);
+/* One reload attempt: ok 1 (swapped) or 0 (the old model kept serving). */
+void v4_wmetrics_reload(v4_wmetrics *m, int ok);
 
 #endif
