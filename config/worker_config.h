@@ -49,6 +49,7 @@ typedef struct v4_worker_config {
     int heartbeat_s;                /* AMQP heartbeat (0 = off, 1..600) */
     int delivery_limit;             /* x-delivery-limit of the task queue (1..1000) */
     long deadline_ms;               /* default per-task deadline (1..86400000) */
+    int concurrency;                /* V4_CONCURRENCY: tasks decoded together (continuous batching) */
     long max_context;               /* V4_MAX_CONTEXT: prompt + max_tokens per task (0 = the model's) */
     int warmup_tokens;              /* V4_WARMUP_TOKENS: warm-up generation before ready (0 = none) */
     int warmup_experts;             /* V4_WARMUP_EXPERTS: pre-load the fleet's hottest experts (0/1) */

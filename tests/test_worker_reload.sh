@@ -51,9 +51,10 @@ WPID=$!
 
 straddles() {   # straddles PREFIX PATTERN: tasks PREFIX* finished both before and after the line PATTERN
     local at first last
-    at="$(grep -n "$2" "$WORK/worker.log" | head -1 | cut -d: -f1)"
-    first="$(grep -n "task $1[0-9]*: succeeded" "$WORK/worker.log" | head -1 | cut -d: -f1)"
-    last="$(grep -n "task $1[0-9]*: succeeded" "$WORK/worker.log" | tail -1 | cut -d: -f1)"
+    # (grep -m 1, not | head -1: head's early exit would SIGPIPE grep under pipefail)
+    at="$(grep -n -m 1 "$2" "$WORK/worker.log" | cut -d: -f1)" || true
+    first="$(grep -n -m 1 "task $1[0-9]*: succeeded" "$WORK/worker.log" | cut -d: -f1)" || true
+    last="$(grep -n "task $1[0-9]*: succeeded" "$WORK/worker.log" | tail -1 | cut -d: -f1)" || true
     [ -n "$at" ] && [ -n "$first" ] && [ "$first" -lt "$at" ] && [ "$last" -gt "$at" ] ||
         fail "the reload ($2: line ${at:-none}) did not happen mid-stream (tasks $1: lines ${first:-none}..${last:-none})"
 }
@@ -70,8 +71,8 @@ stream() {  # stream PREFIX: 30 tasks; returns once 5 have finished
 
 echo "--- start: warm-up, then ready"
 wait_lines "amqp: connected" 1 60 || fail "the worker did not connect"
-wl="$(grep -n "warm-up: generation of 400 tokens" "$WORK/worker.log" | head -1 | cut -d: -f1)"
-cl="$(grep -n "amqp: connected" "$WORK/worker.log" | head -1 | cut -d: -f1)"
+wl="$(grep -n -m 1 "warm-up: generation of 400 tokens" "$WORK/worker.log" | cut -d: -f1)" || true
+cl="$(grep -n -m 1 "amqp: connected" "$WORK/worker.log" | cut -d: -f1)" || true
 [ -n "$wl" ] && [ "$wl" -lt "$cl" ] || fail "the warm-up generation did not run before connecting (lines ${wl:-none} / $cl)"
 grep -q "warm-up: no expert pre-loaded: experts resident" "$WORK/worker.log" || fail "warm-up note for resident experts"
 for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/readyz")" = 200 ] && break; sleep 0.1; done
