@@ -65,12 +65,12 @@ echo "--- before the broker is up"
 "$V4_BIN" worker 2> "$WORK/worker.log" &
 WPID=$!
 wait_code 200 /healthz 30 || fail "/healthz never answered 200"
-# 503 all along: first "loading the model", then "not connected to the broker"
+# 503 all along: first "loading the model" and "warming up", then "not connected to the broker"
 for _ in $(seq 1 300); do
     c="$(code "$URL/readyz")"
     [ "$c" = 503 ] || { fail "/readyz $c without a broker, want 503"; break; }
     grep -q "not connected to the broker" "$WORK/body" && break
-    grep -q "loading the model" "$WORK/body" || { fail "/readyz reason: $(cat "$WORK/body")"; break; }
+    grep -q "loading the model\|warming up" "$WORK/body" || { fail "/readyz reason: $(cat "$WORK/body")"; break; }
     sleep 0.1
 done
 grep -q "not connected to the broker" "$WORK/body" || fail "/readyz reason: $(cat "$WORK/body")"
