@@ -284,7 +284,8 @@ static void handle(worker *w, const v4q_delivery *d)
         .finish_reason = out.finish_reason, .prompt_tokens = out.prompt_tokens, .queue_ms = queue_ms,
         .prefill_ms = out.prefill_ms, .decode_ms = out.decode_ms, .total_ms = v4_now_ms() - t0,
         .expert_hits = out.expert_hits, .expert_misses = out.expert_misses,
-        .expert_bytes_loaded = out.expert_bytes_loaded, .error = rc ? &e : NULL};
+        .expert_bytes_loaded = out.expert_bytes_loaded, .chunks = out.chunks, .levels = out.levels,
+        .error = rc ? &e : NULL};
     char *json = v4_result_json(&ri);
     if (!json) {
         wlog(w, 0, t.id, "task %s: out of memory building the result; requeueing", t.id);
