@@ -146,11 +146,16 @@ static char *user_text(const summ *s, stage st, size_t part, size_t parts, const
                  ins ? "\n" : " Summarize the whole document from them.");
     else
         snprintf(head, sizeof head, "%s", ins ? "" : "Summarize the following document.");
-    size_t hl = strlen(head), il = ins ? strlen(ins) : 0, n = hl + il + len + 4;
-    char *u = malloc(n);
+    size_t hl = strlen(head), il = ins ? strlen(ins) : 0;
+    char *u = malloc(hl + il + len + 3);
     if (!u)
         return NULL;
-    snprintf(u, n, "%s%s\n\n%.*s", head, ins ? ins : "", (int)len, text);
+    memcpy(u, head, hl);
+    if (il)
+        memcpy(u + hl, ins, il);
+    memcpy(u + hl + il, "\n\n", 2);
+    memcpy(u + hl + il + 2, text, len);
+    u[hl + il + 2 + len] = 0;
     return u;
 }
 
@@ -328,8 +333,13 @@ int v4_summarize_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*a
                               "%s", err.msg);
             break;
         }
-        char *u = user_text(&s, level == 1 ? STAGE_SINGLE : STAGE_COMBINE, 0, 0, text, len);
-        long pt = u ? prompt_tokens(&s, u) : -1;
+        /* one pass if it fits (a text longer than the context cannot: skip encoding the prompt) */
+        char *u = NULL;
+        long pt = ctx + 1;
+        if ((long)ids.n <= ctx + SLACK) {
+            u = user_text(&s, level == 1 ? STAGE_SINGLE : STAGE_COMBINE, 0, 0, text, len);
+            pt = u ? prompt_tokens(&s, u) : -1;
+        }
         if (pt < 0) {
             free(u);
             rc = v4_task_fail(e, V4_TASK_INTERNAL, "summarize", "cannot build the summary prompt");
