@@ -52,6 +52,25 @@ static const bad_case BAD[] = {
     {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", V4_TASK_INVALID_FIELD, "messages[0].content", 0, 0},
     {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\"}]}",
      V4_TASK_INVALID_FIELD, "messages", 0, 0},
+    /* type and the summarize fields */
+    {"{\"id\":\"a\",\"type\":\"translate\",\"prompt\":\"x\"}", V4_TASK_INVALID_FIELD, "type", 0, 0},
+    {"{\"id\":\"a\",\"type\":1,\"prompt\":\"x\"}", V4_TASK_INVALID_FIELD, "type", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\"}", V4_TASK_INVALID_FIELD, "document", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"\"}", V4_TASK_INVALID_FIELD, "document", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":[\"x\"]}", V4_TASK_INVALID_FIELD, "document", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"prompt\":\"x\"}", V4_TASK_INVALID_FIELD, "prompt", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}",
+     V4_TASK_INVALID_FIELD, "messages", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"input_ids\":[1]}", V4_TASK_INVALID_FIELD, "input_ids", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"max_tokens\":5}", V4_TASK_INVALID_FIELD, "max_tokens", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"max_summary_tokens\":0}", V4_TASK_INVALID_FIELD,
+     "max_summary_tokens", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"max_summary_tokens\":1048577}", V4_TASK_INVALID_FIELD,
+     "max_summary_tokens", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"instructions\":7}", V4_TASK_INVALID_FIELD, "instructions", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"document\":\"d\"}", V4_TASK_INVALID_FIELD, "document", 0, 0},
+    {"{\"id\":\"a\",\"type\":\"generate\",\"prompt\":\"x\",\"instructions\":\"i\"}", V4_TASK_INVALID_FIELD, "instructions", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"max_summary_tokens\":5}", V4_TASK_INVALID_FIELD, "max_summary_tokens", 0, 0},
 };
 
 static void test_bad(void)
@@ -125,6 +144,27 @@ static void test_good(void)
     CHECK(v4_task_parse(b2, strlen(b2), 4096, &t, &e) == 0 && t.n_input_ids == 3 && t.input_ids[2] == 7 &&
               t.n_stops == 1 && t.max_tokens == 64 && t.temperature == 1.0,
           "input_ids form");
+    CHECK(t.kind == V4_TASK_KIND_GENERATE && !t.document, "default type generate");
+    v4_task_free(&t);
+    const char *b3 = "{\"id\":\"s1\",\"type\":\"summarize\",\"document\":\"Long text.\\n\\nMore.\","
+                     "\"instructions\":\"Bullet points\",\"max_summary_tokens\":40,\"temperature\":0,\"stop\":\"END\","
+                     "\"deadline_ms\":500,\"metadata\":7,\"model\":\"m\"}";
+    CHECK(v4_task_parse(b3, strlen(b3), 4096, &t, &e) == 0, "summarize packet rejected: %s: %s", e.where, e.message);
+    CHECK(t.kind == V4_TASK_KIND_SUMMARIZE && t.document && !strcmp(t.document, "Long text.\n\nMore.") &&
+              t.document_len == 17 && !strcmp(t.instructions, "Bullet points") && t.max_summary_tokens == 40 &&
+              t.max_tokens == 40,
+          "summarize fields");
+    CHECK(t.temperature == 0 && t.n_stops == 1 && t.deadline_ms == 500 && json_is_integer(t.metadata) &&
+              !strcmp(t.model, "m") && !t.has_messages && !t.has_prompt && t.n_unknown == 0,
+          "summarize: the common fields apply");
+    v4_task_free(&t);
+    const char *b4 = "{\"id\":\"s2\",\"type\":\"summarize\",\"document\":\"x\"}";
+    CHECK(v4_task_parse(b4, strlen(b4), 4096, &t, &e) == 0 && t.max_summary_tokens == V4_TASK_DEFAULT_SUMMARY_TOKENS &&
+              t.max_tokens == V4_TASK_DEFAULT_SUMMARY_TOKENS && !t.instructions,
+          "summarize defaults");
+    v4_task_free(&t);
+    const char *b5 = "{\"id\":\"g\",\"type\":\"generate\",\"prompt\":\"x\"}";
+    CHECK(v4_task_parse(b5, strlen(b5), 4096, &t, &e) == 0 && t.kind == V4_TASK_KIND_GENERATE, "explicit generate");
     v4_task_free(&t);
 }
 
@@ -140,12 +180,24 @@ static void test_results(void)
     CHECK(json_integer_value(json_object_get(json_object_get(o, "usage"), "total_tokens")) == 5, "usage: %s", s);
     CHECK(json_array_size(json_object_get(json_object_get(o, "output"), "token_ids")) == 2, "token_ids: %s", s);
     CHECK(json_equal(json_object_get(o, "metadata"), meta) && !json_object_get(o, "error"), "metadata: %s", s);
+    CHECK(!json_object_get(o, "summary"), "no summary object for generation: %s", s);
+    json_decref(o);
+    free(s);
+    ok.chunks = 7;
+    ok.levels = 2;
+    s = v4_result_json(&ok);
+    o = json_loads(s, 0, NULL);
+    json_t *sum = json_object_get(o, "summary");
+    CHECK(json_integer_value(json_object_get(sum, "chunks")) == 7 && json_integer_value(json_object_get(sum, "levels")) == 2 &&
+              json_object_size(sum) == 2,
+          "summary {chunks, levels}: %s", s);
     json_decref(o);
     free(s);
     v4_task_error e = {.code = V4_TASK_MODEL_NOT_AVAILABLE, .message = "serves m", .where = "model"};
-    v4_result_info bad = {.id = "t2", .model = "m", .worker = "w1", .error = &e};
+    v4_result_info bad = {.id = "t2", .model = "m", .worker = "w1", .error = &e, .chunks = 3, .levels = 1};
     s = v4_result_json(&bad);
     o = json_loads(s, 0, NULL);
+    CHECK(!json_object_get(o, "summary"), "no summary object on failure: %s", s);
     json_t *err = json_object_get(o, "error");
     CHECK(!strcmp(json_string_value(json_object_get(o, "status")), "failed") && !json_object_get(o, "output"), "%s", s);
     CHECK(!strcmp(json_string_value(json_object_get(err, "code")), "model_not_available"), "%s", s);

@@ -305,7 +305,8 @@ static int finish_job(batch_run *b, v4_batch_job *j)
         .finish_reason = o->finish_reason, .prompt_tokens = o->prompt_tokens, .queue_ms = 0,
         .prefill_ms = o->prefill_ms, .decode_ms = o->decode_ms, .total_ms = j->end_ms - j->start_ms,
         .expert_hits = o->expert_hits, .expert_misses = o->expert_misses,
-        .expert_bytes_loaded = o->expert_bytes_loaded, .error = j->rc ? &j->err : NULL};
+        .expert_bytes_loaded = o->expert_bytes_loaded, .chunks = o->chunks, .levels = o->levels,
+        .error = j->rc ? &j->err : NULL};
     char *line = v4_batch_result_line(&j->item, &ri, (long long)time(NULL));
     int failed = j->rc != 0;
     if (!line && !j->rc) {   /* e.g. output text jansson refuses */

@@ -42,6 +42,8 @@ char *v4_result_json(const v4_result_info *r)
         json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->prompt_tokens,
                                                   "completion_tokens", r->n_tokens, "total_tokens",
                                                   r->prompt_tokens + r->n_tokens));
+        if (r->levels > 0)
+            json_object_set_new(o, "summary", json_pack("{s:i, s:i}", "chunks", r->chunks, "levels", r->levels));
     } else {
         json_object_set_new(o, "error", error_obj(r->error));
     }

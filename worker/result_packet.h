@@ -4,7 +4,8 @@
  * Result: {id, status: succeeded|failed, model, output {text, token_ids,
  * finish_reason}, usage {prompt_tokens, completion_tokens, total_tokens}, timing
  * {queue_ms, prefill_ms, decode_ms, total_ms}, experts {hits, misses, bytes_loaded},
- * worker, metadata, error {code, message,
+ * summary {chunks, levels} (succeeded summarize tasks; summarize.h), worker, metadata,
+ * error {code, message,
  * where[, line, column, position]}} - output/usage only on success, error only on
  * failure, metadata only when the task had one.  The invalid-packet record is the
  * same shape with status "failed", id null when the packet had no usable id, plus
@@ -37,6 +38,8 @@ typedef struct v4_result_info {
     double queue_ms, prefill_ms, decode_ms, total_ms;
     /* routed-expert activations served from memory / loaded first, bytes loaded */
     long long expert_hits, expert_misses, expert_bytes_loaded;
+    /* summarize tasks (v4_run_output chunks, levels): the summary object when levels > 0 */
+    int chunks, levels;
     /* failure (code != V4_TASK_OK) */
     const v4_task_error *error;
 } v4_result_info;

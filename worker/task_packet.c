@@ -124,6 +124,23 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
         return 0;   /* done first */
     if (!strcmp(k, "model"))
         return get_string(v, k, &t->model, 256, e);
+    if (!strcmp(k, "type"))
+        return 0;   /* done first */
+    if (!strcmp(k, "document")) {
+        if (get_string(v, k, &t->document, 0, e))
+            return -1;
+        t->document_len = json_string_length(v);
+        return t->document_len ? 0 : FIELD(e, k, "must not be empty");
+    }
+    if (!strcmp(k, "instructions"))
+        return get_string(v, k, &t->instructions, 0, e);
+    if (!strcmp(k, "max_summary_tokens")) {
+        if (get_int(v, k, 1, 1 << 20, &x, e))
+            return -1;
+        t->max_summary_tokens = (long)x;
+        t->has_max_summary_tokens = 1;
+        return 0;
+    }
     if (!strcmp(k, "messages"))
         return parse_messages(v, t, e);
     if (!strcmp(k, "prompt")) {
@@ -136,6 +153,7 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
         if (get_int(v, k, 1, 1 << 20, &x, e))
             return -1;
         t->max_tokens = (long)x;
+        t->has_max_tokens = 1;
         return 0;
     }
     if (!strcmp(k, "temperature")) {
@@ -189,6 +207,22 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
     return 0;
 }
 
+/* A summarize task: a document, none of the generation inputs. */
+static int check_summarize(v4_task *t, v4_task_error *e)
+{
+    if (t->has_messages || t->has_prompt || t->has_input_ids)
+        return FIELD(e, t->has_messages ? "messages" : t->has_prompt ? "prompt" : "input_ids",
+                     "is not allowed in a \"summarize\" task (the text goes in \"document\")");
+    if (t->has_max_tokens)
+        return FIELD(e, "max_tokens", "is not allowed in a \"summarize\" task (use \"max_summary_tokens\")");
+    if (!t->document)
+        return FIELD(e, "document", "is required for \"type\": \"summarize\"");
+    if (!t->has_max_summary_tokens)
+        t->max_summary_tokens = V4_TASK_DEFAULT_SUMMARY_TOKENS;
+    t->max_tokens = t->max_summary_tokens;
+    return 0;
+}
+
 int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_task_error *e)
 {
     memset(t, 0, sizeof *t);
@@ -218,12 +252,31 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
         t->id = NULL;
         return FIELD(e, "id", "must not be empty");
     }
+    json_t *type = json_object_get(t->root, "type");
+    if (type) {
+        const char *ty;
+        if (get_string(type, "type", &ty, 32, e))
+            return -1;
+        if (!strcmp(ty, "summarize"))
+            t->kind = V4_TASK_KIND_SUMMARIZE;
+        else if (strcmp(ty, "generate"))
+            return FIELD(e, "type", "must be \"generate\" or \"summarize\"");
+        t->has_type = 1;
+    }
     const char *k;
     json_t *v;
     json_object_foreach(t->root, k, v) {
         if (parse_field(k, v, t, e))
             return -1;
     }
+    if (t->kind == V4_TASK_KIND_SUMMARIZE)
+        return check_summarize(t, e);
+    if (t->document)
+        return FIELD(e, "document", "is only for \"type\": \"summarize\" tasks");
+    if (t->instructions)
+        return FIELD(e, "instructions", "is only for \"type\": \"summarize\" tasks");
+    if (t->has_max_summary_tokens)
+        return FIELD(e, "max_summary_tokens", "is only for \"type\": \"summarize\" tasks");
     int forms = t->has_messages + t->has_prompt + t->has_input_ids;
     if (forms != 1)
         return FIELD(e, "messages", "exactly one of messages, prompt and input_ids is required (got %d)", forms);

@@ -4,9 +4,17 @@
  * json_loadb(JSON_REJECT_DUPLICATES) (bodies are not NUL-terminated; jansson's default
  * keeps the last duplicate key silently).  Types are strict: integers must be JSON
  * integers, numbers may be integers or reals, strings must not contain NUL.  Fields:
- *   id (string, 1..128 bytes, required), model (string), exactly one of
- *   messages [{role: system|user|assistant, content: string}] | prompt (string) |
- *   input_ids [int >= 0], max_tokens (1..1048576, default 64), temperature (>= 0,
+ *   id (string, 1..128 bytes, required), type ("generate", the default, or
+ *   "summarize"), model (string).
+ *   generate:  exactly one of messages [{role: system|user|assistant, content: string}]
+ *              | prompt (string) | input_ids [int >= 0], max_tokens (1..1048576,
+ *              default 64).
+ *   summarize: document (non-empty string, required), instructions (string, optional),
+ *              max_summary_tokens (1..1048576, default 256; also stored in max_tokens,
+ *              the length of every generation of the summary - summarize.h).
+ *   A field of the other type (messages/prompt/input_ids/max_tokens on a summarize
+ *   task, document/instructions/max_summary_tokens on a generate task) is
+ *   invalid_field.  Both types: temperature (>= 0,
  *   default 1), top_p ((0,1], default 1), top_k (>= 0), seed (>= 0), stop (string or
  *   array of <= 16 strings), thinking (bool), ignore_eos (bool: run to max_tokens, the
  *   deadline or a stop string even past the end-of-sequence token), deadline_ms (1..86400000), metadata (any
@@ -31,6 +39,7 @@
 #define V4_TASK_MAX_STOPS 16
 #define V4_TASK_MAX_MESSAGES 256
 #define V4_TASK_MAX_UNKNOWN 16
+#define V4_TASK_DEFAULT_SUMMARY_TOKENS 256
 
 typedef struct v4_task_msg {
     const char *role;               /* "system" | "user" | "assistant" */
@@ -52,7 +61,13 @@ typedef struct v4_task {
     int32_t *input_ids;             /* malloc'd */
     int n_input_ids;
     int has_messages, has_prompt, has_input_ids;
-    long max_tokens;
+    long max_tokens;                /* summarize: = max_summary_tokens */
+    /* summarize (kind V4_TASK_KIND_SUMMARIZE) */
+    const char *document;           /* NUL-terminated, document_len bytes */
+    size_t document_len;
+    const char *instructions;       /* NULL: none */
+    long max_summary_tokens;
+    int has_type, has_max_tokens, has_max_summary_tokens;
     double temperature, top_p;
     long top_k;
     uint64_t seed;
