@@ -12,6 +12,8 @@
       wait for one message in QUEUE and print its body
   queue_client.py URL count QUEUE
       print the ready message count of QUEUE
+  queue_client.py URL dump QUEUE N TIMEOUT_S
+      read N distinct results from QUEUE and print each body on one line; exit 1 if fewer
   queue_client.py URL dead QUEUE ID TIMEOUT_S
       wait for the task ID in QUEUE (a dead-letter queue); print its x-death reason/count
 """
@@ -68,6 +70,19 @@ elif cmd == "result":
     sys.exit(1)
 elif cmd == "count":
     print(ch.queue_declare(sys.argv[3], passive=True).method.message_count)
+elif cmd == "dump":
+    queue, n, timeout = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+    seen = {}
+    end = time.time() + timeout
+    while time.time() < end and len(seen) < n:
+        m, p, b = ch.basic_get(queue, auto_ack=True)
+        if m is None:
+            time.sleep(0.05)
+            continue
+        seen.setdefault(json.loads(b)["id"], b.decode())
+    for body in seen.values():
+        print(body)
+    sys.exit(0 if len(seen) >= n else 1)
 elif cmd == "dead":
     queue, tid, timeout = sys.argv[3], sys.argv[4], float(sys.argv[5])
     end = time.time() + timeout
