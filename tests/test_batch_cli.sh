@@ -9,6 +9,8 @@
 #    lines run ("N skipped"), each id / line exactly once, same greedy results;
 #  - SIGTERM mid-run -> exit 143, only complete lines, a resume hint; the re-run finishes;
 #    a second run with --grace-ms 0 aborts the running task (no line for it);
+#  - --concurrency 4 (continuous batching): the same output lines as the serial run,
+#    sorted by id / line (timings aside); --concurrency 0 is a usage error;
 #  - exit codes 0 / 1 / 2; plain progress lines when stderr is not a terminal.
 set -u
 bin=${V4_BIN:?V4_BIN not set}
@@ -212,6 +214,36 @@ ids = [json.loads(l)["id"] for l in open(sys.argv[1])]
 assert ids == ["slow-0"], ids
 ' "$work/slow.out" && ok "grace 0: no line for the aborted task" || bad "grace 0: $(cut -c1-200 "$work/slow.out")"
 fi
+
+# ---- --concurrency 4: continuous batching gives the serial run's lines -----------------
+"$bin" batch "$work/in.jsonl" -o "$work/conc.jsonl" "${M[@]}" --concurrency 4 2>"$work/errc"; rc=$?
+[ "$rc" -eq 0 ] && grep -qE 'done: 11 tasks, 7 failed, 0 skipped' "$work/errc" && ok "--concurrency 4: exit 0, 11 lines" \
+    || bad "--concurrency 4: exit $rc: $(cat "$work/errc")"
+cat > "$work/same.py" <<'EOF'
+import json, sys
+TIMES = {"created", "created_at", "completed_at", "queue_ms", "prefill_ms", "decode_ms", "total_ms", "timing"}
+def scrub(x):
+    if isinstance(x, dict):
+        return {k: scrub(v) for k, v in x.items() if k not in TIMES}
+    if isinstance(x, list):
+        return [scrub(v) for v in x]
+    return x
+def load(p):
+    out = {}
+    for l in open(p, encoding="utf-8"):
+        r = json.loads(l)
+        key = ("L%d" % r["line"]) if "line" in r else (r.get("custom_id") or r["id"])
+        out[key] = scrub(r)
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+for k in a:
+    assert a[k] == b[k], (k, a[k], b[k])
+EOF
+$py "$work/same.py" "$work/out.jsonl" "$work/conc.jsonl" && ok "--concurrency 4: same lines as serial (sorted by id)" \
+    || bad "--concurrency 4 differs from serial"
+"$bin" batch "$work/in.jsonl" -o "$work/c0.jsonl" "${M[@]}" --concurrency 0 >/dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] && ok "--concurrency 0: exit 2" || bad "--concurrency 0: exit $rc"
 
 # ---- exit codes --------------------------------------------------------------------
 "$bin" batch "$work/in.jsonl" "${M[@]}" >/dev/null 2>"$work/e"; rc=$?
