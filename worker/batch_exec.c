@@ -77,9 +77,18 @@ v4_batch_exec *v4_batch_exec_serial(v4_runner *r, int (*abort_fn)(void *), void 
     return &s->base;
 }
 
+void v4_batch_exec_figs_get(v4_batch_exec *x, v4_batch_exec_figs *f)
+{
+    memset(f, 0, sizeof *f);
+    if (x->ops->figs)
+        x->ops->figs(x, f);
+}
+
 long v4_batch_exec_steps(v4_batch_exec *x)
 {
-    return x->ops->steps ? x->ops->steps(x) : 0;
+    v4_batch_exec_figs f;
+    v4_batch_exec_figs_get(x, &f);
+    return f.steps;
 }
 
 void v4_batch_job_free(v4_batch_job *j)

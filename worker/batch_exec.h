@@ -39,6 +39,15 @@ typedef struct v4_batch_job {
 
 typedef struct v4_batch_exec v4_batch_exec;
 
+/* What a continuous executor's forward steps did (cumulative): steps, rows (sequence
+ * positions carried: rows / steps = mean batch), and the weight bytes they read: per
+ * step the trunk (attention, shared experts, head, ...) plus the distinct routed
+ * experts its rows used, per layer (the union the provider loads once). */
+typedef struct v4_batch_exec_figs {
+    long steps, rows;
+    double weight_bytes;
+} v4_batch_exec_figs;
+
 typedef struct v4_batch_exec_ops {
     int (*capacity)(v4_batch_exec *x);
     /* 0, or -1 when no slot is free. */
@@ -51,7 +60,7 @@ typedef struct v4_batch_exec_ops {
     int (*in_flight)(v4_batch_exec *x);
     /* Frees the jobs still in flight (their results are lost). */
     void (*destroy)(v4_batch_exec *x);
-    long (*steps)(v4_batch_exec *x);    /* forward steps run (NULL: not counted) */
+    void (*figs)(v4_batch_exec *x, struct v4_batch_exec_figs *f);   /* NULL: not counted */
 } v4_batch_exec_ops;
 
 struct v4_batch_exec {
@@ -81,6 +90,8 @@ v4_batch_exec *v4_batch_exec_continuous(v4_runner *r, int n, int (*abort_fn)(voi
                                         size_t err_cap);
 /* Forward steps the continuous executor has run (0 for others). */
 long v4_batch_exec_steps(v4_batch_exec *x);
+/* Its figures (all 0 for other executors). */
+void v4_batch_exec_figs_get(v4_batch_exec *x, v4_batch_exec_figs *f);
 
 void v4_batch_job_free(v4_batch_job *j);
 

@@ -36,6 +36,9 @@ typedef struct cont_exec {
     void *abort_ud;
     cslot *slots;
     long steps;
+    v4_batch_exec_figs figs;
+    double trunk_bytes, expert_bytes;
+    unsigned char *seen;        /* [n_routed_experts]: union of one layer's experts */
     float *logits;              /* [n][vocab] */
     v4_seq **seqs;
     int32_t *toks;
@@ -57,9 +60,34 @@ static int cont_in_flight(v4_batch_exec *x)
     return k;
 }
 
-static long cont_steps(v4_batch_exec *x)
+static void cont_figs(v4_batch_exec *x, v4_batch_exec_figs *f)
 {
-    return ((cont_exec *)x)->steps;
+    *f = ((cont_exec *)x)->figs;
+}
+
+/* Weight bytes of the step just run: the trunk and, per layer, the distinct routed
+ * experts of its rows (from their traces). */
+static void count_step(cont_exec *c, int rows)
+{
+    const v4_config *cfg = &c->r->m.cfg;
+    const int K = cfg->n_act_experts, E = cfg->n_routed_experts;
+    long distinct = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        memset(c->seen, 0, (size_t)E);
+        for (int k = 0; k < rows; k++) {
+            const v4_trace *t = c->trs[k];
+            for (int i = 0; t && i < K; i++) {
+                int32_t id = t->route_ids[l * K + i];
+                if (id >= 0 && id < E && !c->seen[id]) {
+                    c->seen[id] = 1;
+                    distinct++;
+                }
+            }
+        }
+    }
+    c->figs.steps++;
+    c->figs.rows += rows;
+    c->figs.weight_bytes += c->trunk_bytes + (double)distinct * c->expert_bytes;
 }
 
 static int cont_submit(v4_batch_exec *x, v4_batch_job *job)
@@ -129,6 +157,8 @@ static int forward(cont_exec *c)
     v4_error err = {0};
     int rc = v4_step(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->trs, &err);
     long step = c->steps++;
+    if (!rc)
+        count_step(c, rows);
     if (r->xp) {
         v4_xprov_stats(r->xp, &b);
         double dm = (double)(b.misses - a.misses) / rows, db = (double)(b.bytes_read - a.bytes_read) / rows;
@@ -196,6 +226,7 @@ static void cont_destroy(v4_batch_exec *x)
         free(s->job);
     }
     free(c->slots);
+    free(c->seen);
     free(c->logits);
     free(c->seqs);
     free(c->toks);
@@ -206,7 +237,7 @@ static void cont_destroy(v4_batch_exec *x)
 }
 
 static const v4_batch_exec_ops cont_ops = {cont_capacity, cont_submit, cont_step, cont_in_flight, cont_destroy,
-                                           cont_steps};
+                                           cont_figs};
 
 v4_batch_exec *v4_batch_exec_continuous(v4_runner *r, int n, int (*abort_fn)(void *), void *abort_ud, char *err,
                                         size_t err_cap)
@@ -230,8 +261,11 @@ v4_batch_exec *v4_batch_exec_continuous(v4_runner *r, int n, int (*abort_fn)(voi
         c->trs = calloc((size_t)n, sizeof *c->trs);
         c->row_slot = calloc((size_t)n, sizeof *c->row_slot);
         c->row_want = calloc((size_t)n, sizeof *c->row_want);
+        c->seen = malloc((size_t)r->m.cfg.n_routed_experts + 1);
+        c->trunk_bytes = (double)v4_step_trunk_bytes(&r->m.w);
+        c->expert_bytes = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_bytes(&r->m.w.layers[0].experts[0]) : 0;
     }
-    if (!c || !c->slots || !c->logits || !c->seqs || !c->toks || !c->trs || !c->row_slot || !c->row_want) {
+    if (!c || !c->seen || !c->slots || !c->logits || !c->seqs || !c->toks || !c->trs || !c->row_slot || !c->row_want) {
         snprintf(err, err_cap, "out of memory");
         cont_destroy(c ? &c->base : NULL);
         return NULL;
