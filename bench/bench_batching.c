@@ -11,7 +11,8 @@
  * greedy tasks (P random prompt ids each, T generated tokens, ignore_eos) go through a
  * fresh continuous executor of capacity N, driven as cmd_batch.c drives it (submit
  * while a slot is free, step until one frees, drain).  Decode-dominated by design.
- * Printed: machine, config, N, aggregate generated tokens/s (median of R), speed-up
+ * Printed: machine, config, N, aggregate generated tokens/s (median of R, and the
+ * range: the machine may be shared), speed-up
  * vs N = 1, mean rows per step, weight bytes read per position (per step: trunk + the
  * union of the rows' routed experts, divided by the rows), the achieved GB/s of weight
  * reads and that as a % of the measured bandwidth.  Not a test: prints, never fails
@@ -187,8 +188,8 @@ int main(int argc, char **argv)
     printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", bw, o.threads);
     printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n\n",
            o.k, o.prompt, o.tokens, o.runs);
-    printf("| machine | config | N | tokens/s | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
+    printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
     unsigned rng = 12345;
     double base = 0;
@@ -212,9 +213,10 @@ int main(int argc, char **argv)
                 med = rf[k];
         if (ns[t] == 1 || !base)
             base = ns[t] == 1 ? med.tps : base;
-        printf("| %s | small (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %s%.2fx | %.2f | %.3e | %.2f | "
-               "%.1f%% |\n",
+        printf("| %s | small (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %.2f-%.2f | %s%.2fx | %.2f | "
+               "%.3e | %.2f | %.1f%% |\n",
                cpu, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o.threads, o.isa, ns[t], med.tps,
+               v[0], v[o.runs - 1],
                base ? "" : "n/a ", base ? med.tps / base : 0, med.rows_per_step, med.bytes_per_row, med.gbs,
                100.0 * med.gbs / bw);
         fflush(stdout);
