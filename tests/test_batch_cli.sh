@@ -9,6 +9,9 @@
 #    lines run ("N skipped"), each id / line exactly once, same greedy results;
 #  - SIGTERM mid-run -> exit 143, only complete lines, a resume hint; the re-run finishes;
 #    a second run with --grace-ms 0 aborts the running task (no line for it);
+#  - --concurrency 4 (continuous batching): the same output lines as the serial run,
+#    sorted by id / line (timings aside); --concurrency 0 is a usage error; SIGTERM with
+#    --concurrency 4 lets the tasks in flight finish, and the resumed run equals serial;
 #  - exit codes 0 / 1 / 2; plain progress lines when stderr is not a terminal.
 set -u
 bin=${V4_BIN:?V4_BIN not set}
@@ -180,6 +183,30 @@ assert sorted(ids) == sorted(f"long-{i}" for i in range(40)), ids
 assert all(json.loads(l)["status"] == "succeeded" for l in open(sys.argv[1]))
 ' "$work/long.out" && ok "SIGTERM + resume: 40 ids, each once, all succeeded" || bad "SIGTERM + resume: ids"
 
+# --concurrency 4 + SIGTERM: the tasks in flight finish within the grace, then resume
+"$bin" batch "$work/long.jsonl" -o "$work/long4.out" "${M[@]}" --concurrency 4 2>"$work/err4c" &
+bpid=$!
+for _ in $(seq 1 300); do [ -s "$work/long4.out" ] && [ "$(wc -l < "$work/long4.out")" -ge 3 ] && break; sleep 0.05; done
+kill -TERM "$bpid"
+wait "$bpid"; rc=$?; bpid=""
+got=$(wc -l < "$work/long4.out")
+[ "$rc" -eq 143 ] && [ "$got" -ge 3 ] && [ "$got" -lt 40 ] && ! grep -q "aborted after the grace" "$work/err4c" \
+    && ok "--concurrency 4 SIGTERM: exit 143 after $got lines, tasks in flight finished" \
+    || bad "--concurrency 4 SIGTERM: exit $rc, $got lines: $(tail -n 5 "$work/err4c")"
+"$bin" batch "$work/long.jsonl" -o "$work/long4.out" "${M[@]}" --concurrency 4 2>"$work/err5c"; rc=$?
+$py - "$work/long4.out" "$work/long.out" <<'EOF' && [ "$rc" -eq 0 ] && ok "--concurrency 4 resume: 40 ids once, tokens = serial" \
+    || bad "--concurrency 4 resume: exit $rc: $(tail -n 3 "$work/err5c")"
+import json, sys
+a = {r["id"]: r for r in map(json.loads, open(sys.argv[1]))}
+b = {r["id"]: r for r in map(json.loads, open(sys.argv[2]))}
+lines = open(sys.argv[1]).read().splitlines()
+assert len(lines) == 40 and sorted(a) == sorted(b), (len(lines), sorted(a))
+for k in a:
+    assert a[k]["status"] == "succeeded", a[k]
+    assert len(a[k]["output"]["token_ids"]) > 0, k
+    assert a[k]["output"] == b[k]["output"] and a[k]["experts"] == b[k]["experts"], k
+EOF
+
 # --grace-ms 0: the running task is aborted at once (no line), and runs again on resume.
 # A long task needs a prompt whose greedy run does not reach EOS: probe a few.
 long=""
@@ -212,6 +239,36 @@ ids = [json.loads(l)["id"] for l in open(sys.argv[1])]
 assert ids == ["slow-0"], ids
 ' "$work/slow.out" && ok "grace 0: no line for the aborted task" || bad "grace 0: $(cut -c1-200 "$work/slow.out")"
 fi
+
+# ---- --concurrency 4: continuous batching gives the serial run's lines -----------------
+"$bin" batch "$work/in.jsonl" -o "$work/conc.jsonl" "${M[@]}" --concurrency 4 2>"$work/errc"; rc=$?
+[ "$rc" -eq 0 ] && grep -qE 'done: 11 tasks, 7 failed, 0 skipped' "$work/errc" && ok "--concurrency 4: exit 0, 11 lines" \
+    || bad "--concurrency 4: exit $rc: $(cat "$work/errc")"
+cat > "$work/same.py" <<'EOF'
+import json, sys
+TIMES = {"created", "created_at", "completed_at", "queue_ms", "prefill_ms", "decode_ms", "total_ms", "timing"}
+def scrub(x):
+    if isinstance(x, dict):
+        return {k: scrub(v) for k, v in x.items() if k not in TIMES}
+    if isinstance(x, list):
+        return [scrub(v) for v in x]
+    return x
+def load(p):
+    out = {}
+    for l in open(p, encoding="utf-8"):
+        r = json.loads(l)
+        key = ("L%d" % r["line"]) if "line" in r else (r.get("custom_id") or r["id"])
+        out[key] = scrub(r)
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+for k in a:
+    assert a[k] == b[k], (k, a[k], b[k])
+EOF
+$py "$work/same.py" "$work/out.jsonl" "$work/conc.jsonl" && ok "--concurrency 4: same lines as serial (sorted by id)" \
+    || bad "--concurrency 4 differs from serial"
+"$bin" batch "$work/in.jsonl" -o "$work/c0.jsonl" "${M[@]}" --concurrency 0 >/dev/null 2>&1; rc=$?
+[ "$rc" -eq 2 ] && ok "--concurrency 0: exit 2" || bad "--concurrency 0: exit $rc"
 
 # ---- exit codes --------------------------------------------------------------------
 "$bin" batch "$work/in.jsonl" "${M[@]}" >/dev/null 2>"$work/e"; rc=$?

@@ -47,6 +47,11 @@ static int serial_step(v4_batch_exec *x, v4_batch_job **done, int max)
     return 1;
 }
 
+static int serial_in_flight(v4_batch_exec *x)
+{
+    return ((serial_exec *)x)->job != NULL;
+}
+
 static void serial_destroy(v4_batch_exec *x)
 {
     serial_exec *s = (serial_exec *)x;
@@ -57,7 +62,8 @@ static void serial_destroy(v4_batch_exec *x)
     free(s);
 }
 
-static const v4_batch_exec_ops serial_ops = {serial_capacity, serial_submit, serial_step, serial_destroy};
+static const v4_batch_exec_ops serial_ops = {serial_capacity, serial_submit, serial_step, serial_in_flight,
+                                          serial_destroy, NULL};
 
 v4_batch_exec *v4_batch_exec_serial(v4_runner *r, int (*abort_fn)(void *), void *abort_ud)
 {
@@ -69,6 +75,20 @@ v4_batch_exec *v4_batch_exec_serial(v4_runner *r, int (*abort_fn)(void *), void 
     s->abort_fn = abort_fn;
     s->abort_ud = abort_ud;
     return &s->base;
+}
+
+void v4_batch_exec_figs_get(v4_batch_exec *x, v4_batch_exec_figs *f)
+{
+    memset(f, 0, sizeof *f);
+    if (x->ops->figs)
+        x->ops->figs(x, f);
+}
+
+long v4_batch_exec_steps(v4_batch_exec *x)
+{
+    v4_batch_exec_figs f;
+    v4_batch_exec_figs_get(x, &f);
+    return f.steps;
 }
 
 void v4_batch_job_free(v4_batch_job *j)

@@ -1,4 +1,6 @@
-/* generate.c - see generate.h. */
+/* generate.c - see generate.h.  The request's whole logic lives in the state machine
+ * (v4_gen_*); v4_generate is its one-sequence driver.
+ * Thread: the caller's thread. */
 #include <stdlib.h>
 #include <time.h>
 
@@ -18,129 +20,230 @@ void v4_gen_result_free(v4_gen_result *res)
     res->n_tokens = 0;
 }
 
-/* One forward step of seq; adds its routing to req->expert_counts when asked. */
-typedef struct step_obs {
-    v4_trace tr;
-    v4_trace *ptr;
+struct v4_gen_state {
     const v4_config *cfg;
-    uint32_t *counts;
-} step_obs;
+    const v4_gen_request *req;
+    v4_seq *seq;
+    v4_emit_fn emit;
+    void *ud;
+    v4_sampler *smp;
+    v4_stop *stop;
+    v4_tok_stream *ts;
+    v4_trace tr;                /* route ids / weights when counting */
+    int fed;                    /* positions forwarded (prompt then decode) */
+    int32_t next;               /* the last sampled token (decode input) */
+    int done, stopped;          /* stopped: by a stop string (no flush) */
+    double t0, t1;
+    v4_gen_result res;
+};
 
-static int step(v4_ctx *ctx, v4_seq *seq, int32_t token, float *logits, step_obs *o, v4_error *err)
+void v4_gen_free(v4_gen_state *g)
 {
-    if (v4_step(ctx, &seq, &token, 1, logits, o->counts ? &o->ptr : NULL, err))
-        return -1;
-    if (o->counts) {
-        const int K = o->cfg->n_act_experts, E = o->cfg->n_routed_experts;
-        for (int l = 0; l < o->cfg->n_layers; l++)
-            for (int k = 0; k < K; k++) {
-                int32_t id = o->tr.route_ids[l * K + k];
-                if (id >= 0 && id < E)
-                    o->counts[(size_t)l * E + id]++;
-            }
+    if (!g)
+        return;
+    free(g->tr.route_ids);
+    free(g->tr.route_w);
+    v4_sampler_free(g->smp);
+    v4_stop_free(g->stop);
+    v4_tok_stream_free(g->ts);
+    v4_gen_result_free(&g->res);
+    free(g);
+}
+
+v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                           v4_emit_fn emit, void *ud, v4_error *err)
+{
+    v4_gen_state *g = calloc(1, sizeof *g);
+    if (!g) {
+        v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
+        return NULL;
     }
+    g->cfg = cfg;
+    g->req = req;
+    g->seq = seq;
+    g->emit = emit;
+    g->ud = ud;
+    g->res.finish_reason = "length";
+    g->res.tokens = malloc(sizeof(int32_t) * ((size_t)(req->max_tokens > 0 ? req->max_tokens : 0) + 1));
+    if (req->expert_counts) {   /* the trace's route ids and weights come together */
+        g->tr.route_ids = malloc(sizeof(int32_t) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+        g->tr.route_w = malloc(sizeof(float) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+    }
+    if (!g->res.tokens || (req->expert_counts && (!g->tr.route_ids || !g->tr.route_w))) {
+        v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
+        goto fail;
+    }
+    if (req->n_prompt < 1) {
+        v4_err_set(err, V4_ERR_INVALID, "prompt", "the prompt has no tokens");
+        goto fail;
+    }
+    if (v4_seq_pos(seq) != 0 || req->n_prompt + req->max_tokens > v4_seq_capacity(seq)) {
+        v4_err_set(err, V4_ERR_RANGE, "prompt", "prompt (%d tokens) + max_tokens (%d) exceed the context of %d",
+                   req->n_prompt, req->max_tokens, v4_seq_capacity(seq));
+        goto fail;
+    }
+    if (!(g->smp = v4_sampler_create(cfg->vocab_size, &req->sampling, err)))
+        goto fail;
+    if (tok && (!(g->stop = v4_stop_create(req->stops, req->n_stops, err)) ||
+                !(g->ts = v4_tok_stream_new(tok, V4_TOK_SKIP_SPECIAL, err))))
+        goto fail;
+    g->t0 = now_s();
+    return g;
+fail:
+    v4_gen_free(g);
+    return NULL;
+}
+
+int v4_gen_done(const v4_gen_state *g)
+{
+    return g->done;
+}
+
+int v4_gen_poll_cancel(v4_gen_state *g, v4_error *err)
+{
+    if (!g->req->cancel || !g->req->cancel(g->req->cancel_ud))
+        return 0;
+    if (g->fed < g->req->n_prompt)
+        v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled during the prompt");
+    else
+        v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled after %d tokens", g->res.n_tokens);
+    return 1;
+}
+
+int32_t v4_gen_input(const v4_gen_state *g, int *want_logits)
+{
+    const int np = g->req->n_prompt;
+    if (want_logits)
+        *want_logits = g->fed + 1 >= np;
+    return g->fed < np ? g->req->prompt[g->fed] : g->next;
+}
+
+v4_trace *v4_gen_trace(v4_gen_state *g)
+{
+    return g->req->expert_counts ? &g->tr : NULL;
+}
+
+v4_seq *v4_gen_seq(const v4_gen_state *g)
+{
+    return g->seq;
+}
+
+int v4_gen_forwarded(const v4_gen_state *g)
+{
+    return g->fed;
+}
+
+/* Add the last step's routing to the request's counters. */
+static void count_routes(v4_gen_state *g)
+{
+    uint32_t *counts = g->req->expert_counts;
+    if (!counts)
+        return;
+    const int K = g->cfg->n_act_experts, E = g->cfg->n_routed_experts;
+    for (int l = 0; l < g->cfg->n_layers; l++)
+        for (int k = 0; k < K; k++) {
+            int32_t id = g->tr.route_ids[l * K + k];
+            if (id >= 0 && id < E)
+                counts[(size_t)l * E + id]++;
+        }
+}
+
+int v4_gen_accept(v4_gen_state *g, const float *logits, v4_error *err)
+{
+    const v4_gen_request *req = g->req;
+    count_routes(g);
+    g->fed++;
+    if (g->fed < req->n_prompt)
+        return 0;
+    if (g->fed == req->n_prompt)
+        g->t1 = now_s();
+    if (g->res.n_tokens >= req->max_tokens) {   /* max_tokens 0: the prompt only */
+        g->done = 1;
+        return 0;
+    }
+    if (!logits) {
+        v4_err_set(err, V4_ERR_INVALID, "generate", "no logits for position %d", g->fed - 1);
+        return -1;
+    }
+    int32_t next = v4_sample(g->smp, logits);
+    g->res.tokens[g->res.n_tokens++] = next;
+    g->next = next;
+    if (next == req->eos_id) {
+        g->res.finish_reason = "stop";
+        g->done = 1;
+        return 0;
+    }
+    if (g->ts) {
+        const char *text;
+        size_t len;
+        if (v4_tok_stream_feed(g->ts, next, &text, &len, err))
+            return -1;
+        int r = v4_stop_feed(g->stop, text, len, g->emit, g->ud);
+        if (r < 0) {
+            v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
+            return -1;
+        }
+        if (r) {
+            g->res.finish_reason = "stop";
+            g->stopped = g->done = 1;
+            return 0;
+        }
+    }
+    if (g->res.n_tokens >= req->max_tokens)
+        g->done = 1;
     return 0;
+}
+
+void v4_gen_end(v4_gen_state *g, v4_gen_result *res)
+{
+    if (g->ts && !g->stopped) {
+        const char *text;
+        size_t len;
+        v4_tok_stream_flush(g->ts, &text, &len);
+        if (v4_stop_feed(g->stop, text, len, g->emit, g->ud) == 1)
+            g->res.finish_reason = "stop";
+        else
+            v4_stop_flush(g->stop, g->emit, g->ud);
+    }
+    double t2 = now_s();
+    if (!g->t1)
+        g->t1 = t2;
+    g->res.prefill_s = g->t1 - g->t0;
+    g->res.decode_s = t2 - g->t1;
+    *res = g->res;
+    g->res.tokens = NULL;
+    g->res.n_tokens = 0;
 }
 
 int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                 v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err)
 {
     const v4_config *cfg = v4_ctx_config(ctx);
-    int rc = -1;
-    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
-    res->tokens = malloc(sizeof(int32_t) * ((size_t)req->max_tokens + 1));
+    res->tokens = NULL;
     res->n_tokens = 0;
     res->finish_reason = "length";
     res->prefill_s = res->decode_s = 0;
-    v4_sampler *smp = NULL;
-    v4_stop *stop = NULL;
-    v4_tok_stream *ts = NULL;
-    step_obs obs = {.cfg = cfg, .counts = req->expert_counts};
-    obs.ptr = &obs.tr;
-    if (obs.counts) {   /* the trace's route ids and weights come together */
-        obs.tr.route_ids = malloc(sizeof(int32_t) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
-        obs.tr.route_w = malloc(sizeof(float) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
-    }
-    if (!logits || !res->tokens || (obs.counts && (!obs.tr.route_ids || !obs.tr.route_w))) {
+    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
+    if (!logits) {
         v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
-        goto done;
+        return -1;
     }
-    if (req->n_prompt < 1) {
-        v4_err_set(err, V4_ERR_INVALID, "prompt", "the prompt has no tokens");
-        goto done;
-    }
-    if (v4_seq_pos(seq) != 0 || req->n_prompt + req->max_tokens > v4_seq_capacity(seq)) {
-        v4_err_set(err, V4_ERR_RANGE, "prompt", "prompt (%d tokens) + max_tokens (%d) exceed the context of %d",
-                   req->n_prompt, req->max_tokens, v4_seq_capacity(seq));
-        goto done;
-    }
-    if (!(smp = v4_sampler_create(cfg->vocab_size, &req->sampling, err)))
-        goto done;
-    if (tok && (!(stop = v4_stop_create(req->stops, req->n_stops, err)) ||
-                !(ts = v4_tok_stream_new(tok, V4_TOK_SKIP_SPECIAL, err))))
-        goto done;
-
-    double t0 = now_s();
-    for (int p = 0; p < req->n_prompt; p++) {
-        if (req->cancel && req->cancel(req->cancel_ud)) {
-            v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled during the prompt");
-            goto done;
-        }
-        if (step(ctx, seq, req->prompt[p], p + 1 == req->n_prompt ? logits : NULL, &obs, err))
-            goto done;
-    }
-    double t1 = now_s();
-    res->prefill_s = t1 - t0;
-    int stopped = 0;
-    while (res->n_tokens < req->max_tokens && !stopped) {
-        int32_t next = v4_sample(smp, logits);
-        res->tokens[res->n_tokens++] = next;
-        if (next == req->eos_id) {
-            res->finish_reason = "stop";
+    v4_gen_state *g = v4_gen_begin(cfg, seq, tok, req, emit, ud, err);
+    int rc = g ? 0 : -1;
+    while (g && !v4_gen_done(g)) {
+        int want;
+        int32_t token = v4_gen_input(g, &want);
+        v4_trace *tr = v4_gen_trace(g);
+        if (v4_gen_poll_cancel(g, err) ||
+            v4_step(ctx, &seq, &token, 1, want ? logits : NULL, tr ? &tr : NULL, err) ||
+            v4_gen_accept(g, want ? logits : NULL, err)) {
+            rc = -1;
             break;
         }
-        if (ts) {
-            const char *text;
-            size_t len;
-            if (v4_tok_stream_feed(ts, next, &text, &len, err))
-                goto done;
-            int r = v4_stop_feed(stop, text, len, emit, ud);
-            if (r < 0) {
-                v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
-                goto done;
-            }
-            if (r) {
-                res->finish_reason = "stop";
-                stopped = 1;
-                break;
-            }
-        }
-        if (res->n_tokens < req->max_tokens && req->cancel && req->cancel(req->cancel_ud)) {
-            v4_err_set(err, V4_ERR_INVALID, "cancel", "generation cancelled after %d tokens", res->n_tokens);
-            goto done;
-        }
-        if (res->n_tokens < req->max_tokens && step(ctx, seq, next, logits, &obs, err))
-            goto done;
     }
-    if (ts && !stopped) {
-        const char *text;
-        size_t len;
-        v4_tok_stream_flush(ts, &text, &len);
-        if (v4_stop_feed(stop, text, len, emit, ud) == 1)
-            res->finish_reason = "stop";
-        else
-            v4_stop_flush(stop, emit, ud);
-    }
-    res->decode_s = now_s() - t1;
-    rc = 0;
-done:
-    free(obs.tr.route_ids);
-    free(obs.tr.route_w);
+    if (!rc)
+        v4_gen_end(g, res);
+    v4_gen_free(g);
     free(logits);
-    v4_sampler_free(smp);
-    v4_stop_free(stop);
-    v4_tok_stream_free(ts);
-    if (rc)
-        v4_gen_result_free(res);
     return rc;
 }

@@ -1,5 +1,6 @@
-/* generate.h - one request's generation loop: prompt ids in, sampled tokens out,
- * streamed as text.
+/* generate.h - one request's generation: prompt ids in, sampled tokens out, streamed
+ * as text; as a per-request state machine (v4_gen_state) that a batched driver steps
+ * together with other requests, and as the one-request loop v4_generate over it.
  *
  * The prompt is fed one position at a time (prefill through the decode path), then
  * each step samples the next token (sampling.h), feeds it back, and, when a tokenizer
@@ -12,8 +13,24 @@
  * Expert routing is counted per (layer, expert) when the caller asks (expert_counts):
  * the worker's utilization telemetry and the result's `experts` figures.
  *
+ *
+ * State machine (every driver, one request or many, runs the same sampling / stop /
+ * detokenize code through it):
+ *   g = v4_gen_begin(cfg, seq, tok, req, emit, ud)    checks the request, makes the
+ *                                                       sampler, stop matcher, stream
+ *   while (!v4_gen_done(g)) {
+ *       v4_gen_poll_cancel(g)                           the request's cancel hook
+ *       tok = v4_gen_input(g, &want_logits)             prompt token or last sample
+ *       v4_step(ctx, {seq}, {tok}, logits, {v4_gen_trace(g)})   (alone or batched)
+ *       v4_gen_accept(g, want_logits ? logits : NULL)   count routes, sample, stream
+ *   }
+ *   v4_gen_end(g, res)                                  flush text, hand the result over
+ * A request whose step failed is simply freed (v4_gen_free) after the error.
+ *
  * Ownership: the result's token array is malloc'd (v4_gen_result_free).  The model,
- * context, tokenizer and sequence are borrowed.
+ * context, tokenizer, sequence and request (with its prompt and stops) are borrowed
+ * and must outlive the state.  v4_gen_state owns its sampler, stop matcher, token
+ * stream, token array and trace buffers (v4_gen_free).
  * Thread: the caller's thread; one request at a time per context.
  */
 #ifndef V4_GENERATE_H
@@ -56,5 +73,30 @@ typedef struct v4_gen_result {
 int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                 v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err);
 void v4_gen_result_free(v4_gen_result *res);
+
+typedef struct v4_gen_state v4_gen_state;
+
+/* NULL (err filled) on a bad request: empty prompt, seq not fresh or too small. */
+v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                           v4_emit_fn emit, void *ud, v4_error *err);
+/* 1 when generation ended (v4_gen_end next), 0 while it wants forward steps. */
+int v4_gen_done(const v4_gen_state *g);
+/* The request's cancel hook (call before every forward step): non-zero = cancelled,
+ * err filled (where "cancel"); the caller frees the state. */
+int v4_gen_poll_cancel(v4_gen_state *g, v4_error *err);
+/* The token to feed next (a prompt token or the last sampled one); *want_logits is 1
+ * when v4_gen_accept needs this step's logits (last prompt position and decode). */
+int32_t v4_gen_input(const v4_gen_state *g, int *want_logits);
+/* The trace to hand v4_step for this request (NULL when routes are not counted). */
+v4_trace *v4_gen_trace(v4_gen_state *g);
+v4_seq *v4_gen_seq(const v4_gen_state *g);
+/* Positions forwarded so far (prompt and decode). */
+int v4_gen_forwarded(const v4_gen_state *g);
+/* After the forward step of v4_gen_input(): counts the routes, and when logits are
+ * given samples the next token and streams it.  0, or -1 (err filled). */
+int v4_gen_accept(v4_gen_state *g, const float *logits, v4_error *err);
+/* Flushes held text and moves the result into res (the state keeps nothing). */
+void v4_gen_end(v4_gen_state *g, v4_gen_result *res);
+void v4_gen_free(v4_gen_state *g);
 
 #endif

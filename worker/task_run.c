@@ -11,9 +11,7 @@
 #include "../cache/expert_provider.h"
 #include "../cache/model_files.h"
 #include "../kernels/v4/model.h"
-#include "chat.h"
 #include "cli_util.h"
-#include "generate.h"
 #include "task_run_internal.h"
 
 
@@ -68,6 +66,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
         !(r->ctx = v4_ctx_create(&r->m.w, r->be, ex && ex->max_batch > 1 ? ex->max_batch : 1, &err)))
         goto fail;
+    r->max_batch = ex && ex->max_batch > 1 ? ex->max_batch : 1;
     if (ex && ex->host_cache_bytes > 0) {
         v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};
         if (!(r->xp = v4_xprov_open(&r->m.cfg, r->m.ck, &xo, &err)))
@@ -147,15 +146,9 @@ const v4_config *v4_runner_config(const v4_runner *r)
     return &r->m.cfg;
 }
 
-typedef struct text_buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} text_buf;
-
 static void emit_buf(void *ud, const char *text, size_t len)
 {
-    text_buf *b = ud;
+    v4_run_text *b = ud;
     if (b->oom)
         return;
     if (b->n + len + 1 > b->cap) {
@@ -208,16 +201,9 @@ static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_err
     return 0;
 }
 
-typedef struct run_guard {
-    double deadline_ms;
-    int (*abort_fn)(void *);
-    void *abort_ud;
-    int why;                    /* 1 deadline, 2 abort */
-} run_guard;
-
 static int guard_cancel(void *ud)
 {
-    run_guard *g = ud;
+    v4_run_guard *g = ud;
     if (g->abort_fn && g->abort_fn(g->abort_ud))
         g->why = 2;
     else if (v4_now_ms() > g->deadline_ms)
@@ -246,97 +232,164 @@ static void count_experts(v4_run_output *out, const v4_xcache_stats *a, const v4
     out->forwarded = out->expert_k ? (long)(layer0 / out->expert_k) : 0;
 }
 
-int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
-                  v4_run_output *out, v4_task_error *e)
+static void job_release(v4_run_job *j)
+{
+    v4_gen_free(j->gen);
+    free(j->buf.p);
+    v4_seq_free(j->seq);
+    v4_ids_free(&j->ids);
+    memset(j, 0, sizeof *j);
+}
+
+/* The experts figures of a job that ran (or failed) and release it. */
+static void job_count(v4_run_job *j, v4_run_output *out)
+{
+    v4_runner *r = j->r;
+    if (r->xp && !j->shared_steps) {
+        v4_xcache_stats after;
+        v4_xprov_stats(r->xp, &after);
+        count_experts(out, &j->before, &after);
+    } else {
+        count_experts(out, NULL, NULL);
+        if (r->xp) {   /* batched: this job's shares of the steps' loads */
+            long long miss = (long long)(j->share_misses + 0.5);
+            if (miss > out->expert_hits)
+                miss = out->expert_hits;
+            out->expert_misses = miss;
+            out->expert_hits -= miss;
+            out->expert_bytes_loaded = (long long)(j->share_bytes + 0.5);
+        }
+    }
+}
+
+int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                      v4_run_job *j, v4_run_output *out, v4_task_error *e)
 {
     memset(out, 0, sizeof *out);
+    memset(j, 0, sizeof *j);
+    j->r = r;
     if (t->model && !serves(r, t->model))
         return v4_task_fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves %s, not \"%s\"",
                             r->served_list, t->model);
     if (v4_now_ms() >= deadline_ms)
         return v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the deadline passed before the task started");
-    v4_ids ids = {0};
     v4_error err = {0};
-    v4_seq *seq = NULL;
-    v4_xcache_stats before = {0};
     if (r->xp)
-        v4_xprov_stats(r->xp, &before);
-    v4_gen_result res = {0};
-    text_buf buf = {0};
-    int rc = -1;
-    if (build_prompt(r, t, &ids, e))
-        goto out;
-    long long total = (long long)ids.n + t->max_tokens;
+        v4_xprov_stats(r->xp, &j->before);
+    if (build_prompt(r, t, &j->ids, e))
+        goto fail;
+    long long total = (long long)j->ids.n + t->max_tokens;
     if (total > r->context) {
         v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_tokens",
-             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %ld tokens", ids.n, t->max_tokens,
+             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %ld tokens", j->ids.n, t->max_tokens,
              r->context);
-        goto out;
+        goto fail;
     }
     v4_sampling_params sp = {t->temperature, t->top_p, (int)t->top_k, t->seed};
     if (v4_sampling_validate(&sp, &err)) {
         v4_task_fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
-        goto out;
+        goto fail;
     }
-    if (!(seq = v4_seq_create(&r->m.w, (int)total, &err))) {
+    if (!(j->seq = v4_seq_create(&r->m.w, (int)total, &err))) {
         from_v4(e, &err);
-        goto out;
+        goto fail;
     }
     int32_t eos = v4_tok_eos(r->tok) >= 0 ? v4_tok_eos(r->tok) : r->m.cfg.eos_id;
     const v4_config *mc = &r->m.cfg;
     if (!(out->expert_counts = calloc((size_t)mc->n_layers * (size_t)mc->n_routed_experts, sizeof(uint32_t)))) {
         v4_task_fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
-        goto out;
+        goto fail;
     }
     out->expert_layers = mc->n_layers;
     out->expert_n = mc->n_routed_experts;
     out->expert_k = mc->n_act_experts;
-    run_guard guard = {deadline_ms, abort_fn, abort_ud, 0};
-    v4_gen_request req = {ids.v, (int)ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops, t->n_stops, guard_cancel, &guard,
-                          out->expert_counts};
-    if (v4_generate(r->ctx, seq, r->tok, &req, emit_buf, &buf, &res, &err)) {
-        if (guard.why == 2) {
-            v4_task_fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err.msg);
+    j->guard = (v4_run_guard){deadline_ms, abort_fn, abort_ud, 0};
+    j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
+                              t->n_stops, guard_cancel, &j->guard, out->expert_counts};
+    if (!(j->gen = v4_gen_begin(mc, j->seq, r->tok, &j->req, emit_buf, &j->buf, &err))) {
+        from_v4(e, &err);
+        goto fail;
+    }
+    return 0;
+fail:
+    job_count(j, out);
+    job_release(j);
+    return -1;
+}
+
+void v4_runner_job_share(v4_run_job *j, double misses, double bytes)
+{
+    j->shared_steps = 1;
+    j->share_misses += misses;
+    j->share_bytes += bytes;
+}
+
+int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e)
+{
+    int rc = -1;
+    v4_gen_result res = {0};
+    if (failed) {
+        if (j->guard.why == 2) {
+            v4_task_fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err->msg);
             rc = -2;
-        } else if (guard.why == 1) {
-            v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err.msg);
+        } else if (j->guard.why == 1) {
+            v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err->msg);
         } else {
-            from_v4(e, &err);
+            from_v4(e, err);
         }
         goto out;
     }
-    if (buf.oom) {
+    v4_gen_end(j->gen, &res);
+    if (j->buf.oom) {
         v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
         goto out;
     }
-    if (v4_now_ms() > deadline_ms) {
+    if (v4_now_ms() > j->guard.deadline_ms) {
         v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline");
         goto out;
     }
-    out->text = buf.p ? buf.p : calloc(1, 1);
-    buf.p = NULL;
-    out->text_len = buf.n;
+    out->text = j->buf.p ? j->buf.p : calloc(1, 1);
+    j->buf.p = NULL;
+    out->text_len = j->buf.n;
     out->tokens = res.tokens;
     res.tokens = NULL;
     out->n_tokens = res.n_tokens;
-    out->prompt_tokens = (int)ids.n;
+    out->prompt_tokens = (int)j->ids.n;
     out->finish_reason = res.finish_reason;
     out->prefill_ms = res.prefill_s * 1e3;
     out->decode_ms = res.decode_s * 1e3;
     rc = out->text ? 0 : v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
 out:
-    if (r->xp) {
-        v4_xcache_stats after;
-        v4_xprov_stats(r->xp, &after);
-        count_experts(out, &before, &after);
-    } else {
-        count_experts(out, NULL, NULL);
-    }
-    free(buf.p);
+    job_count(j, out);
     v4_gen_result_free(&res);
-    v4_seq_free(seq);
-    v4_ids_free(&ids);
+    job_release(j);
     return rc;
+}
+
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e)
+{
+    v4_run_job j;
+    if (v4_runner_prepare(r, t, deadline_ms, abort_fn, abort_ud, &j, out, e))
+        return -1;
+    const v4_config *cfg = &r->m.cfg;
+    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
+    v4_error err = {0};
+    int failed = 0;
+    if (!logits) {
+        v4_err_set(&err, V4_ERR_NOMEM, "generate", "out of memory");
+        failed = 1;
+    }
+    while (!failed && !v4_gen_done(j.gen)) {   /* the one-sequence loop (as v4_generate) */
+        int want;
+        int32_t token = v4_gen_input(j.gen, &want);
+        v4_trace *tr = v4_gen_trace(j.gen);
+        failed = v4_gen_poll_cancel(j.gen, &err) ||
+                 v4_step(r->ctx, &j.seq, &token, 1, want ? logits : NULL, tr ? &tr : NULL, &err) ||
+                 v4_gen_accept(j.gen, want ? logits : NULL, &err);
+    }
+    free(logits);
+    return v4_runner_finish(&j, failed, &err, out, e);
 }
 
 void v4_run_output_free(v4_run_output *o)

@@ -4,10 +4,13 @@
  * backend, forward context); v4_runner_run() builds the prompt (messages -> the
  * DeepSeek-V4 chat prompt, prompt -> one user message, input_ids as given), checks
  * the model name, the context length and the deadline, creates a fresh sequence,
- * calls v4_generate() and collects the text.  Every failure becomes a task error code
+ * runs the generation state machine (generate.h) one position per forward step and
+ * collects the text.  The same work split in two (v4_runner_prepare / finish in
+ * task_run_internal.h) serves the continuous-batching executor, which steps many jobs
+ * together, so both paths fill identical outputs.  Every failure becomes a task error code
  * (model_not_available, context_length_exceeded, deadline_exceeded, invalid_field,
  * internal), never a process exit.  The deadline is checked before the run and before
- * every forward step (v4_generate's cancel hook), so an overrunning task stops within
+ * every forward step (the generation's cancel hook), so an overrunning task stops within
  * one step with deadline_exceeded.  The caller's abort callback (shutdown: the SIGTERM
  * grace period ran out) is polled at the same points; an aborted run returns -2 and no
  * result (the caller requeues the task).

@@ -1,0 +1,226 @@
+/* bench_batching.c - aggregate decode throughput of continuous batching (the executor
+ * behind `v4fleet batch --concurrency N`, worker/batch_exec_cont.c) against N.
+ *
+ *   bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]
+ *                  [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]
+ *
+ * The model (default models/bench/small; generated with `v4fleet mkmodel --preset small`
+ * when DIR/config.json is missing) is opened once through the task runner (max_batch =
+ * the largest N), its checkpoint paged in, and the machine's read bandwidth measured
+ * (STREAM-like sum of 2 GiB, same threads, median of 5).  For each N, R times: N*K
+ * greedy tasks (P random prompt ids each, T generated tokens, ignore_eos) go through a
+ * fresh continuous executor of capacity N, driven as cmd_batch.c drives it (submit
+ * while a slot is free, step until one frees, drain).  Decode-dominated by design.
+ * Printed: machine, config, N, aggregate generated tokens/s (median of R, and the
+ * range: the machine may be shared), speed-up
+ * vs N = 1, mean rows per step, weight bytes read per position (per step: trunk + the
+ * union of the rows' routed experts, divided by the rows), the achieved GB/s of weight
+ * reads and that as a % of the measured bandwidth.  Not a test: prints, never fails
+ * on speed.
+ *
+ * Thread: main thread (the runner's CPU pool does the work).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench/membw.h"
+#include "config/model_config.h"
+#include "worker/batch_exec.h"
+
+#ifndef V4_BIN_PATH
+#define V4_BIN_PATH "build/v4fleet"
+#endif
+
+typedef struct opts {
+    const char *model, *isa, *ns;
+    int k, tokens, prompt, runs, threads;
+} opts;
+
+static int ensure_model(const char *dir)
+{
+    char cfg[4200], cmd[9000];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    struct stat st;
+    if (stat(cfg, &st) == 0)
+        return 0;
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --out '%s' --preset small --seed 1 --force", dir,
+             V4_BIN_PATH, dir);
+    fprintf(stderr, "bench_batching: generating the small model: %s\n", cmd);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Read one byte per page of every file of the model so timed runs do not fault. */
+static void page_in(const char *dir)
+{
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "cat '%s'/*.safetensors > /dev/null", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_batching: could not read the checkpoint ahead\n");
+}
+
+typedef struct run_figs {
+    double tps, rows_per_step, bytes_per_row, gbs;
+} run_figs;
+
+static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs *rf)
+{
+    char err[256];
+    v4_batch_exec *x = v4_batch_exec_continuous(r, n, NULL, NULL, err, sizeof err);
+    if (!x) {
+        fprintf(stderr, "bench_batching: %s\n", err);
+        return -1;
+    }
+    const int V = v4_runner_config(r)->vocab_size, jobs = n * o->k;
+    long long tokens = 0;
+    int failed = 0, submitted = 0;
+    v4_batch_job *fin[64];
+    double t0 = v4_bench_now();
+    while (submitted < jobs || x->ops->in_flight(x) > 0) {
+        if (submitted < jobs && x->ops->in_flight(x) < x->ops->capacity(x)) {
+            char line[1024];
+            int at = snprintf(line, sizeof line, "{\"id\":\"b%d\",\"input_ids\":[", submitted);
+            for (int p = 0; p < o->prompt; p++) {
+                *rng = *rng * 1103515245u + 12345u;
+                at += snprintf(line + at, sizeof line - (size_t)at, "%s%u", p ? "," : "", 2 + (*rng >> 8) % (unsigned)(V - 2));
+            }
+            snprintf(line + at, sizeof line - (size_t)at, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}",
+                     o->tokens);
+            v4_batch_job *j = calloc(1, sizeof *j);
+            v4_batch_item_parse(line, strlen(line), submitted + 1, 1 << 20, &j->item);
+            if (!j->item.ok || x->ops->submit(x, j)) {
+                fprintf(stderr, "bench_batching: task %d refused: %s\n", submitted, j->item.err.message);
+                v4_batch_job_free(j);
+                free(j);
+                x->ops->destroy(x);
+                return -1;
+            }
+            submitted++;
+            continue;
+        }
+        int k = x->ops->step(x, fin, 64);
+        for (int i = 0; i < k; i++) {
+            if (fin[i]->rc) {
+                fprintf(stderr, "bench_batching: task failed: %s: %s\n", fin[i]->err.where, fin[i]->err.message);
+                failed++;
+            }
+            tokens += fin[i]->out.n_tokens;
+            v4_batch_job_free(fin[i]);
+            free(fin[i]);
+        }
+    }
+    double dt = v4_bench_now() - t0;
+    v4_batch_exec_figs f;
+    v4_batch_exec_figs_get(x, &f);
+    x->ops->destroy(x);
+    rf->tps = (double)tokens / dt;
+    rf->rows_per_step = f.steps ? (double)f.rows / (double)f.steps : 0;
+    rf->bytes_per_row = f.rows ? f.weight_bytes / (double)f.rows : 0;
+    rf->gbs = f.weight_bytes / dt / 1e9;
+    return failed ? -1 : 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    opts o = {"models/bench/small", "auto", "1,2,4,8,16", 2, 64, 4, 3, 2};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help")) {
+            printf("usage: bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]\n"
+                   "                      [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "bench_batching: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "--ns")) o.ns = v;
+        else if (!strcmp(a, "--isa")) o.isa = v;
+        else if (!strcmp(a, "--tasks-per-slot")) o.k = atoi(v);
+        else if (!strcmp(a, "--tokens")) o.tokens = atoi(v);
+        else if (!strcmp(a, "--prompt")) o.prompt = atoi(v);
+        else if (!strcmp(a, "--runs")) o.runs = atoi(v);
+        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
+        else {
+            fprintf(stderr, "bench_batching: unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    int ns[16], nn = 0, maxn = 1;
+    for (const char *p = o.ns; *p && nn < 16;) {
+        ns[nn] = atoi(p);
+        if (ns[nn] < 1 || ns[nn] > 256) {
+            fprintf(stderr, "bench_batching: bad --ns %s\n", o.ns);
+            return 2;
+        }
+        maxn = ns[nn] > maxn ? ns[nn] : maxn;
+        nn++;
+        p += strcspn(p, ",");
+        p += *p == ',';
+    }
+    if (o.k < 1 || o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.runs > 32) {
+        fprintf(stderr, "bench_batching: bad --tasks-per-slot / --tokens / --prompt / --runs\n");
+        return 2;
+    }
+    if (ensure_model(o.model))
+        return 1;
+    v4_task_error e = {0};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0};
+    v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
+    if (!r) {
+        fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);
+        return 1;
+    }
+    page_in(o.model);
+    const v4_config *cfg = v4_runner_config(r);
+    char cpu[256];
+    v4_bench_cpu_name(cpu, sizeof cpu);
+    double bw = v4_bench_read_bandwidth((size_t)2 << 30, o.threads, 5);
+    printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", bw, o.threads);
+    printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n\n",
+           o.k, o.prompt, o.tokens, o.runs);
+    printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    fflush(stdout);
+    unsigned rng = 12345;
+    double base = 0;
+    int rc = 0;
+    for (int t = 0; t < nn; t++) {
+        run_figs rf[32], med = {0};
+        double v[32];
+        int ok = 1;
+        for (int k = 0; k < o.runs && ok; k++)
+            ok = run_once(r, &o, ns[t], &rng, &rf[k]) == 0;
+        if (!ok) {
+            rc = 1;
+            continue;
+        }
+        for (int k = 0; k < o.runs; k++)
+            v[k] = rf[k].tps;
+        qsort(v, (size_t)o.runs, sizeof v[0], cmp_d);
+        med.tps = v[o.runs / 2];
+        for (int k = 0; k < o.runs; k++)   /* the figures of the median run */
+            if (rf[k].tps == med.tps)
+                med = rf[k];
+        if (ns[t] == 1 || !base)
+            base = ns[t] == 1 ? med.tps : base;
+        printf("| %s | small (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %.2f-%.2f | %s%.2fx | %.2f | "
+               "%.3e | %.2f | %.1f%% |\n",
+               cpu, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o.threads, o.isa, ns[t], med.tps,
+               v[0], v[o.runs - 1],
+               base ? "" : "n/a ", base ? med.tps / base : 0, med.rows_per_step, med.bytes_per_row, med.gbs,
+               100.0 * med.gbs / bw);
+        fflush(stdout);
+    }
+    v4_runner_free(r);
+    return rc;
+}

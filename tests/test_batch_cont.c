@@ -1,0 +1,323 @@
+/* test_batch_cont.c - the continuous-batching executor (worker/batch_exec_cont.c) on a
+ * synthetic tiny model: the same 13 jobs (prompts of 1 to 40 tokens, chat messages,
+ * max_tokens 1 to 40, stop strings that fire, ignore_eos, seeded temperature / top-p
+ * sampling, a wrong model that fails at admission, a deadline that expires mid-run, a
+ * job of another kind run synchronously) give byte-identical results through the serial
+ * executor and the continuous one at N = 1, 3, 8: rc, error code, text, token ids,
+ * finish_reason, prompt tokens, routing counts and experts figures.  Fairness: a job
+ * submitted while a slot is free is carried by the very next forward step, and with
+ * N = 8 the run takes fewer forward steps than positions (sequences really share
+ * steps).  Paged experts (a host cache of half the experts) give the same outputs and
+ * hits + misses = activations.  A corrupted expert pack fails the jobs of the failing
+ * step with expert_corrupt (no crash) and the executor stays usable. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/expert_block.h"
+#include "config/model_config.h"
+#include "testutil.h"
+#include "worker/batch_exec.h"
+
+#define NJ 13
+
+typedef struct res {
+    int rc, code, kind_sync;
+    char *text;
+    size_t text_len;
+    int32_t *tokens;
+    int n_tokens, prompt_tokens;
+    const char *finish;
+    uint32_t *counts;
+    size_t n_counts;
+    long long hits, misses;
+    long forwarded;
+    long submit_step, first_step;
+} res;
+
+static char lines[NJ][512];
+static int deadline_job = -1, sync_job = -1;
+
+static void res_free(res *r)
+{
+    for (int i = 0; i < NJ; i++) {
+        free(r[i].text);
+        free(r[i].tokens);
+        free(r[i].counts);
+    }
+    memset(r, 0, sizeof(res) * NJ);
+}
+
+static v4_batch_job *make_job(int i)
+{
+    v4_batch_job *j = calloc(1, sizeof *j);
+    v4_batch_item_parse(lines[i], strlen(lines[i]), i + 1, 1 << 20, &j->item);
+    if (!j->item.ok)
+        fprintf(stderr, "line %d invalid: %s\n", i, j->item.err.message);
+    if (i == sync_job)
+        j->item.task.kind = V4_TASK_KIND_SUMMARIZE;   /* another kind: run whole in step() */
+    return j;
+}
+
+static void take(res *r, v4_batch_job *j)
+{
+    int i = (int)j->item.line - 1;
+    res *o = &r[i];
+    o->rc = j->rc;
+    o->code = j->rc ? (int)j->err.code : 0;
+    o->text = j->out.text;
+    o->text_len = j->out.text_len;
+    o->tokens = j->out.tokens;
+    o->n_tokens = j->out.n_tokens;
+    o->prompt_tokens = j->out.prompt_tokens;
+    o->finish = j->out.finish_reason;
+    o->counts = j->out.expert_counts;
+    o->n_counts = (size_t)j->out.expert_layers * (size_t)j->out.expert_n;
+    o->hits = j->out.expert_hits;
+    o->misses = j->out.expert_misses;
+    o->forwarded = j->out.forwarded;
+    o->submit_step = j->submit_step;
+    o->first_step = j->first_step;
+    j->out.text = NULL;
+    j->out.tokens = NULL;
+    j->out.expert_counts = NULL;
+    v4_batch_job_free(j);
+    free(j);
+}
+
+/* The driver's pattern (cmd_batch.c): submit while a slot is free, step until one
+ * frees, drain.  Returns the forward steps run; *fair_bad counts jobs submitted into a
+ * free slot that the next step did not carry. */
+static long run_all(v4_batch_exec *x, res *r, int *fair_bad, int *queued)
+{
+    v4_batch_job *fin[NJ];
+    *fair_bad = *queued = 0;
+    for (int i = 0; i < NJ; i++) {
+        v4_batch_job *j = make_job(i);
+        if (x->ops->submit(x, j)) {
+            CHECK(0, "submit refused with a free slot (job %d)", i);
+            v4_batch_job_free(j);
+            free(j);
+            continue;
+        }
+        *queued += j->submit_step > 0;
+        while (x->ops->in_flight(x) >= x->ops->capacity(x)) {
+            int n = x->ops->step(x, fin, NJ);
+            for (int k = 0; k < n; k++)
+                take(r, fin[k]);
+        }
+    }
+    while (x->ops->in_flight(x) > 0) {
+        int n = x->ops->step(x, fin, NJ);
+        for (int k = 0; k < n; k++)
+            take(r, fin[k]);
+    }
+    for (int i = 0; i < NJ; i++)
+        if (r[i].rc == 0 && i != sync_job && r[i].first_step != r[i].submit_step)
+            (*fair_bad)++;
+    return v4_batch_exec_steps(x);
+}
+
+static void compare(const char *what, const res *a, const res *b, int counts_too)
+{
+    for (int i = 0; i < NJ; i++) {
+        CHECK(a[i].rc == b[i].rc && a[i].code == b[i].code, "%s job %d: rc %d/%d code %d/%d", what, i, a[i].rc,
+              b[i].rc, a[i].code, b[i].code);
+        if (i == deadline_job || a[i].rc || b[i].rc)
+            continue;
+        CHECK(a[i].text_len == b[i].text_len && !memcmp(a[i].text, b[i].text, a[i].text_len), "%s job %d: text '%s' vs '%s'",
+              what, i, a[i].text, b[i].text);
+        CHECK(a[i].n_tokens == b[i].n_tokens &&
+                  !memcmp(a[i].tokens, b[i].tokens, sizeof(int32_t) * (size_t)a[i].n_tokens),
+              "%s job %d: tokens (%d vs %d)", what, i, a[i].n_tokens, b[i].n_tokens);
+        CHECK(!strcmp(a[i].finish, b[i].finish) && a[i].prompt_tokens == b[i].prompt_tokens,
+              "%s job %d: finish %s/%s prompt %d/%d", what, i, a[i].finish, b[i].finish, a[i].prompt_tokens,
+              b[i].prompt_tokens);
+        CHECK(a[i].n_counts == b[i].n_counts && a[i].forwarded == b[i].forwarded &&
+                  !memcmp(a[i].counts, b[i].counts, sizeof(uint32_t) * a[i].n_counts),
+              "%s job %d: routing counts differ", what, i);
+        if (counts_too)
+            CHECK(a[i].hits == b[i].hits && a[i].misses == b[i].misses, "%s job %d: hits %lld/%lld misses %lld/%lld",
+                  what, i, a[i].hits, b[i].hits, a[i].misses, b[i].misses);
+    }
+}
+
+int main(void)
+{
+    char dir[4200], cmd[9000];
+    snprintf(dir, sizeof dir, "%s/batch_cont_model", t_env("V4_TMP", "/tmp"));
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 11 --force --no-sync >/dev/null 2>&1",
+             t_env("V4_BIN", "build/v4fleet"), dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+        return 1;
+    }
+    v4_task_error e = {0};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, 2, NULL, 8, 0};
+    v4_runner *r = v4_runner_open(dir, "tiny", &ro, &e);
+    CHECK(r != NULL, "runner: %s: %s", e.where, e.message);
+    if (!r)
+        TEST_DONE();
+    const v4_config *c = v4_runner_config(r);
+    long ctx = v4_runner_context(r);
+
+    /* the jobs; two of them get stop strings cut from a first greedy run's text */
+    char ids40[400] = "";
+    for (int k = 0, at = 0; k < 40; k++)
+        at += snprintf(ids40 + at, sizeof ids40 - (size_t)at, "%s%d", k ? "," : "", (k * 7 + 3) % 50);
+    int n = 0;
+    snprintf(lines[n++], 512, "{\"id\":\"g1\",\"input_ids\":[5],\"max_tokens\":24,\"temperature\":0}");
+    snprintf(lines[n++], 512, "{\"id\":\"g40\",\"input_ids\":[%s],\"max_tokens\":12,\"temperature\":0}", ids40);
+    snprintf(lines[n++], 512, "{\"id\":\"p1\",\"prompt\":\"Tell me about queues.\",\"max_tokens\":30,\"temperature\":0}");
+    snprintf(lines[n++], 512, "{\"id\":\"s1\",\"prompt\":\"Tell me about queues.\",\"max_tokens\":30,\"temperature\":0,"
+                              "\"stop\":[\"@@STOP1@@\"]}");
+    snprintf(lines[n++], 512, "{\"id\":\"t1\",\"prompt\":\"Why batch?\",\"max_tokens\":20,\"temperature\":0.8,"
+                              "\"top_p\":0.9,\"seed\":42}");
+    snprintf(lines[n++], 512, "{\"id\":\"t2\",\"prompt\":\"Why batch?\",\"max_tokens\":20,\"temperature\":1.2,"
+                              "\"top_k\":5,\"seed\":7}");
+    snprintf(lines[n++], 512, "{\"id\":\"m1\",\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                              "{\"role\":\"user\",\"content\":\"Hello there, a longer question about workers?\"}],"
+                              "\"max_tokens\":16,\"temperature\":0}");
+    snprintf(lines[n++], 512, "{\"id\":\"z0\",\"input_ids\":[1,2,3],\"max_tokens\":1}");
+    snprintf(lines[n++], 512, "{\"id\":\"x1\",\"input_ids\":[0,2,10,3,5],\"max_tokens\":40,\"temperature\":0,"
+                              "\"ignore_eos\":true}");
+    snprintf(lines[n++], 512, "{\"id\":\"bad\",\"model\":\"gpt-x\",\"prompt\":\"hi\"}");
+    deadline_job = n;
+    snprintf(lines[n++], 512, "{\"id\":\"dl\",\"input_ids\":[4,4,4],\"max_tokens\":%ld,\"deadline_ms\":1,"
+                              "\"temperature\":0,\"ignore_eos\":true}", ctx - 3);
+    sync_job = n;
+    snprintf(lines[n++], 512, "{\"id\":\"k1\",\"input_ids\":[9,8,7],\"max_tokens\":6,\"temperature\":0}");
+    snprintf(lines[n++], 512, "{\"id\":\"s2\",\"input_ids\":[%s],\"max_tokens\":30,\"temperature\":0,"
+                              "\"stop\":[\"@@STOP2@@\"]}", ids40);
+    if (n != NJ) {
+        fprintf(stderr, "%d jobs, want %d\n", n, NJ);
+        return 1;
+    }
+    res serial[NJ] = {0}, cont[NJ] = {0};
+    int fair_bad, queued;
+    /* pass 0: fill the stop strings from the greedy texts of p1 and g40 (s2 = g40 with 30 tokens) */
+    v4_batch_exec *x = v4_batch_exec_serial(r, NULL, NULL);
+    run_all(x, serial, &fair_bad, &queued);
+    x->ops->destroy(x);
+    const int stop_src[2] = {2, 1}, stop_dst[2] = {3, 12};
+    for (int s = 0; s < 2; s++) {
+        const res *src = &serial[stop_src[s]];
+        CHECK(src->rc == 0 && src->text_len >= 6, "job %d has text for a stop string (%zu bytes)", stop_src[s],
+              src->text_len);
+        if (src->rc || src->text_len < 6)
+            TEST_DONE();
+        char stop[64] = "", esc[256] = "";
+        size_t from = src->text_len / 2, len = src->text_len - from < 3 ? src->text_len - from : 3;
+        memcpy(stop, src->text + from, len);
+        for (size_t k = 0, at = 0; k < len; k++)
+            at += (size_t)snprintf(esc + at, sizeof esc - at, "\\u%04x", (unsigned char)stop[k]);
+        char *p = strstr(lines[stop_dst[s]], s ? "@@STOP2@@" : "@@STOP1@@");
+        char tail[512];
+        snprintf(tail, sizeof tail, "%s", p + 9);
+        snprintf(p, sizeof lines[0] - (size_t)(p - lines[stop_dst[s]]), "%s%s", esc, tail);
+    }
+    res_free(serial);
+
+    x = v4_batch_exec_serial(r, NULL, NULL);
+    run_all(x, serial, &fair_bad, &queued);
+    x->ops->destroy(x);
+    CHECK(serial[3].rc == 0 && !strcmp(serial[3].finish, "stop") && serial[3].text_len < serial[2].text_len &&
+              !memcmp(serial[3].text, serial[2].text, serial[3].text_len), "s1 stopped on its stop string: '%s'",
+          serial[3].text);
+    CHECK(serial[12].rc == 0 && !strcmp(serial[12].finish, "stop"), "s2 stopped on its stop string");
+    CHECK(serial[9].rc == -1 && serial[9].code == V4_TASK_MODEL_NOT_AVAILABLE, "bad model fails");
+    CHECK(serial[deadline_job].rc == -1 && serial[deadline_job].code == V4_TASK_DEADLINE_EXCEEDED,
+          "deadline job: rc %d code %d", serial[deadline_job].rc, serial[deadline_job].code);
+    CHECK(serial[7].rc == 0 && serial[7].n_tokens == 1, "max_tokens 1");
+    CHECK(serial[8].n_tokens == 40 && !strcmp(serial[8].finish, "length"), "ignore_eos runs to max_tokens");
+    CHECK(serial[4].n_tokens > 0 && serial[5].n_tokens > 0, "sampled jobs produced tokens");
+
+    const int Ns[3] = {1, 3, 8};
+    long steps8 = 0, positions8 = 0;
+    for (int t = 0; t < 3; t++) {
+        char err[256], what[32];
+        x = v4_batch_exec_continuous(r, Ns[t], NULL, NULL, err, sizeof err);
+        CHECK(x != NULL, "continuous N=%d: %s", Ns[t], err);
+        if (!x)
+            continue;
+        long steps = run_all(x, cont, &fair_bad, &queued), positions = 0;
+        x->ops->destroy(x);
+        for (int k = 0; k < NJ; k++)   /* positions the executor forwarded (the deadline job's too) */
+            positions += k != sync_job ? cont[k].forwarded : 0;
+        snprintf(what, sizeof what, "N=%d", Ns[t]);
+        compare(what, serial, cont, 1);
+        CHECK(fair_bad == 0, "%s: %d jobs waited more than one step after a free slot", what, fair_bad);
+        CHECK(queued > 0, "%s: some jobs were submitted after earlier steps (%d)", what, queued);
+        if (Ns[t] == 1)
+            CHECK(steps == positions, "N=1: one step per position (%ld vs %ld)", steps, positions);
+        if (Ns[t] == 8) {
+            steps8 = steps;
+            positions8 = positions;
+        }
+        res_free(cont);
+    }
+    CHECK(steps8 > 0 && steps8 < positions8 / 2, "N=8 shares steps: %ld steps for %ld positions", steps8, positions8);
+    char err[256];
+    CHECK(v4_batch_exec_continuous(r, 9, NULL, NULL, err, sizeof err) == NULL && strstr(err, "1 to 8"),
+          "N above the runner's max_batch refused: %s", err);
+
+    /* paged experts: same outputs; hits + misses = activations */
+    v4_xblock_layout lo;
+    v4_xblock_layout_of(c, &lo);
+    long long all = (long long)c->n_layers * c->n_routed_experts * (long long)lo.bytes;
+    v4_runner_opts po = {NULL, all / 2, "lru", 2, 2, NULL, 8, 0};
+    v4_runner *rp = v4_runner_open(dir, "tiny", &po, &e);
+    CHECK(rp != NULL, "paged runner: %s", e.message);
+    if (rp) {
+        x = v4_batch_exec_continuous(rp, 8, NULL, NULL, err, sizeof err);
+        run_all(x, cont, &fair_bad, &queued);
+        x->ops->destroy(x);
+        compare("paged N=8", serial, cont, 0);
+        long long miss = 0;
+        for (int i = 0; i < NJ; i++) {
+            if (cont[i].rc || i == sync_job)
+                continue;
+            CHECK(cont[i].hits + cont[i].misses == (long long)cont[i].forwarded * c->n_layers * c->n_act_experts,
+                  "paged job %d: hits %lld + misses %lld = activations", i, cont[i].hits, cont[i].misses);
+            miss += cont[i].misses;
+        }
+        CHECK(miss > 0, "paged: the jobs were charged the cache's loads (%lld misses)", miss);
+        res_free(cont);
+        v4_runner_free(rp);
+    }
+
+    /* a corrupted pack: the failing steps fail their jobs with expert_corrupt */
+    char pack[4300], cmd2[16000];
+    snprintf(pack, sizeof pack, "%s/batch_cont_pack", t_env("V4_TMP", "/tmp"));
+    snprintf(cmd2, sizeof cmd2, "rm -rf '%s' && '%s' pack --model '%s' --out '%s' >/dev/null 2>&1", pack,
+             t_env("V4_BIN", "build/v4fleet"), dir, pack);
+    CHECK(system(cmd2) == 0, "pack: %s", cmd2);
+    snprintf(cmd2, sizeof cmd2, "%s/experts.bin", pack);
+    FILE *pf = fopen(cmd2, "r+b");
+    for (int k = 0; pf && k < c->n_routed_experts; k++) {
+        long off = (long)((size_t)(c->n_routed_experts + k) * lo.bytes + 64);   /* layer 1, expert k */
+        fseek(pf, off, SEEK_SET);
+        int ch = fgetc(pf);
+        fseek(pf, off, SEEK_SET);
+        fputc(ch ^ 0x10, pf);
+    }
+    if (pf)
+        fclose(pf);
+    v4_runner_opts co = {pack, all, "lru", 2, 2, NULL, 8, 0};
+    rp = v4_runner_open(dir, "tiny", &co, &e);
+    CHECK(rp != NULL, "runner on the corrupted pack: %s", e.message);
+    if (rp) {
+        x = v4_batch_exec_continuous(rp, 4, NULL, NULL, err, sizeof err);
+        run_all(x, cont, &fair_bad, &queued);
+        x->ops->destroy(x);
+        for (int i = 0; i < NJ; i++)
+            if (i != 9 && i != deadline_job)
+                CHECK(cont[i].rc == -1 && cont[i].code == V4_TASK_EXPERT_CORRUPT, "corrupt job %d: rc %d code %d", i,
+                      cont[i].rc, cont[i].code);
+        res_free(cont);
+        v4_runner_free(rp);
+    }
+    res_free(serial);
+    v4_runner_free(r);
+    TEST_DONE();
+}
