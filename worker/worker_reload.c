@@ -69,17 +69,25 @@ int v4w_start_util(worker *w, const v4_worker_config *c, v4_runner *r)
     return 0;
 }
 
-static v4_batch_exec *new_exec(worker *w, v4_runner *r)
+/* V4_CONCURRENCY 1: the serial executor; N > 1: continuous batching over N slots (the
+ * runner was opened with max_batch N).  NULL: logged. */
+static v4_batch_exec *new_exec(worker *w, v4_runner *r, int n)
 {
-    return v4_batch_exec_serial(r, w->abort_fn, w);
+    char err[256] = "out of memory";
+    v4_batch_exec *x = n > 1 ? v4_batch_exec_continuous(r, n, w->abort_fn, w, err, sizeof err)
+                             : v4_batch_exec_serial(r, w->abort_fn, w);
+    if (!x)
+        v4w_log(w, 0, NULL, "cannot create the task executor (%d slots): %s", n, err);
+    return x;
 }
 
 int v4w_make_exec(worker *w)
 {
-    if (!(w->x = new_exec(w, w->runner))) {
-        v4w_log(w, 0, NULL, "out of memory creating the task executor");
+    if (!(w->x = new_exec(w, w->runner, w->cfg.concurrency)))
         return -1;
-    }
+    v4w_log(w, 1, NULL, "%d task slot%s (%s)", w->cfg.concurrency, w->cfg.concurrency > 1 ? "s" : "",
+            w->cfg.concurrency > 1 ? "continuous batching: one forward step advances every running task"
+                                   : "one task at a time");
     return 0;
 }
 
@@ -92,15 +100,17 @@ static void reload(worker *w, const char *why)
     v4_worker_config nc;
     v4_error err = {0};
     v4_runner *nr = NULL;
-    if (v4_worker_config_from_env(&nc, &err)) {
+    int cfg_rc = v4_worker_config_from_env(&nc, &err);
+    nc.concurrency = w->cfg.concurrency;   /* slots and prefetch stay until a restart */
+    if (cfg_rc) {
         v4w_log(w, 0, NULL, "reload failed: settings: %s: %s; still serving %s", err.where, err.msg, w->cfg.model_dir);
     } else if (v4w_open_runner(w, &nc, PHASE_RELOADING, &nr)) {
         v4w_log(w, 0, NULL, "reload failed: model %s did not open or warm up (above); still serving %s", nc.model_dir,
              w->cfg.model_dir);
     }
-    v4_batch_exec *nx = nr ? new_exec(w, nr) : NULL;
+    v4_batch_exec *nx = nr ? new_exec(w, nr, w->cfg.concurrency) : NULL;
     if (nr && !nx) {
-        v4w_log(w, 0, NULL, "reload failed: out of memory creating the executor; still serving %s", w->cfg.model_dir);
+        v4w_log(w, 0, NULL, "reload failed: no executor for the new model; still serving %s", w->cfg.model_dir);
         v4_runner_free(nr);
         nr = NULL;
     }
