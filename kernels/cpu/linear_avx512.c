@@ -179,6 +179,33 @@ V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const double *qd, c
         out[g] = hsum8_pd(acc + 8 * g);
 }
 
+/* fp8_mk on rows already decoded (dw + r * 128: row r's block as e4m3x8_pd values):
+ * the same products and sums, so the same exact results. */
+V4_INLINE void fp8_mk_dec(const double *dw, const int R, const double *qd, const int V, __m512d *out)
+{
+    __m512d acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < R * V; i++)
+        acc[i] = _mm512_setzero_pd();
+#pragma GCC unroll 2
+    for (int c = 0; c < 128; c += 8) {
+        __m512d q[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            q[v] = _mm512_load_pd(qd + v * 128 + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m512d w = _mm512_load_pd(dw + r * 128 + c);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[v * R + r] = _mm512_fmadd_pd(q[v], w, acc[v * R + r]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < R * V / 8; g++)
+        out[g] = hsum8_pd(acc + 8 * g);
+}
+
 /* any (b & 0x7f) == 0x7f in 8 rows x 128 bytes */
 V4_INLINE int fp8_has_nan(const uint8_t *const *wr)
 {
@@ -270,6 +297,98 @@ V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, float 
     return nan_seen;
 }
 
+/* One group of V (1..4) vectors on a decoded block: P[v] lane i = row i of vector v. */
+V4_INLINE void fp8_group_dec(const double *dw, const double *qd, const int V, __m512d *P)
+{
+    if (V == 1) {
+        fp8_mk_dec(dw, 8, qd, 1, P);
+    } else if (V == 2) {
+        fp8_mk_dec(dw, 8, qd, 2, P);
+    } else if (V == 3) {
+        fp8_mk_dec(dw, 8, qd, 2, P);
+        fp8_mk_dec(dw, 8, qd + 256, 1, P + 2);
+    } else {
+        __m512d X[2], Y[2];
+        fp8_mk_dec(dw, 4, qd, 4, X);
+        fp8_mk_dec(dw + 4 * 128, 4, qd, 4, Y);
+        for (int g = 0; g < 2; g++) {
+            P[2 * g] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(1, 0, 1, 0));
+            P[2 * g + 1] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(3, 2, 3, 2));
+        }
+    }
+}
+
+#define FP8_CHUNK 16    /* vectors whose accumulators live across a tile's blocks */
+
+/* Many vectors (batched decode): each 128-column block of the tile is decoded once
+ * into doubles and reused by every group of 4 vectors, instead of once per pass.  Per
+ * vector the blocks are still summed in ascending order with the same epilogue, so
+ * the results equal fp8_pass's bit for bit.  Returns whether a NaN code was seen. */
+static int fp8_many(const v4_mat *W, int n, const float *xq, const float *xs, float *y, int ldy,
+                    const tile_ctx *t)
+{
+    const int K = W->cols, nkb = K / 128;
+    const int uniform = t->srow[0] == t->srow[TILE - 1];
+    const __m512d pre = _mm512_set1_pd(0x1p1000), post = _mm512_set1_pd(0x1p16);
+    double dw[TILE * 128] __attribute__((aligned(64)));
+    double qd[4 * 128] __attribute__((aligned(64)));
+    int nan_seen = 0;
+    for (int c0 = 0; c0 < n; c0 += FP8_CHUNK) {
+        const int nv = imin(FP8_CHUNK, n - c0);
+        __m256 acc[FP8_CHUNK];
+        for (int v = 0; v < nv; v++)
+            acc[v] = _mm256_setzero_ps();
+        for (int kb = 0; kb < nkb; kb++) {
+            const uint8_t *wr[TILE];
+            for (int i = 0; i < TILE; i++)
+                wr[i] = t->wrow[i] + (size_t)kb * 128;
+            if (c0 == 0) {
+                nan_seen |= fp8_has_nan(wr);
+                for (int i = 0; i < TILE; i++) {
+                    _mm_prefetch((const char *)(wr[i] + 2 * 128), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wr[i] + 2 * 128 + 64), _MM_HINT_T0);
+                }
+            }
+            for (int r = 0; r < TILE; r++)
+                for (int c = 0; c < 128; c += 8)
+                    _mm512_store_pd(dw + r * 128 + c, e4m3x8_pd(wr[r] + c));
+            __m256 sw;
+            if (uniform) {
+                sw = _mm256_set1_ps(v4x_e8m0(t->srow[0][kb]));
+            } else {
+                float sc[TILE];
+                for (int i = 0; i < TILE; i++)
+                    sc[i] = v4x_e8m0(t->srow[i][kb]);
+                sw = _mm256_loadu_ps(sc);
+            }
+            for (int g = 0; g < nv; g += 4) {
+                const int V = imin(4, nv - g), v0 = c0 + g;
+                for (int v = 0; v < V; v++) {
+                    const float *q = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
+                    for (int c = 0; c < 128; c += 8)
+                        _mm512_store_pd(qd + v * 128 + c, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(q + c)), pre));
+                }
+                __m512d P[4];
+                switch (V) {
+                case 1: fp8_group_dec(dw, qd, 1, P); break;
+                case 2: fp8_group_dec(dw, qd, 2, P); break;
+                case 3: fp8_group_dec(dw, qd, 3, P); break;
+                default: fp8_group_dec(dw, qd, 4, P); break;
+                }
+                for (int v = 0; v < V; v++) {   /* the scalar epilogue, lane-wise */
+                    __m256 pf = _mm512_cvtpd_ps(_mm512_mul_pd(P[v], post));
+                    __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + kb]));
+                    tt = _mm256_mul_ps(tt, sw);
+                    acc[g + v] = _mm256_add_ps(acc[g + v], tt);
+                }
+            }
+        }
+        for (int v = 0; v < nv; v++)
+            bf16_store_mask(y + (size_t)(c0 + v) * ldy + t->rt, acc[v], t->nr);
+    }
+    return nan_seen;
+}
+
 static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
                      float *y, int ldy, int rt, int nr)
 {
@@ -281,6 +400,11 @@ static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
         t.srow[i] = W->scale + (size_t)(r / 128) * scols;
     }
     int nan_seen = 0;
+    if (n > 4) {
+        if (fp8_many(W, n, xq, xs, y, ldy, &t))
+            v4_rows_fp8_scalar(W, n, xq, xs, NULL, 0, y, ldy, rt, rt + nr);
+        return;
+    }
     /* passes of up to 4 vectors; the tile's weights come from L1/L2 after the first */
     for (int v0 = 0; v0 < n; v0 += 4) {
         switch (imin(4, n - v0)) {
