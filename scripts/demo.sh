@@ -70,7 +70,7 @@ fi
 v4_section "run the main job: v4fleet batch scripts/demo_batch.jsonl (no broker)"
 BATCH_DIR="$(mktemp -d /tmp/v4batch.XXXXXX)"
 trap 'rm -rf "$BATCH_DIR"' EXIT
-build/v4fleet batch scripts/demo_batch.jsonl -o "$BATCH_DIR/out.jsonl" --model models/tiny --model-name tiny
+build/v4fleet batch scripts/demo_batch.jsonl -o "$BATCH_DIR/out.jsonl" --model models/tiny --model-name tiny --concurrency 4
 v4_section "batch output ($BATCH_DIR/out.jsonl: one line per input line; re-running the command resumes)"
 cat "$BATCH_DIR/out.jsonl"
 

@@ -184,7 +184,7 @@ assert all(json.loads(l)["status"] == "succeeded" for l in open(sys.argv[1]))
 ' "$work/long.out" && ok "SIGTERM + resume: 40 ids, each once, all succeeded" || bad "SIGTERM + resume: ids"
 
 # --concurrency 4 + SIGTERM: the tasks in flight finish within the grace, then resume
-"$bin" batch "$work/long.jsonl" -o "$work/long4.out" "${M[@]}" --concurrency 4 2>"$work/err4c" &
+"$bin" batch "$work/long.jsonl" -o "$work/long4.out" "${M[@]}" --concurrency 4 --grace-ms 60000 2>"$work/err4c" &
 bpid=$!
 for _ in $(seq 1 300); do [ -s "$work/long4.out" ] && [ "$(wc -l < "$work/long4.out")" -ge 3 ] && break; sleep 0.05; done
 kill -TERM "$bpid"

@@ -2,7 +2,7 @@
  * synthetic tiny model: the same 13 jobs (prompts of 1 to 40 tokens, chat messages,
  * max_tokens 1 to 40, stop strings that fire, ignore_eos, seeded temperature / top-p
  * sampling, a wrong model that fails at admission, a deadline that expires mid-run, a
- * job of another kind run synchronously) give byte-identical results through the serial
+ * summarize task, run synchronously inside a step) give byte-identical results through the serial
  * executor and the continuous one at N = 1, 3, 8: rc, error code, text, token ids,
  * finish_reason, prompt tokens, routing counts and experts figures.  Fairness: a job
  * submitted while a slot is free is carried by the very next forward step, and with
@@ -54,8 +54,6 @@ static v4_batch_job *make_job(int i)
     v4_batch_item_parse(lines[i], strlen(lines[i]), i + 1, 1 << 20, &j->item);
     if (!j->item.ok)
         fprintf(stderr, "line %d invalid: %s\n", i, j->item.err.message);
-    if (i == sync_job)
-        j->item.task.kind = V4_TASK_KIND_SUMMARIZE;   /* another kind: run whole in step() */
     return j;
 }
 
@@ -186,7 +184,8 @@ int main(void)
     snprintf(lines[n++], 512, "{\"id\":\"dl\",\"input_ids\":[4,4,4],\"max_tokens\":%ld,\"deadline_ms\":1,"
                               "\"temperature\":0,\"ignore_eos\":true}", ctx - 3);
     sync_job = n;
-    snprintf(lines[n++], 512, "{\"id\":\"k1\",\"input_ids\":[9,8,7],\"max_tokens\":6,\"temperature\":0}");
+    snprintf(lines[n++], 512, "{\"id\":\"k1\",\"type\":\"summarize\",\"document\":\"One short document. It has "
+                              "two sentences.\",\"max_summary_tokens\":6,\"temperature\":0}");
     snprintf(lines[n++], 512, "{\"id\":\"s2\",\"input_ids\":[%s],\"max_tokens\":30,\"temperature\":0,"
                               "\"stop\":[\"@@STOP2@@\"]}", ids40);
     if (n != NJ) {

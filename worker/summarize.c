@@ -317,6 +317,10 @@ int v4_summarize_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*a
                      v4_run_output *out, v4_task_error *e)
 {
     memset(out, 0, sizeof *out);
+    if (!t->document || !t->document_len)   /* the parser refuses these; guard direct callers */
+        return v4_task_fail(e, V4_TASK_INVALID_FIELD, "document", "a summarize task needs a non-empty document");
+    if (t->max_summary_tokens < 1)
+        return v4_task_fail(e, V4_TASK_INVALID_FIELD, "max_summary_tokens", "must be at least 1");
     summ s = {r, t, deadline_ms, abort_fn, abort_ud, out, e, DEFAULT_SYSTEM,
               t->instructions && *t->instructions ? t->instructions : NULL};
     long ctx = v4_runner_context(r), msum = t->max_summary_tokens;
