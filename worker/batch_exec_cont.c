@@ -1,8 +1,13 @@
 /* batch_exec_cont.c - the continuous-batching executor (see batch_exec.h).
  *
  * Design: n slots.  A slot is free, active (a prepared generation job: v4_run_job with
- * its generation state), sync (a task of another kind, run whole inside the next
- * step) or done (waiting to be handed back).  step(): run the sync jobs; poll every
+ * its generation state), sync (a task of a kind without a state machine, run whole
+ * inside the next step; none today) or done (waiting to be handed back).  A summarize
+ * task holds one slot for its whole tree: its state machine (summarize.h) hands out one
+ * generation at a time, which is stepped like any other active job; when it retires,
+ * its output goes back to the summarizer and the next generation (next chunk, next
+ * level, final pass) is prepared in the same slot at once, so the other tasks never
+ * wait for a summary.  step(): run the sync jobs; poll every
  * active job's cancel hook (deadline, abort); gather one input token per active job
  * (prompt position or last sample) into one v4_step; accept each row's logits in its
  * own generation state (sampling, stop strings, detokenization: the code the serial
@@ -18,6 +23,7 @@
 #include <string.h>
 
 #include "batch_exec.h"
+#include "summarize.h"
 #include "task_run_internal.h"
 
 enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_SYNC, SLOT_DONE };
@@ -26,6 +32,8 @@ typedef struct cslot {
     int state;
     v4_batch_job *job;
     v4_run_job rj;
+    v4_summ *summ;              /* a summarize task: its tree; rj runs its current generation */
+    v4_run_output sub;          /* that generation's output */
 } cslot;
 
 typedef struct cont_exec {
@@ -90,6 +98,24 @@ static void count_step(cont_exec *c, int rows)
     c->figs.weight_bytes += c->trunk_bytes + (double)distinct * c->expert_bytes;
 }
 
+/* A summarize slot: prepare its next generation (active), or, when the tree is
+ * finished, hand the task back (done). */
+static void summ_feed(cont_exec *c, cslot *s)
+{
+    v4_batch_job *job = s->job;
+    const v4_task *g;
+    while (v4_summ_next(s->summ, &g)) {
+        if (!v4_runner_prepare(c->r, g, job->deadline_ms, c->abort_fn, c->abort_ud, &s->rj, &s->sub, &job->err)) {
+            s->state = SLOT_ACTIVE;
+            return;
+        }
+        v4_summ_accept(s->summ, -1, &s->sub);
+    }
+    job->rc = v4_summ_end(s->summ);
+    s->summ = NULL;
+    s->state = SLOT_DONE;
+}
+
 static int cont_submit(v4_batch_exec *x, v4_batch_job *job)
 {
     cont_exec *c = (cont_exec *)x;
@@ -108,6 +134,15 @@ static int cont_submit(v4_batch_exec *x, v4_batch_job *job)
         job->deadline_ms = ms ? job->start_ms + (double)ms : 1e300;
     }
     memset(&job->err, 0, sizeof job->err);
+    if (job->item.task.kind == V4_TASK_KIND_SUMMARIZE) {
+        if (v4_summ_begin(c->r, &job->item.task, &job->out, &job->err, &s->summ)) {
+            job->rc = -1;
+            s->state = SLOT_DONE;
+        } else {
+            summ_feed(c, s);
+        }
+        return 0;
+    }
     if (job->item.task.kind != V4_TASK_KIND_GENERATE) {
         s->state = SLOT_SYNC;
         return 0;
@@ -122,8 +157,14 @@ static int cont_submit(v4_batch_exec *x, v4_batch_job *job)
     return 0;
 }
 
-static void retire(cslot *s, int failed, const v4_error *err)
+static void retire(cont_exec *c, cslot *s, int failed, const v4_error *err)
 {
+    if (s->summ) {
+        int rc = v4_runner_finish(&s->rj, failed, err, &s->sub, &s->job->err);
+        v4_summ_accept(s->summ, rc, &s->sub);
+        summ_feed(c, s);
+        return;
+    }
     s->job->rc = v4_runner_finish(&s->rj, failed, err, &s->job->out, &s->job->err);
     s->state = SLOT_DONE;
 }
@@ -140,7 +181,7 @@ static int forward(cont_exec *c)
             continue;
         v4_error err = {0};
         if (v4_gen_poll_cancel(s->rj.gen, &err)) {
-            retire(s, 1, &err);
+            retire(c, s, 1, &err);
             continue;
         }
         c->seqs[rows] = s->rj.seq;
@@ -170,14 +211,14 @@ static int forward(cont_exec *c)
         if (s->job->first_step < 0)
             s->job->first_step = step;
         if (rc) {   /* the whole step failed: every row's sequence is unusable */
-            retire(s, 1, &err);
+            retire(c, s, 1, &err);
             continue;
         }
         v4_error aerr = {0};
         if (v4_gen_accept(s->rj.gen, c->row_want[k] ? c->logits + (size_t)k * V : NULL, &aerr))
-            retire(s, 1, &aerr);
+            retire(c, s, 1, &aerr);
         else if (v4_gen_done(s->rj.gen))
-            retire(s, 0, NULL);
+            retire(c, s, 0, NULL);
     }
     return rows;
 }
@@ -185,7 +226,7 @@ static int forward(cont_exec *c)
 static int cont_step(v4_batch_exec *x, v4_batch_job **done, int max)
 {
     cont_exec *c = (cont_exec *)x;
-    for (int i = 0; i < c->n; i++) {   /* other task kinds: whole, here (documented) */
+    for (int i = 0; i < c->n; i++) {   /* kinds without a state machine: whole, here */
         cslot *s = &c->slots[i];
         if (s->state != SLOT_SYNC)
             continue;
@@ -220,7 +261,7 @@ static void cont_destroy(v4_batch_exec *x)
         if (s->state == SLOT_ACTIVE) {
             v4_error err = {0};
             v4_err_set(&err, V4_ERR_INVALID, "batch", "executor closed");
-            retire(s, 1, &err);
+            retire(c, s, 1, &err);
         }
         v4_batch_job_free(s->job);
         free(s->job);

@@ -1,8 +1,12 @@
-/* summarize.c - one summarize task as a tree of generations (see summarize.h).
- * Thread: one thread at a time per runner; the split helpers are reentrant. */
+/* summarize.c - one summarize task as a tree of generations (see summarize.h): the
+ * state machine v4_summ (begin / next / accept / end) and v4_summarize_run, the serial
+ * driver over it.  The continuous-batching executor drives the same state machine and
+ * steps each generation it hands out together with other tasks.
+ * Ownership: v4_summ owns the level texts, the chunk prompts and the generation task it
+ * hands out; the result goes into the caller's v4_run_output.
+ * Thread: one thread at a time per runner. */
 #include "summarize.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,109 +18,6 @@
 
 static const char *const DEFAULT_SYSTEM = "You write concise, faithful summaries.";
 
-/* ------------------------------------------------------------ split helpers */
-
-static int is_ws(char c)
-{
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v';
-}
-
-int v4_summ_offsets(const v4_tokenizer *tok, const char *text, size_t len, const int32_t *ids, size_t n,
-                    size_t **offs, v4_error *err)
-{
-    size_t *o = malloc((n + 1) * sizeof *o), at = 0;
-    if (!o)
-        return v4_err_set(err, V4_ERR_NOMEM, "summarize", "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        size_t bl = 0;
-        const char *b = v4_tok_bytes(tok, ids[i], &bl);
-        while (b && at < len && (at + bl > len || memcmp(text + at, b, bl)) && is_ws(text[at]))
-            at++;   /* whitespace an added token's lstrip/rstrip took */
-        if (!b || at + bl > len || memcmp(text + at, b, bl)) {
-            free(o);
-            return v4_err_set(err, V4_ERR_FORMAT, "summarize", "token %zu (id %d) does not match the text at byte %zu",
-                                i, ids[i], at);
-        }
-        o[i] = at;
-        at += bl;
-    }
-    o[n] = len;
-    *offs = o;
-    return 0;
-}
-
-int v4_summ_break_kind(const char *text, size_t len, size_t off)
-{
-    if (off == 0 || off > len)
-        return 0;
-    size_t p = off, nl = 0;
-    while (p > 0 && is_ws(text[p - 1])) {   /* the whitespace run just before the boundary */
-        nl += text[p - 1] == '\n';
-        p--;
-    }
-    if (p < off) {
-        if (nl)
-            return nl >= 2 ? 2 : 1;
-        return p > 0 && text[p - 1] && strchr(".!?", text[p - 1]) ? 1 : 0;
-    }
-    /* right after a non-space byte: punctuation followed by whitespace (or the end) */
-    return text[off - 1] && strchr(".!?", text[off - 1]) && (off == len || is_ws(text[off]));
-}
-
-static int char_boundary(const char *text, const size_t *offs, size_t n, size_t i)
-{
-    return i == n || ((unsigned char)text[offs[i]] & 0xC0) != 0x80;
-}
-
-int v4_summ_split(const char *text, const size_t *offs, size_t n, size_t budget, size_t overlap,
-                  v4_summ_span **spans, size_t *n_spans)
-{
-    *spans = NULL;
-    *n_spans = 0;
-    if (budget < 2)
-        return -1;
-    size_t cap = 0, k = 0, s = 0;
-    v4_summ_span *v = NULL;
-    while (s < n || k == 0) {
-        size_t lim = s + budget, cut = 0;
-        if (lim >= n) {
-            cut = n;
-        } else {
-            size_t lo = s + (budget / 2 ? budget / 2 : 1);
-            for (int want = 2; want >= 1 && !cut; want--)
-                for (size_t i = lim; i >= lo && !cut; i--)
-                    if (char_boundary(text, offs, n, i) && v4_summ_break_kind(text, offs[n], offs[i]) >= want)
-                        cut = i;
-            for (size_t i = lim; i > s && !cut; i--)
-                if (char_boundary(text, offs, n, i))
-                    cut = i;
-            if (!cut)
-                cut = lim;
-        }
-        if (k == cap) {
-            cap = cap ? cap * 2 : 8;
-            v4_summ_span *nv = realloc(v, cap * sizeof *v);
-            if (!nv) {
-                free(v);
-                return -1;
-            }
-            v = nv;
-        }
-        v[k++] = (v4_summ_span){s, cut};
-        if (cut >= n)
-            break;
-        size_t ns = cut > s + overlap ? cut - overlap : s + 1;
-        if (ns <= s)
-            ns = s + 1;
-        while (ns < cut && !char_boundary(text, offs, n, ns))
-            ns++;
-        s = ns;
-    }
-    *spans = v;
-    *n_spans = k;
-    return 0;
-}
-
 /* ------------------------------------------------------------ the summarizer */
 
 typedef enum stage { STAGE_SINGLE, STAGE_CHUNK, STAGE_COMBINE } stage;
@@ -124,9 +25,6 @@ typedef enum stage { STAGE_SINGLE, STAGE_CHUNK, STAGE_COMBINE } stage;
 typedef struct summ {
     v4_runner *r;
     const v4_task *t;
-    double deadline_ms;
-    int (*abort_fn)(void *);
-    void *abort_ud;
     v4_run_output *out;
     v4_task_error *e;
     const char *system;
@@ -193,54 +91,6 @@ static int merge(summ *s, const v4_run_output *o)
     }
     for (size_t i = 0; i < n; i++)
         out->expert_counts[i] += o->expert_counts[i];
-    return 0;
-}
-
-/* One generation with user message u.  final: its text and tokens become the result;
- * else the text is appended to acc (NUL bytes dropped) followed by a blank line. */
-static int generate(summ *s, const char *u, int final, char **acc, size_t *acc_len)
-{
-    v4_task g = *s->t;
-    g.kind = V4_TASK_KIND_GENERATE;
-    g.messages[0] = (v4_task_msg){"system", s->system};
-    g.messages[1] = (v4_task_msg){"user", u};
-    g.n_messages = 2;
-    g.has_messages = 1;
-    g.has_prompt = g.has_input_ids = 0;
-    g.prompt = NULL;
-    g.input_ids = NULL;
-    g.n_input_ids = 0;
-    g.max_tokens = s->t->max_summary_tokens;
-    v4_run_output o;
-    int rc = v4_runner_run(s->r, &g, s->deadline_ms, s->abort_fn, s->abort_ud, &o, s->e);
-    if (merge(s, &o) && !rc)
-        rc = -1;
-    if (rc) {
-        v4_run_output_free(&o);
-        return rc;
-    }
-    if (final) {
-        s->out->text = o.text;
-        s->out->text_len = o.text_len;
-        s->out->tokens = o.tokens;
-        s->out->n_tokens = o.n_tokens;
-        s->out->finish_reason = o.finish_reason;
-        o.text = NULL;
-        o.tokens = NULL;
-    } else {
-        char *p = realloc(*acc, *acc_len + o.text_len + 3);
-        if (!p) {
-            v4_run_output_free(&o);
-            return v4_task_fail(s->e, V4_TASK_INTERNAL, "summarize", "out of memory");
-        }
-        *acc = p;
-        for (size_t i = 0; i < o.text_len; i++)
-            if (o.text[i])
-                p[(*acc_len)++] = o.text[i];
-        memcpy(p + *acc_len, "\n\n", 3);
-        *acc_len += 2;
-    }
-    v4_run_output_free(&o);
     return 0;
 }
 
@@ -313,95 +163,199 @@ out:
     return rc;
 }
 
-int v4_summarize_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
-                     v4_run_output *out, v4_task_error *e)
+/* ------------------------------------------------------------ the state machine */
+
+struct v4_summ {
+    summ c;
+    int level;                      /* the level being worked on (1 = the document) */
+    const char *text;               /* its text: the document or owned */
+    size_t len, prev_tokens;
+    char *owned;
+    char **us;                      /* the chunk prompts of this level ... */
+    size_t k, i;                    /* ... k of them, the next one to hand out */
+    char *acc;                      /* the chunk summaries so far */
+    size_t acc_len;
+    char *final_u;                  /* non-NULL: the final pass's prompt */
+    v4_task g;                      /* the generation handed out by v4_summ_next */
+    int done, rc;
+};
+
+static void finish(v4_summ *s, int rc)
 {
+    s->done = 1;
+    s->rc = rc;
+}
+
+static void free_level(v4_summ *s)
+{
+    for (size_t i = 0; s->us && i < s->k; i++)
+        free(s->us[i]);
+    free(s->us);
+    s->us = NULL;
+    s->k = s->i = 0;
+}
+
+/* Work out the next level: sets final_u (it fits: one last pass) or us/k (chunks to
+ * summarize).  -1 = the task failed (finished). */
+static int advance(v4_summ *s)
+{
+    const long ctx = v4_runner_context(s->c.r), msum = s->c.t->max_summary_tokens;
+    v4_task_error *e = s->c.e;
+    v4_error err = {0};
+    v4_ids ids = {0};
+    s->level++;
+    if (v4_tok_encode(s->c.r->tok, s->text, s->len, &ids, &err)) {
+        finish(s, v4_task_fail(e, s->level == 1 ? V4_TASK_INVALID_FIELD : V4_TASK_INTERNAL,
+                               s->level == 1 ? "document" : "summarize", "%s", err.msg));
+        return -1;
+    }
+    /* one pass if it fits (a text longer than the context cannot: skip encoding the prompt) */
+    long pt = ctx + 1;
+    char *u = NULL;
+    if ((long)ids.n <= ctx + SLACK) {
+        u = user_text(&s->c, s->level == 1 ? STAGE_SINGLE : STAGE_COMBINE, 0, 0, s->text, s->len);
+        pt = u ? prompt_tokens(&s->c, u) : -1;
+    }
+    int rc = -1;
+    if (pt < 0) {
+        finish(s, v4_task_fail(e, V4_TASK_INTERNAL, "summarize", "cannot build the summary prompt"));
+    } else if (pt + msum <= ctx) {
+        s->final_u = u;
+        u = NULL;
+        rc = 0;
+    } else if (s->level > 1 && ids.n >= s->prev_tokens) {
+        finish(s, v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_summary_tokens",
+                               "level %d: the summaries of the parts (%zu tokens) are not shorter than their text "
+                               "(%zu tokens); lower max_summary_tokens (%ld) or raise the context (%ld tokens)",
+                               s->level - 1, ids.n, s->prev_tokens, msum, ctx));
+    } else if (s->level == V4_SUMM_MAX_LEVELS) {
+        finish(s, v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "document",
+                               "the summary still needs %zu tokens after %d levels; lower max_summary_tokens (%ld) "
+                               "or raise the context (%ld tokens)", ids.n, s->level - 1, msum, ctx));
+    } else {
+        s->prev_tokens = ids.n;
+        if (plan_chunks(&s->c, s->text, s->len, &ids, &s->us, &s->k))
+            finish(s, -1);
+        else
+            rc = 0;
+    }
+    free(u);
+    v4_ids_free(&ids);
+    return rc;
+}
+
+int v4_summ_begin(v4_runner *r, const v4_task *t, v4_run_output *out, v4_task_error *e, v4_summ **sp)
+{
+    *sp = NULL;
     memset(out, 0, sizeof *out);
     if (!t->document || !t->document_len)   /* the parser refuses these; guard direct callers */
         return v4_task_fail(e, V4_TASK_INVALID_FIELD, "document", "a summarize task needs a non-empty document");
     if (t->max_summary_tokens < 1)
         return v4_task_fail(e, V4_TASK_INVALID_FIELD, "max_summary_tokens", "must be at least 1");
-    summ s = {r, t, deadline_ms, abort_fn, abort_ud, out, e, DEFAULT_SYSTEM,
-              t->instructions && *t->instructions ? t->instructions : NULL};
-    long ctx = v4_runner_context(r), msum = t->max_summary_tokens;
-    const char *text = t->document;
-    size_t len = t->document_len, prev_tokens = 0;
-    char *owned = NULL;     /* the current level's text when it is not the document */
-    v4_error err = {0};
-    v4_ids ids = {0};
-    int rc = -1;
-    for (int level = 1;; level++) {
-        v4_ids_free(&ids);
-        if (v4_tok_encode(r->tok, text, len, &ids, &err)) {
-            rc = v4_task_fail(e, level == 1 ? V4_TASK_INVALID_FIELD : V4_TASK_INTERNAL, level == 1 ? "document" : "summarize",
-                              "%s", err.msg);
-            break;
-        }
-        /* one pass if it fits (a text longer than the context cannot: skip encoding the prompt) */
-        char *u = NULL;
-        long pt = ctx + 1;
-        if ((long)ids.n <= ctx + SLACK) {
-            u = user_text(&s, level == 1 ? STAGE_SINGLE : STAGE_COMBINE, 0, 0, text, len);
-            pt = u ? prompt_tokens(&s, u) : -1;
-        }
-        if (pt < 0) {
-            free(u);
-            rc = v4_task_fail(e, V4_TASK_INTERNAL, "summarize", "cannot build the summary prompt");
-            break;
-        }
-        if (pt + msum <= ctx) {     /* fits: the final pass */
-            rc = generate(&s, u, 1, NULL, NULL);
-            free(u);
-            if (level == 1)
-                out->chunks = 1;
-            out->levels = level;
-            break;
-        }
-        free(u);
-        if (level > 1 && ids.n >= prev_tokens) {
-            rc = v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_summary_tokens",
-                              "level %d: the summaries of the parts (%zu tokens) are not shorter than their text "
-                              "(%zu tokens); lower max_summary_tokens (%ld) or raise the context (%ld tokens)",
-                              level - 1, ids.n, prev_tokens, msum, ctx);
-            break;
-        }
-        if (level == V4_SUMM_MAX_LEVELS) {
-            rc = v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "document",
-                              "the summary still needs %zu tokens after %d levels; lower max_summary_tokens (%ld) or "
-                              "raise the context (%ld tokens)", ids.n, level - 1, msum, ctx);
-            break;
-        }
-        prev_tokens = ids.n;
-        char **us = NULL;
-        size_t k = 0;
-        if (plan_chunks(&s, text, len, &ids, &us, &k))
-            break;
-        char *acc = NULL;
-        size_t acc_len = 0;
-        rc = 0;
-        for (size_t i = 0; i < k; i++) {
-            if (!rc)
-                rc = generate(&s, us[i], 0, &acc, &acc_len);
-            free(us[i]);
-        }
-        free(us);
-        if (rc) {
-            free(acc);
-            break;
-        }
-        if (level == 1)
-            out->chunks = (int)k;
-        free(owned);
-        owned = acc ? acc : calloc(1, 1);
-        if (!owned) {
-            rc = v4_task_fail(e, V4_TASK_INTERNAL, "summarize", "out of memory");
-            break;
-        }
-        text = owned;
-        len = acc_len;
+    v4_summ *s = calloc(1, sizeof *s);
+    if (!s)
+        return v4_task_fail(e, V4_TASK_INTERNAL, "summarize", "out of memory");
+    s->c = (summ){r, t, out, e, DEFAULT_SYSTEM, t->instructions && *t->instructions ? t->instructions : NULL};
+    s->text = t->document;
+    s->len = t->document_len;
+    *sp = s;
+    return 0;
+}
+
+int v4_summ_next(v4_summ *s, const v4_task **g)
+{
+    if (s->done)
+        return 0;
+    if (!s->final_u && s->i >= s->k && advance(s))
+        return 0;
+    const v4_task *t = s->c.t;
+    s->g = *t;
+    s->g.kind = V4_TASK_KIND_GENERATE;
+    s->g.messages[0] = (v4_task_msg){"system", s->c.system};
+    s->g.messages[1] = (v4_task_msg){"user", s->final_u ? s->final_u : s->us[s->i]};
+    s->g.n_messages = 2;
+    s->g.has_messages = 1;
+    s->g.has_prompt = s->g.has_input_ids = 0;
+    s->g.prompt = NULL;
+    s->g.input_ids = NULL;
+    s->g.n_input_ids = 0;
+    s->g.max_tokens = t->max_summary_tokens;
+    *g = &s->g;
+    return 1;
+}
+
+void v4_summ_accept(v4_summ *s, int rc, v4_run_output *o)
+{
+    v4_run_output *out = s->c.out;
+    if (merge(&s->c, o) && !rc)
         rc = -1;
+    if (rc) {
+        finish(s, rc);
+    } else if (s->final_u) {
+        out->text = o->text;
+        out->text_len = o->text_len;
+        out->tokens = o->tokens;
+        out->n_tokens = o->n_tokens;
+        out->finish_reason = o->finish_reason;
+        o->text = NULL;
+        o->tokens = NULL;
+        out->levels = s->level;
+        if (s->level == 1)
+            out->chunks = 1;
+        finish(s, 0);
+    } else {
+        char *p = realloc(s->acc, s->acc_len + o->text_len + 3);
+        if (!p) {
+            finish(s, v4_task_fail(s->c.e, V4_TASK_INTERNAL, "summarize", "out of memory"));
+        } else {
+            s->acc = p;
+            for (size_t i = 0; i < o->text_len; i++)
+                if (o->text[i])
+                    p[s->acc_len++] = o->text[i];
+            memcpy(p + s->acc_len, "\n\n", 3);
+            s->acc_len += 2;
+            if (++s->i == s->k) {   /* the level is complete: its summaries are the next text */
+                if (s->level == 1)
+                    out->chunks = (int)s->k;
+                free_level(s);
+                free(s->owned);
+                s->owned = s->acc;
+                s->text = s->owned;
+                s->len = s->acc_len;
+                s->acc = NULL;
+                s->acc_len = 0;
+            }
+        }
     }
-    v4_ids_free(&ids);
-    free(owned);
+    v4_run_output_free(o);
+}
+
+int v4_summ_end(v4_summ *s)
+{
+    if (!s)
+        return -1;
+    int rc = s->rc;
+    if (!s->done)
+        rc = v4_task_fail(s->c.e, V4_TASK_INTERNAL, "summarize", "the summary was stopped before it finished");
+    free_level(s);
+    free(s->acc);
+    free(s->owned);
+    free(s->final_u);
+    free(s);
     return rc;
+}
+
+int v4_summarize_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                     v4_run_output *out, v4_task_error *e)
+{
+    v4_summ *s = NULL;
+    if (v4_summ_begin(r, t, out, e, &s))
+        return -1;
+    const v4_task *g;
+    while (v4_summ_next(s, &g)) {
+        v4_run_output o;
+        int rc = v4_runner_run(r, g, deadline_ms, abort_fn, abort_ud, &o, e);
+        v4_summ_accept(s, rc, &o);
+    }
+    return v4_summ_end(s);
 }

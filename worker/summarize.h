@@ -33,9 +33,22 @@
  *     level); prefill/decode times, expert counts, hits, misses, bytes and positions
  *     forwarded are summed over all generations (also when the task fails midway).
  *
- * Ownership: out is owned by the caller (v4_run_output_free), also on failure.
- * Thread: one thread at a time per runner (as v4_runner_run); the split helpers are
- * pure and reentrant.
+ * State machine: v4_summarize_run is the serial driver of v4_summ, which hands out
+ * one generation task at a time and takes its output back; the continuous-batching
+ * executor (batch_exec_cont.c) drives the same v4_summ and steps each generation
+ * with the other tasks in flight, so a long summary never stalls them:
+ *   v4_summ_begin(r, t, out, e, &s)          checks the task (-1: e filled)
+ *   while (v4_summ_next(s, &g))              the next generation (chunk or final)
+ *       v4_summ_accept(s, run_or_step(g), &o)   its rc (as v4_runner_run) and output
+ *   rc = v4_summ_end(s)                      0, -1 (e filled) or -2 (aborted); frees s
+ * Deadline and abort belong to the driver: it runs every generation under the task's
+ * absolute deadline and abort hook.
+ *
+ * Ownership: out is owned by the caller (v4_run_output_free), also on failure; v4_summ
+ * borrows r, t, out and e until v4_summ_end; the task *g stays valid until the next
+ * v4_summ_accept.  v4_summ_accept takes the contents of o (frees them).
+ * Thread: one thread at a time per runner (as v4_runner_run); the split helpers
+ * (summarize_split.c) are pure and reentrant.
  */
 #ifndef V4_SUMMARIZE_H
 #define V4_SUMMARIZE_H
@@ -53,6 +66,19 @@
 /* Returns 0 (out filled), -1 (e filled: the task failed), -2 (aborted, no result). */
 int v4_summarize_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
                      v4_run_output *out, v4_task_error *e);
+
+typedef struct v4_summ v4_summ;
+
+/* 0 (*s ready; out zeroed) or -1 (e filled: the task is invalid; *s NULL). */
+int v4_summ_begin(v4_runner *r, const v4_task *t, v4_run_output *out, v4_task_error *e, v4_summ **s);
+/* 1: *g is the next generation to run; 0: finished (v4_summ_end gives the status). */
+int v4_summ_next(v4_summ *s, const v4_task **g);
+/* The outcome of the generation from v4_summ_next: rc 0 / -1 (e filled) / -2 as
+ * v4_runner_run returns, o its output (taken: freed here). */
+void v4_summ_accept(v4_summ *s, int rc, v4_run_output *o);
+/* The task's status (0, -1 e filled, -2 aborted); a summary stopped before it finished
+ * is -1 (internal).  Frees s (NULL: -1). */
+int v4_summ_end(v4_summ *s);
 
 /* ------------------------------------------------------------ split helpers */
 
