@@ -208,13 +208,14 @@ for k in a:
 EOF
 
 # --grace-ms 0: the running task is aborted at once (no line), and runs again on resume.
-# ignore_eos keeps every task running its full 1200 tokens (over a second each).
+# ignore_eos keeps every task running its full length: slow-0 8 tokens, then slow-1 and
+# slow-2 1200 tokens each (over a second, also in release builds).
 long="[0, 5, 9]"
-for i in 0 1 2; do echo "{\"id\": \"slow-$i\", \"input_ids\": $long, \"max_tokens\": 1200, \"ignore_eos\": true, \"temperature\": 0}"; done \
+for i in 0 1 2; do echo "{\"id\": \"slow-$i\", \"input_ids\": $long, \"max_tokens\": $([ "$i" = 0 ] && echo 8 || echo 1200), \"ignore_eos\": true, \"temperature\": 0}"; done \
     > "$work/slow.jsonl"
 "$bin" batch "$work/slow.jsonl" -o "$work/slow.out" "${M[@]}" --grace-ms 0 2>"$work/err6" &
 bpid=$!
-# signal 0.3 s into the second task (each runs >= 1200 tokens, over a second)
+# signal 0.3 s into the second task
 for _ in $(seq 1 400); do [ -s "$work/slow.out" ] && break; sleep 0.05; done
 sleep 0.3
 t0=$(date +%s%N)
