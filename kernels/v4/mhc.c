@@ -27,8 +27,7 @@ static void hc_mixes(v4_ctx *c, const v4_mat *fn, int n)
     }
 }
 
-/* u = bf16(f32(sum_j f32(pre_j * X_j))) into c->s.x[b]. */
-static void hc_reduce(const float *X, const float *pre, int hc, int dim, float *u)
+void v4_hc_reduce(const float *X, const float *pre, int hc, int dim, float *u)
 {
     for (int i = 0; i < dim; i++) {
         double acc = 0.0;
@@ -38,7 +37,7 @@ static void hc_reduce(const float *X, const float *pre, int hc, int dim, float *
     }
 }
 
-static void sinkhorn(float *M, int hc, int iters, float eps)
+void v4_sinkhorn(float *M, int hc, int iters, float eps)
 {
     /* row softmax, + eps */
     for (int j = 0; j < hc; j++) {
@@ -77,23 +76,44 @@ static void sinkhorn(float *M, int hc, int iters, float eps)
     }
 }
 
+void v4_hc_weights(const float *m, const float *scale, const float *base, int hc, int iters, float eps,
+                   float *pre, float *post, float *comb)
+{
+    for (int j = 0; j < hc; j++) {
+        pre[j] = v4_sigmoidf(m[j] * scale[0] + base[j]) + eps;
+        post[j] = 2.0f * v4_sigmoidf(m[hc + j] * scale[1] + base[hc + j]);
+    }
+    for (int e = 0; e < hc * hc; e++)
+        comb[e] = m[2 * hc + e] * scale[2] + base[2 * hc + e];
+    v4_sinkhorn(comb, hc, iters, eps);
+}
+
 void v4_hc_pre(v4_ctx *c, const v4_mat *fn, const float *scale, const float *base, int n)
 {
     const v4_config *cfg = &c->w->cfg;
     const int hc = cfg->hc_mult, dim = cfg->dim, mix = fn->rows;
     hc_mixes(c, fn, n);
     for (int b = 0; b < n; b++) {
-        const float *m = c->s.mixes + (size_t)b * mix;
-        float *pre = c->s.pre + b * hc, *post = c->s.post + b * hc;
-        float *comb = c->s.comb + (size_t)b * hc * hc;
-        for (int j = 0; j < hc; j++) {
-            pre[j] = v4_sigmoidf(m[j] * scale[0] + base[j]) + cfg->hc_eps;
-            post[j] = 2.0f * v4_sigmoidf(m[hc + j] * scale[1] + base[hc + j]);
+        float *pre = c->s.pre + b * hc;
+        v4_hc_weights(c->s.mixes + (size_t)b * mix, scale, base, hc, cfg->hc_iters, cfg->hc_eps, pre,
+                      c->s.post + b * hc, c->s.comb + (size_t)b * hc * hc);
+        v4_hc_reduce(c->s.X + (size_t)b * hc * dim, pre, hc, dim, c->s.x + (size_t)b * dim);
+    }
+}
+
+void v4_hc_post_row(float *X, const float *out, const float *post, const float *comb, int hc, int dim)
+{
+    float old[64];
+    for (int i = 0; i < dim; i++) {
+        for (int j = 0; j < hc; j++)
+            old[j] = X[(size_t)j * dim + i];
+        for (int k = 0; k < hc; k++) {
+            double acc = 0.0;
+            for (int j = 0; j < hc; j++)
+                acc += (double)(comb[j * hc + k] * old[j]);
+            float t = post[k] * out[i];
+            X[(size_t)k * dim + i] = v4_bf16(t + (float)acc);
         }
-        for (int e = 0; e < hc * hc; e++)
-            comb[e] = m[2 * hc + e] * scale[2] + base[2 * hc + e];
-        sinkhorn(comb, hc, cfg->hc_iters, cfg->hc_eps);
-        hc_reduce(c->s.X + (size_t)b * hc * dim, pre, hc, dim, c->s.x + (size_t)b * dim);
     }
 }
 
@@ -101,23 +121,9 @@ void v4_hc_post(v4_ctx *c, int n)
 {
     const v4_config *cfg = &c->w->cfg;
     const int hc = cfg->hc_mult, dim = cfg->dim;
-    float old[64];
-    for (int b = 0; b < n; b++) {
-        float *X = c->s.X + (size_t)b * hc * dim;
-        const float *out = c->s.out + (size_t)b * dim;
-        const float *post = c->s.post + b * hc, *comb = c->s.comb + (size_t)b * hc * hc;
-        for (int i = 0; i < dim; i++) {
-            for (int j = 0; j < hc; j++)
-                old[j] = X[(size_t)j * dim + i];
-            for (int k = 0; k < hc; k++) {
-                double acc = 0.0;
-                for (int j = 0; j < hc; j++)
-                    acc += (double)(comb[j * hc + k] * old[j]);
-                float t = post[k] * out[i];
-                X[(size_t)k * dim + i] = v4_bf16(t + (float)acc);
-            }
-        }
-    }
+    for (int b = 0; b < n; b++)
+        v4_hc_post_row(c->s.X + (size_t)b * hc * dim, c->s.out + (size_t)b * dim, c->s.post + b * hc,
+                       c->s.comb + (size_t)b * hc * hc, hc, dim);
 }
 
 void v4_hc_head(v4_ctx *c, int n)
@@ -131,6 +137,6 @@ void v4_hc_head(v4_ctx *c, int n)
         float pre[64];
         for (int j = 0; j < hc; j++)
             pre[j] = v4_sigmoidf(m[j] * w->hc_head_scale[0] + w->hc_head_base[j]) + cfg->hc_eps;
-        hc_reduce(c->s.X + (size_t)b * hc * dim, pre, hc, dim, c->s.x + (size_t)b * dim);
+        v4_hc_reduce(c->s.X + (size_t)b * hc * dim, pre, hc, dim, c->s.x + (size_t)b * dim);
     }
 }

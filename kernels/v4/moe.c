@@ -17,29 +17,24 @@
 #include "internal.h"
 #include "ops.h"
 
-static float sqrt_softplus(float z)
+float v4_sqrt_softplus(float z)
 {
     float sp = z > 20.0f ? z : (float)log1p(exp((double)z));
     return (float)sqrt((double)sp);
 }
 
-static void route(v4_ctx *c, int layer, int b, int32_t token, v4_trace *t)
+void v4_moe_route(float *z, int E, int K, const float *bias, const int32_t *hash_row, float route_scale, int *sel,
+                  float *wt)
 {
-    const v4_config *cfg = &c->w->cfg;
-    const v4_layer_w *lw = &c->w->layers[layer];
-    const int E = cfg->n_routed_experts, K = cfg->n_act_experts;
-    float *z = c->s.gate + (size_t)b * E;
-    int *sel = c->s.route + (size_t)b * K;
-    float *wt = c->s.route_w + (size_t)b * K;
     float biased[1024];
     for (int e = 0; e < E; e++)
-        z[e] = sqrt_softplus(z[e]);            /* z now holds the scores s */
-    if (lw->tid2eid) {
+        z[e] = v4_sqrt_softplus(z[e]);         /* z now holds the scores s */
+    if (hash_row) {
         for (int k = 0; k < K; k++)
-            sel[k] = lw->tid2eid[(size_t)token * K + k];
+            sel[k] = hash_row[k];
     } else {
         for (int e = 0; e < E; e++)
-            biased[e] = z[e] + lw->gate_bias[e];
+            biased[e] = z[e] + bias[e];
         v4_topk(biased, E, K, sel);
     }
     double sum = 0.0;
@@ -47,12 +42,39 @@ static void route(v4_ctx *c, int layer, int b, int32_t token, v4_trace *t)
         sum += z[sel[k]];
     float fs = (float)sum;
     for (int k = 0; k < K; k++)
-        wt[k] = (z[sel[k]] / fs) * cfg->route_scale;
+        wt[k] = (z[sel[k]] / fs) * route_scale;
+}
+
+static void route(v4_ctx *c, int layer, int b, int32_t token, v4_trace *t)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const v4_layer_w *lw = &c->w->layers[layer];
+    const int E = cfg->n_routed_experts, K = cfg->n_act_experts;
+    int *sel = c->s.route + (size_t)b * K;
+    float *wt = c->s.route_w + (size_t)b * K;
+    v4_moe_route(c->s.gate + (size_t)b * E, E, K, lw->gate_bias, lw->tid2eid ? lw->tid2eid + (size_t)token * K : NULL,
+                 cfg->route_scale, sel, wt);
     if (t && t->route_ids)
         for (int k = 0; k < K; k++) {
             t->route_ids[layer * K + k] = sel[k];
             t->route_w[layer * K + k] = wt[k];
         }
+}
+
+void v4_swiglu(const float *g, const float *u, int I, float lim, const float *wt, float *h)
+{
+    for (int i = 0; i < I; i++) {
+        float gi = g[i], ui = u[i];
+        if (lim > 0.0f) {
+            if (ui > lim) ui = lim;
+            if (ui < -lim) ui = -lim;
+            if (gi > lim) gi = lim;
+        }
+        float v = v4_siluf(gi) * ui;
+        if (wt)
+            v = wt[0] * v;
+        h[i] = v4_bf16(v);
+    }
 }
 
 /* out[m][dim] = expert(x rows) for m gathered rows; wt = NULL for the shared expert. */
@@ -65,18 +87,8 @@ static void expert_forward(v4_ctx *c, const v4_expert_w *ex, int m, const float 
     v4_linear(c->be, &ex->w1, V4_LIN_QUANT, m, S->ex_x, dim, S->ex_g, I);
     v4_linear(c->be, &ex->w3, V4_LIN_QUANT, m, S->ex_x, dim, S->ex_u, I);
     for (int r = 0; r < m; r++)
-        for (int i = 0; i < I; i++) {
-            float g = S->ex_g[(size_t)r * I + i], u = S->ex_u[(size_t)r * I + i];
-            if (lim > 0.0f) {
-                if (u > lim) u = lim;
-                if (u < -lim) u = -lim;
-                if (g > lim) g = lim;
-            }
-            float h = v4_siluf(g) * u;
-            if (wt)
-                h = wt[r] * h;
-            S->ex_h[(size_t)r * I + i] = v4_bf16(h);
-        }
+        v4_swiglu(S->ex_g + (size_t)r * I, S->ex_u + (size_t)r * I, I, lim, wt ? wt + r : NULL,
+                  S->ex_h + (size_t)r * I);
     v4_linear(c->be, &ex->w2, V4_LIN_QUANT, m, S->ex_h, I, S->ex_o, dim);
 }
 

@@ -8,6 +8,7 @@
 #define V4_OPS_H
 
 #include <math.h>
+#include <stdint.h>
 
 #include "../codec.h"
 
@@ -46,5 +47,26 @@ void v4_fp4_sim(float *v, int n, int block);
 
 /* Top-k of score[0..n): highest first, ties by lower index.  Writes k indices. */
 void v4_topk(const float *score, int n, int k, int *idx);
+
+/* ---- per-row pieces of the sub-layers (mhc.c, moe.c), pure, for tests and other
+ * implementations of the same numerics (the CUDA kernels are checked against them). */
+
+/* hc_pre weights from one row of mixes m[(2+hc)*hc]: pre = sigmoid(m*scale0+base)+eps,
+ * post = 2*sigmoid(...), comb = Sinkhorn(m*scale2+base) (iters rounds). */
+void v4_hc_weights(const float *m, const float *scale, const float *base, int hc, int iters, float eps,
+                   float *pre, float *post, float *comb);
+void v4_sinkhorn(float *M, int hc, int iters, float eps);
+/* u[i] = bf16(f32(sum_j double(f32(pre_j * X[j][i])))), X [hc][dim]. */
+void v4_hc_reduce(const float *X, const float *pre, int hc, int dim, float *u);
+/* X[k][i] = bf16(f32(post_k * out_i) + f32(sum_j double(f32(comb[j][k] * X[j][i])))) in place. */
+void v4_hc_post_row(float *X, const float *out, const float *post, const float *comb, int hc, int dim);
+/* sqrt(softplus(z)) (softplus in double, z > 20: z). */
+float v4_sqrt_softplus(float z);
+/* Router of one token: z[E] (gate logits) becomes the scores; sel = hash_row (hash
+ * layer) or top-K of score + bias; wt = score[sel] / f32(sum) * route_scale (E <= 1024). */
+void v4_moe_route(float *z, int E, int K, const float *bias, const int32_t *hash_row, float route_scale, int *sel,
+                  float *wt);
+/* h = bf16([wt *] silu(min(g, lim)) * clamp(u, +-lim)) (lim <= 0: no clamp). */
+void v4_swiglu(const float *g, const float *u, int I, float lim, const float *wt, float *h);
 
 #endif
