@@ -1,0 +1,312 @@
+/* emulate_ops.cpp - runs the element-wise CUDA kernels of cuda_ops.cu on the CPU
+ * (simt_emu.h) against the C functions they follow (kernels/v4/ops.c, mhc.c, moe.c):
+ * every output must be bit-identical, except the RMS reductions on inputs whose
+ * sum of squares is not exact in double (checked within 1e-6 relative; cuda_ops.h).
+ * Cases include NaN/inf/zero/subnormal-range values for the block quantizers, ties
+ * for the router's top-k, hash routing, large positions for RoPE/YaRN, and planted
+ * kernel bugs are caught (a self-check at the end flips one value).
+ * ctest: test_cuda_ops_emulated (CMakeLists.txt, when V4_CUDA is ON).
+ * Ownership/threads: a throwaway program; memory is freed at exit.
+ */
+#include <cstdio>
+#include <cstdlib>
+
+#include "simt_emu.h"
+#define V4_CUDA_OPS_H   /* the kernels need only the emulator's types */
+#include "cuda_ops.cu"
+
+extern "C" {
+#include "kernels/codec.h"
+#include "kernels/v4/ops.h"
+}
+
+static uint64_t g_s = 0x243f6a8885a308d3ull;
+static uint64_t rnd()
+{
+    uint64_t z = (g_s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double unif() { return (double)(rnd() >> 11) * 0x1p-53; }
+/* a bf16 value with exponent in [lo, hi], random sign */
+static float rbf(int lo, int hi)
+{
+    float v = ldexpf((float)(1.0 + unif()), lo + (int)(rnd() % (uint64_t)(hi - lo + 1)));
+    return v4_bf16(rnd() & 1 ? -v : v);
+}
+static float rnorm() { return (float)((unif() + unif() + unif() + unif() - 2.0) * 1.7); }
+
+static int bad_total;
+
+/* Bitwise comparison (NaN == NaN); tol > 0: relative tolerance instead, counting
+ * the bit differences separately. */
+static void cmp(const char *what, const float *ref, const float *got, size_t n, double tol = 0.0)
+{
+    size_t bad = 0, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        float a = ref[i], g = got[i];
+        if (!memcmp(&a, &g, 4) || (std::isnan(a) && std::isnan(g)))
+            continue;
+        diff++;
+        double rel = fabs((double)a - (double)g) / (fabs((double)a) > 1e-30 ? fabs((double)a) : 1e-30);
+        if (tol > 0.0 && rel <= tol)
+            continue;
+        if (bad++ < 3)
+            printf("  %s [%zu] ref=%a got=%a\n", what, i, (double)a, (double)g);
+    }
+    if (tol > 0.0)
+        printf("%-48s %s (%zu of %zu differ in bits, %zu beyond %.0e)\n", what, bad ? "FAIL" : "ok", diff, n, bad, tol);
+    else
+        printf("%-48s %s (%zu of %zu differ)\n", what, bad ? "FAIL" : "ok", bad, n);
+    bad_total += (int)bad;
+}
+
+static void case_embed()
+{
+    const int n = 3, dim = 300, hc = 4, vocab = 50;
+    std::vector<uint16_t> emb((size_t)vocab * dim);
+    for (auto &e : emb)
+        e = v4_bf16_bits(rbf(-8, 4));
+    std::vector<int32_t> tok = {7, 0, 49};
+    std::vector<float> X((size_t)n * hc * dim, -1.0f), R(X.size());
+    for (int b = 0; b < n; b++)
+        for (int j = 0; j < hc; j++)
+            for (int i = 0; i < dim; i++)
+                R[((size_t)b * hc + j) * dim + i] = v4_bf16_from_bits(emb[(size_t)tok[b] * dim + i]);
+    launch((dim + NT - 1) / NT, n, NT, [&] { k_embed(emb.data(), tok.data(), dim, hc, X.data()); });
+    cmp("embed n=3 dim=300 hc=4", R.data(), X.data(), X.size());
+}
+
+static void case_rmsnorm(int dim, int lo, int hi, double tol)
+{
+    const int n = 3, ld = dim + 5;
+    std::vector<float> x((size_t)n * ld), w(dim), y((size_t)n * ld, -3.0f), ry((size_t)n * ld, -3.0f);
+    for (auto &v : x)
+        v = rbf(lo, hi);
+    for (auto &v : w)
+        v = rbf(-2, 1);
+    for (int b = 0; b < n; b++)
+        v4_rmsnorm(&x[(size_t)b * ld], w.data(), dim, 1e-6f, &ry[(size_t)b * ld]);
+    launch(n, 1, NT, [&] { k_rmsnorm(x.data(), ld, w.data(), dim, 1e-6f, y.data(), ld); });
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm dim=%d exps [%d,%d]", dim, lo, hi);
+    cmp(what, ry.data(), y.data(), y.size(), tol);
+    /* in place */
+    std::vector<float> xi = x;
+    launch(n, 1, NT, [&] { k_rmsnorm(xi.data(), ld, w.data(), dim, 1e-6f, xi.data(), ld); });
+    for (int b = 0; b < n; b++)
+        for (int i = dim; i < ld; i++)
+            ry[(size_t)b * ld + i] = x[(size_t)b * ld + i];   /* padding untouched */
+    snprintf(what, sizeof what, "rmsnorm in place dim=%d", dim);
+    cmp(what, ry.data(), xi.data(), xi.size(), tol);
+}
+
+static void case_hc(int hc, int dim)
+{
+    const int n = 3, mix = (2 + hc) * hc, hd = hc * dim;
+    std::vector<float> X((size_t)n * hd), mixes((size_t)n * mix), scale(3), base(mix);
+    for (auto &v : X)
+        v = rbf(-6, 3);
+    for (auto &v : mixes)
+        v = rnorm();
+    for (auto &v : scale)
+        v = (float)(0.5 + unif());
+    for (auto &v : base)
+        v = rnorm() * 0.3f;
+    /* rms_scale */
+    std::vector<float> rm = mixes, gm = mixes;
+    for (int b = 0; b < n; b++) {
+        float r = v4_rms_factor(&X[(size_t)b * hd], hd, 1e-6f);
+        for (int m = 0; m < mix; m++)
+            rm[(size_t)b * mix + m] = rm[(size_t)b * mix + m] * r;
+    }
+    launch(n, 1, NT, [&] { k_rms_scale(X.data(), hd, 1e-6f, gm.data(), mix); });
+    char what[96];
+    snprintf(what, sizeof what, "rms_scale hc=%d dim=%d", hc, dim);
+    cmp(what, rm.data(), gm.data(), rm.size());
+    /* weights */
+    std::vector<float> rpre((size_t)n * hc), rpost((size_t)n * hc), rcomb((size_t)n * hc * hc);
+    std::vector<float> gpre(rpre.size(), -1), gpost(rpost.size(), -1), gcomb(rcomb.size(), -1);
+    for (int b = 0; b < n; b++)
+        v4_hc_weights(&rm[(size_t)b * mix], scale.data(), base.data(), hc, 20, 1e-6f, &rpre[(size_t)b * hc],
+                      &rpost[(size_t)b * hc], &rcomb[(size_t)b * hc * hc]);
+    launch(1, 1, 32, [&] {
+        k_hc_weights(rm.data(), scale.data(), base.data(), hc, 20, 1e-6f, gpre.data(), gpost.data(), gcomb.data(), n);
+    });
+    snprintf(what, sizeof what, "hc_weights pre/post/comb hc=%d", hc);
+    rpre.insert(rpre.end(), rpost.begin(), rpost.end());
+    rpre.insert(rpre.end(), rcomb.begin(), rcomb.end());
+    gpre.insert(gpre.end(), gpost.begin(), gpost.end());
+    gpre.insert(gpre.end(), gcomb.begin(), gcomb.end());
+    cmp(what, rpre.data(), gpre.data(), rpre.size());
+    /* reduce (pre = the first n*hc of rpre) */
+    std::vector<float> ru((size_t)n * dim), gu((size_t)n * dim, -1);
+    for (int b = 0; b < n; b++)
+        v4_hc_reduce(&X[(size_t)b * hd], &rpre[(size_t)b * hc], hc, dim, &ru[(size_t)b * dim]);
+    launch((dim + NT - 1) / NT, n, NT, [&] { k_hc_reduce(X.data(), rpre.data(), hc, dim, gu.data()); });
+    snprintf(what, sizeof what, "hc_reduce hc=%d dim=%d", hc, dim);
+    cmp(what, ru.data(), gu.data(), ru.size());
+    /* post */
+    std::vector<float> out((size_t)n * dim), RX = X, GX = X;
+    for (auto &v : out)
+        v = rbf(-5, 2);
+    for (int b = 0; b < n; b++)
+        v4_hc_post_row(&RX[(size_t)b * hd], &out[(size_t)b * dim], &rpost[(size_t)b * hc], &rcomb[(size_t)b * hc * hc],
+                       hc, dim);
+    launch((dim + NT - 1) / NT, n, NT, [&] { k_hc_post(GX.data(), out.data(), rpost.data(), rcomb.data(), hc, dim); });
+    snprintf(what, sizeof what, "hc_post hc=%d dim=%d", hc, dim);
+    cmp(what, RX.data(), GX.data(), RX.size());
+}
+
+static void case_rope(int yarn, int inverse)
+{
+    const int n = 3, H = 5, hd = 96, rd = 64, np = rd / 2;
+    std::vector<float> freqs(np);
+    if (yarn)
+        v4_rope_freqs(freqs.data(), rd, 160000, 16, 65536, 32, 1);
+    else
+        v4_rope_freqs(freqs.data(), rd, 10000, 1.0, 0, 0, 0);
+    std::vector<int32_t> pos = {0, 77, 1000003};
+    std::vector<float> v((size_t)n * H * hd);
+    for (auto &x : v)
+        x = rbf(-7, 3);
+    std::vector<float> R = v, G = v;
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < H; h++)
+            v4_rope(&R[((size_t)b * H + h) * hd + hd - rd], np, freqs.data(), pos[b], inverse);
+    launch((n * H * np + NT - 1) / NT, 1, NT,
+           [&] { k_rope(G.data() + hd - rd, n * H, hd, np, freqs.data(), pos.data(), H, inverse); });
+    char what[96];
+    snprintf(what, sizeof what, "rope %s%s 3x5 heads", yarn ? "yarn" : "plain", inverse ? " inverse" : "");
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+static void case_hadamard(int n)
+{
+    const int nvec = 4, stride = n + 3;
+    std::vector<float> v((size_t)nvec * stride);
+    for (auto &x : v)
+        x = rbf(-9, 4);
+    std::vector<float> R = v, G = v;
+    for (int k = 0; k < nvec; k++)
+        v4_hadamard(&R[(size_t)k * stride], n);
+    const float sc = (float)pow((double)n, -0.5);
+    launch(nvec, 1, (unsigned)n / 2, [&] { k_hadamard(G.data(), stride, n, sc); });
+    char what[96];
+    snprintf(what, sizeof what, "hadamard n=%d", n);
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+static void case_qdq(int fp4, int n, int block)
+{
+    const int nvec = 5, stride = n + 16;
+    std::vector<float> v((size_t)nvec * stride);
+    for (size_t i = 0; i < v.size(); i++) {
+        const int blk = (int)((i % stride) / block);
+        v[i] = rnd() % 9 == 0 ? 0.0f : rbf(-30 + blk * 7 + (int)(i / stride) * 3, -24 + blk * 7 + (int)(i / stride) * 3);
+    }
+    v[3] = NAN;                         /* a NaN in a block */
+    v[(size_t)stride + 1] = INFINITY;   /* inf makes its block's scale inf */
+    for (int j = 0; j < block; j++)     /* an all-zero block: the amax floor */
+        v[(size_t)2 * stride + j] = 0.0f;
+    for (int j = 0; j < block; j++)     /* a block of values far below the floor */
+        v[(size_t)3 * stride + j] = rbf(-140, -127);
+    std::vector<float> R = v, G = v;
+    for (int k = 0; k < nvec; k++)
+        (fp4 ? v4_fp4_sim : v4_fp8_sim)(&R[(size_t)k * stride], n, block);
+    launch(nvec * (n / block), 1, 32, [&] { k_block_qdq(G.data(), stride, n / block, block, fp4); });
+    char what[96];
+    snprintf(what, sizeof what, "%s_sim n=%d block=%d (nan/inf/zero/tiny)", fp4 ? "fp4" : "fp8", n, block);
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+static void case_route(int hash, int E, int K)
+{
+    const int n = 4, vocab = 20;
+    std::vector<float> z((size_t)n * E), bias(E);
+    for (auto &x : z)
+        x = rnorm() * 3.0f;
+    z[5] = 40.0f;                       /* softplus above 20: identity */
+    for (int e = 0; e < E; e++)
+        bias[e] = e % 7 == 0 ? 0.0f : rnorm() * 0.01f;
+    for (int e = 8; e < 16; e++) {      /* ties among the best: equal scores and biases */
+        z[(size_t)E + e] = 30.0f;
+        bias[e] = 0.0f;
+    }
+    std::vector<int32_t> tab((size_t)vocab * K), tok = {3, 19, 0, 7};
+    for (auto &t : tab)
+        t = (int32_t)(rnd() % (uint64_t)E);
+    std::vector<float> rz = z, gz = z, rw((size_t)n * K), gw((size_t)n * K, -1);
+    std::vector<int> rs((size_t)n * K);
+    std::vector<int32_t> gs((size_t)n * K, -1);
+    for (int b = 0; b < n; b++)
+        v4_moe_route(&rz[(size_t)b * E], E, K, bias.data(), hash ? &tab[(size_t)tok[b] * K] : NULL, 1.5f,
+                     &rs[(size_t)b * K], &rw[(size_t)b * K]);
+    launch(n, 1, 32, [&] {
+        k_route(gz.data(), E, K, bias.data(), hash ? tab.data() : NULL, tok.data(), 1.5f, gs.data(), gw.data());
+    });
+    int sbad = 0;
+    for (size_t i = 0; i < rs.size(); i++)
+        sbad += rs[i] != gs[i];
+    char what[96];
+    snprintf(what, sizeof what, "route %s E=%d K=%d: %d ids differ; scores+weights", hash ? "hash" : "topk", E, K,
+             sbad);
+    bad_total += sbad;
+    rz.insert(rz.end(), rw.begin(), rw.end());
+    gz.insert(gz.end(), gw.begin(), gw.end());
+    cmp(what, rz.data(), gz.data(), rz.size());
+}
+
+static void case_swiglu(float lim, int weighted)
+{
+    const int n = 3, I = 300;
+    std::vector<float> g((size_t)n * I), u((size_t)n * I), wt = {0.25f, 1.7f, 0.03f};
+    for (size_t i = 0; i < g.size(); i++) {
+        g[i] = rnorm() * 6.0f;
+        u[i] = rnorm() * 6.0f;
+    }
+    std::vector<float> R((size_t)n * I), G((size_t)n * I, -1);
+    for (int b = 0; b < n; b++)
+        v4_swiglu(&g[(size_t)b * I], &u[(size_t)b * I], I, lim, weighted ? &wt[b] : NULL, &R[(size_t)b * I]);
+    launch((I + NT - 1) / NT, n, NT,
+           [&] { k_swiglu(g.data(), u.data(), I, lim, weighted ? wt.data() : NULL, G.data()); });
+    char what[96];
+    snprintf(what, sizeof what, "swiglu lim=%g %s", (double)lim, weighted ? "weighted" : "shared");
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+int main()
+{
+    case_embed();
+    case_rmsnorm(4096, -6, 6, 0.0);      /* sums exact in double: bit-identical */
+    case_rmsnorm(256, -3, 3, 0.0);
+    case_rmsnorm(1000, -40, 30, 1e-6);   /* wide range: the tree may round differently */
+    case_hc(4, 512);
+    case_hc(2, 300);
+    for (int y = 0; y < 2; y++)
+        for (int inv = 0; inv < 2; inv++)
+            case_rope(y, inv);
+    case_hadamard(128);
+    case_hadamard(512);
+    case_hadamard(16);
+    case_qdq(0, 448, 64);
+    case_qdq(1, 128, 32);
+    case_qdq(0, 256, 128);
+    case_route(0, 64, 6);
+    case_route(1, 64, 6);
+    case_route(0, 256, 8);
+    case_swiglu(10.0f, 1);
+    case_swiglu(10.0f, 0);
+    case_swiglu(0.0f, 1);
+    /* self-check: the comparison catches a one-ulp difference */
+    const int before = bad_total;
+    float a = 1.0f, b = nextafterf(1.0f, 2.0f);
+    printf("self-check (a planted 1-ulp difference must FAIL):\n");
+    cmp("  planted", &a, &b, 1);
+    const int caught = bad_total - before == 1;
+    bad_total = before + !caught;
+    printf("%s: %d mismatches%s\n", bad_total ? "FAILED" : "all equal", bad_total,
+           caught ? "" : " (the self-check did not catch the planted difference)");
+    return bad_total != 0;
+}
