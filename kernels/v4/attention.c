@@ -15,8 +15,7 @@
 #include "internal.h"
 #include "ops.h"
 
-/* q_h <- q_h * rsqrt(mean(q_h^2) + eps), every op rounded to bf16. */
-static void head_rms_bf16(float *q, int n, float eps)
+void v4_head_rms_bf16(float *q, int n, float eps)
 {
     double ss = 0.0;
     for (int i = 0; i < n; i++)
@@ -28,9 +27,9 @@ static void head_rms_bf16(float *q, int n, float eps)
         q[i] = v4_bf16(q[i] * g);
 }
 
-/* One head over the candidate list cand[0..L) (NULL = masked slot).  Masked slots
- * contribute exactly 0 to every sum, so each chunk works on its valid slots only. */
-static void sparse_attn_head(const float *q, const float *const *cand, int L, int hd,
+/* Masked slots contribute exactly 0 to every sum, so each chunk works on its valid
+ * slots only. */
+void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd,
                              float scale, float sink, float *o)
 {
     float acc[1024];
@@ -144,7 +143,7 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
         float *q = S->q + (size_t)b * H * hd, *kv = S->kv + (size_t)b * hd;
 
         for (int h = 0; h < H; h++) {
-            head_rms_bf16(q + (size_t)h * hd, hd, eps);
+            v4_head_rms_bf16(q + (size_t)h * hd, hd, eps);
             v4_rope(q + (size_t)h * hd + hd - rd, rd / 2, freqs, pos, 0);
         }
         v4_rmsnorm(kv, lw->kv_norm, hd, eps, kv);
@@ -169,7 +168,7 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
         int nc = candidates(c, lw, L, pos, b);
         float *o = S->o + (size_t)b * H * hd;
         for (int h = 0; h < H; h++) {
-            sparse_attn_head(q + (size_t)h * hd, S->cand, nc, hd, scale, lw->attn_sink[h],
+            v4_sparse_attn_head(q + (size_t)h * hd, S->cand, nc, hd, scale, lw->attn_sink[h],
                              o + (size_t)h * hd);
             v4_rope(o + (size_t)h * hd + hd - rd, rd / 2, freqs, pos, 1);
         }

@@ -15,6 +15,36 @@
 #include "internal.h"
 #include "ops.h"
 
+void v4_comp_pool(const float *kv, const float *sc, int W, int r, int d, int overlap, float *e)
+{
+    const int nrows = overlap ? 2 * r : r;
+    float p[512];
+    for (int ch = 0; ch < d; ch++) {
+        /* candidate i: (row, column) in the state */
+        float mx = -INFINITY;
+        for (int i = 0; i < nrows; i++) {
+            int col = (overlap && i >= r) ? d + ch : ch;
+            float g = sc[(size_t)i * W + col];
+            if (g > mx)
+                mx = g;
+        }
+        double sum = 0.0;
+        for (int i = 0; i < nrows; i++) {
+            int col = (overlap && i >= r) ? d + ch : ch;
+            p[i] = v4_expf(sc[(size_t)i * W + col] - mx);
+            sum += p[i];
+        }
+        float fs = (float)sum;
+        double acc = 0.0;
+        for (int i = 0; i < nrows; i++) {
+            int col = (overlap && i >= r) ? d + ch : ch;
+            float pi = p[i] / fs;
+            acc += (double)(kv[(size_t)i * W + col] * pi);
+        }
+        e[ch] = v4_bf16((float)acc);
+    }
+}
+
 int v4_compressor_step(const v4_compressor_w *cw, v4_comp_state *st, int pos,
                        const float *kvp, const float *sc, const float *freqs,
                        int rope_dim, float eps, int rotate, float *out)
@@ -29,33 +59,8 @@ int v4_compressor_step(const v4_compressor_w *cw, v4_comp_state *st, int pos,
     if ((pos + 1) % r != 0)
         return 0;
 
-    const int nrows = cw->overlap ? 2 * r : r;
     float e[1024];
-    for (int ch = 0; ch < d; ch++) {
-        /* candidate i: (row, column) in the state */
-        float mx = -INFINITY;
-        for (int i = 0; i < nrows; i++) {
-            int col = (cw->overlap && i >= r) ? d + ch : ch;
-            float g = st->sc[(size_t)i * W + col];
-            if (g > mx)
-                mx = g;
-        }
-        float p[512];
-        double sum = 0.0;
-        for (int i = 0; i < nrows; i++) {
-            int col = (cw->overlap && i >= r) ? d + ch : ch;
-            p[i] = v4_expf(st->sc[(size_t)i * W + col] - mx);
-            sum += p[i];
-        }
-        float fs = (float)sum;
-        double acc = 0.0;
-        for (int i = 0; i < nrows; i++) {
-            int col = (cw->overlap && i >= r) ? d + ch : ch;
-            float pi = p[i] / fs;
-            acc += (double)(st->kv[(size_t)i * W + col] * pi);
-        }
-        e[ch] = v4_bf16((float)acc);
-    }
+    v4_comp_pool(st->kv, st->sc, W, r, d, cw->overlap, e);
     if (cw->overlap) {   /* the current block becomes the "previous" one */
         memcpy(st->kv, st->kv + (size_t)r * W, sizeof(float) * (size_t)r * W);
         memcpy(st->sc, st->sc + (size_t)r * W, sizeof(float) * (size_t)r * W);

@@ -13,6 +13,28 @@
 #include "internal.h"
 #include "ops.h"
 
+void v4_index_head_weights(const float *iw, int ih, int id, float *wh)
+{
+    const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
+    for (int h = 0; h < ih; h++)
+        wh[h] = v4_bf16(v4_bf16(iw[h]) * wscale);
+}
+
+void v4_index_scores(const float *q, const float *keys, int n, const float *wh, int ih, int id, float *score)
+{
+    for (int j = 0; j < n; j++) {
+        const float *K = keys + (size_t)j * id;
+        double acc = 0.0;
+        for (int h = 0; h < ih; h++) {
+            float d = v4_bf16(v4_dot(q + (size_t)h * id, K, id));
+            if (d < 0.0f)
+                d = 0.0f;
+            acc += (double)v4_bf16(d * wh[h]);
+        }
+        score[j] = v4_bf16((float)acc);
+    }
+}
+
 void v4_indexer(v4_ctx *c, int layer, v4_seq *s, int b, v4_trace *tr)
 {
     const v4_config *cfg = &c->w->cfg;
@@ -33,24 +55,11 @@ void v4_indexer(v4_ctx *c, int layer, v4_seq *s, int b, v4_trace *tr)
                            L->idx_keys + (size_t)L->n_idx * id))
         L->n_idx++;
 
-    const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
     float wh[1024];
-    for (int h = 0; h < ih; h++)
-        wh[h] = v4_bf16(v4_bf16(c->s.iw[(size_t)b * ih + h]) * wscale);
-
+    v4_index_head_weights(c->s.iw + (size_t)b * ih, ih, id, wh);
     const int n = L->n_idx;
     float *score = c->s.score;
-    for (int j = 0; j < n; j++) {
-        const float *K = L->idx_keys + (size_t)j * id;
-        double acc = 0.0;
-        for (int h = 0; h < ih; h++) {
-            float d = v4_bf16(v4_dot(q + (size_t)h * id, K, id));
-            if (d < 0.0f)
-                d = 0.0f;
-            acc += (double)v4_bf16(d * wh[h]);
-        }
-        score[j] = v4_bf16((float)acc);
-    }
+    v4_index_scores(q, L->idx_keys, n, wh, ih, id, score);
     int k = n < cfg->index_topk ? n : cfg->index_topk;
     int *sel = c->s.csel + (size_t)b * cfg->index_topk;
     v4_topk(score, n, k, sel);

@@ -69,4 +69,18 @@ void v4_moe_route(float *z, int E, int K, const float *bias, const int32_t *hash
 /* h = bf16([wt *] silu(min(g, lim)) * clamp(u, +-lim)) (lim <= 0: no clamp). */
 void v4_swiglu(const float *g, const float *u, int I, float lim, const float *wt, float *h);
 
+/* attention.c: q <- bf16(q * g), g = bf16(rsqrt(bf16(bf16(f32(sum bf16(q_i^2)) / n) + eps)))
+ * (sum in double). */
+void v4_head_rms_bf16(float *q, int n, float eps);
+/* attention.c: one head's softmax with sink over the candidate keys cand[0..L) (NULL =
+ * masked), in chunks of 64 (online max/sum), o = bf16(acc / l); hd <= 1024. */
+void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd, float scale, float sink, float *o);
+/* compressor.c: the gated pooling of a complete block from the compressor state
+ * kv/sc [rows][W] (ratio r, d channels, overlap: 2r candidates) -> e[d] (bf16). */
+void v4_comp_pool(const float *kv, const float *sc, int W, int r, int d, int overlap, float *e);
+/* indexer.c: wh[h] = bf16(bf16(iw[h]) * f32(id^-0.5 * ih^-0.5)); the scores
+ * score[j] = bf16(f32(sum_h double(bf16(relu(bf16(q_h . K_j)) * wh[h])))). */
+void v4_index_head_weights(const float *iw, int ih, int id, float *wh);
+void v4_index_scores(const float *q, const float *keys, int n, const float *wh, int ih, int id, float *score);
+
 #endif
