@@ -1,19 +1,24 @@
-/* emulate_ops.cpp - runs the element-wise CUDA kernels of cuda_ops.cu on the CPU
- * (simt_emu.h) against the C functions they follow (kernels/v4/ops.c, mhc.c, moe.c):
+/* emulate_ops.cpp - runs the CUDA kernels of cuda_ops.cu and cuda_attn.cu on the CPU
+ * (simt_emu.h) against the C functions they follow (kernels/v4/ops.c, mhc.c, moe.c,
+ * attention.c, compressor.c, indexer.c):
  * every output must be bit-identical, except the RMS reductions on inputs whose
  * sum of squares is not exact in double (checked within 1e-6 relative; cuda_ops.h).
  * Cases include NaN/inf/zero/subnormal-range values for the block quantizers, ties
- * for the router's top-k, hash routing, large positions for RoPE/YaRN, and planted
+ * for the router's and the indexer's top-k, hash routing, large positions for
+ * RoPE/YaRN, masked and all-masked attention chunks, -inf compressor rows, and planted
  * kernel bugs are caught (a self-check at the end flips one value).
  * ctest: test_cuda_ops_emulated (CMakeLists.txt, when V4_CUDA is ON).
  * Ownership/threads: a throwaway program; memory is freed at exit.
  */
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "simt_emu.h"
 #define V4_CUDA_OPS_H   /* the kernels need only the emulator's types */
+#define V4_CUDA_ATTN_H
 #include "cuda_ops.cu"
+#include "cuda_attn.cu"
 
 extern "C" {
 #include "kernels/codec.h"
@@ -276,6 +281,114 @@ static void case_swiglu(float lim, int weighted)
     cmp(what, R.data(), G.data(), R.size());
 }
 
+
+static void case_head_rms(int hd)
+{
+    const int nvec = 6;
+    std::vector<float> v((size_t)nvec * hd);
+    for (auto &x : v)
+        x = rbf(-8, 4);
+    std::vector<float> R = v, G = v;
+    for (int k = 0; k < nvec; k++)
+        v4_head_rms_bf16(&R[(size_t)k * hd], hd, 1e-6f);
+    launch(nvec, 1, AT, [&] { k_head_rms_bf16(G.data(), hd, 1e-6f); });
+    char what[96];
+    snprintf(what, sizeof what, "head_rms_bf16 hd=%d", hd);
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+static void case_sparse_attn(int hd)
+{
+    const int n = 3, H = 3, npool = 300, lmax = 230;
+    std::vector<float> pool((size_t)npool * hd), q((size_t)n * H * hd), sink(H);
+    for (auto &x : pool)
+        x = rbf(-7, 1);
+    for (auto &x : q)
+        x = rbf(-6, 0);
+    for (auto &x : sink)
+        x = rnorm();
+    std::vector<const float *> cand((size_t)n * lmax, nullptr);
+    std::vector<int32_t> len = {lmax, 40, 64 + 30};
+    for (int c = 20; c < len[0]; c++)            /* row 0: 20 masked window slots first */
+        cand[c] = &pool[(size_t)((c * 7) % npool) * hd];
+    for (int c = 0; c < len[1]; c++)             /* row 1: shorter than a chunk */
+        cand[(size_t)lmax + c] = &pool[(size_t)((c * 13 + 5) % npool) * hd];
+    for (int c = 64; c < len[2]; c++)            /* row 2: a fully masked first chunk */
+        cand[(size_t)2 * lmax + c] = &pool[(size_t)((c * 3 + 1) % npool) * hd];
+    const float scale = (float)pow((double)hd, -0.5);
+    std::vector<float> R((size_t)n * H * hd), G((size_t)n * H * hd, -1);
+    for (int b = 0; b < n; b++)
+        for (int h = 0; h < H; h++)
+            v4_sparse_attn_head(&q[((size_t)b * H + h) * hd], &cand[(size_t)b * lmax], len[b], hd, scale, sink[h],
+                                &R[((size_t)b * H + h) * hd]);
+    launch(H, n, AT, [&] {
+        k_sparse_attn(q.data(), cand.data(), len.data(), lmax, H, hd, scale, sink.data(), G.data());
+    });
+    char what[96];
+    snprintf(what, sizeof what, "sparse_attn hd=%d (masked, short, masked chunk)", hd);
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+static void case_comp_pool(int r, int d, int overlap, int fresh)
+{
+    const int rows = (overlap ? 2 : 1) * r, W = (overlap ? 2 : 1) * d;
+    std::vector<float> kv((size_t)rows * W), sc((size_t)rows * W);
+    for (size_t i = 0; i < kv.size(); i++) {
+        kv[i] = rbf(-6, 2);
+        sc[i] = rnorm() * 4.0f;
+    }
+    if (fresh)      /* the first block of an overlapping compressor: the previous rows are -inf */
+        for (int i = 0; i < r; i++)
+            for (int c = 0; c < W; c++)
+                sc[(size_t)i * W + c] = -INFINITY;
+    std::vector<float> R(d), G(d, -1);
+    v4_comp_pool(kv.data(), sc.data(), W, r, d, overlap, R.data());
+    launch((d + 127) / 128, 1, 128, [&] { k_comp_pool(kv.data(), sc.data(), W, r, d, overlap, G.data()); });
+    char what[96];
+    snprintf(what, sizeof what, "comp_pool r=%d d=%d%s%s", r, d, overlap ? " overlap" : "", fresh ? " -inf rows" : "");
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+static void case_index(int ih, int id, int n)
+{
+    std::vector<float> q((size_t)ih * id), keys((size_t)n * id), iw(ih);
+    for (auto &x : q)
+        x = rbf(-4, 1);
+    for (auto &x : keys)
+        x = rbf(-4, 1);
+    for (auto &x : iw)
+        x = rnorm();
+    std::vector<float> wh(ih), R(n), G(n, -1);
+    v4_index_head_weights(iw.data(), ih, id, wh.data());
+    v4_index_scores(q.data(), keys.data(), n, wh.data(), ih, id, R.data());
+    const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
+    launch((n + 127) / 128, 1, 128, [&] { k_index_scores(q.data(), keys.data(), n, iw.data(), ih, id, wscale, G.data()); });
+    char what[96];
+    snprintf(what, sizeof what, "index_scores ih=%d id=%d n=%d", ih, id, n);
+    cmp(what, R.data(), G.data(), R.size());
+}
+
+static void case_topk(int n, int k)
+{
+    std::vector<float> s(n);
+    for (auto &x : s)   /* few distinct values: many ties */
+        x = v4_bf16((float)(rnd() % 40) * 0.25f - 3.0f);
+    s[n / 2] = -0.0f;
+    s[n / 3] = 0.0f;
+    const int m = k < n ? k : n;
+    std::vector<int> R(m);
+    std::vector<int32_t> G(m, -1);
+    v4_topk(s.data(), n, m, R.data());
+    launch((n + 127) / 128, 1, 128, [&] { k_topk_rank(s.data(), n, m, G.data()); });
+    int bad = 0;
+    for (int i = 0; i < m; i++)
+        if (R[i] != G[i] && bad++ < 3)
+            printf("  topk [%d] ref=%d got=%d\n", i, R[i], G[i]);
+    printf("%-48s %s (%d of %d differ)\n", (std::string("topk n=") + std::to_string(n) + " k=" + std::to_string(k)).c_str(),
+           bad ? "FAIL" : "ok", bad, m);
+    bad_total += bad;
+}
+
 int main()
 {
     case_embed();
@@ -299,6 +412,18 @@ int main()
     case_swiglu(10.0f, 1);
     case_swiglu(10.0f, 0);
     case_swiglu(0.0f, 1);
+    case_head_rms(512);
+    case_head_rms(128);
+    case_sparse_attn(512);
+    case_sparse_attn(128);
+    case_comp_pool(4, 128, 1, 1);
+    case_comp_pool(4, 128, 1, 0);
+    case_comp_pool(128, 512, 0, 0);
+    case_index(8, 128, 50);
+    case_index(64, 128, 130);
+    case_topk(1000, 64);
+    case_topk(30, 64);
+    case_topk(512, 512);
     /* self-check: the comparison catches a one-ulp difference */
     const int before = bad_total;
     float a = 1.0f, b = nextafterf(1.0f, 2.0f);
