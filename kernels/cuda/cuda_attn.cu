@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cuda_attn.h"
+#include "cu_launch.h"
 #include "cuda_num.cuh"
 
 namespace {
@@ -206,12 +207,9 @@ __global__ void k_topk_rank(const float *score, int n, int k, int32_t *sel)
 
 }  // namespace
 
-#ifndef V4CU_HOST_EMULATION
-static unsigned cdiv(long a, long b) { return (unsigned)((a + b - 1) / b); }
-
 extern "C" cudaError_t v4cu_head_rms_bf16(float *q, int nvec, int hd, float eps, cudaStream_t st)
 {
-    k_head_rms_bf16<<<nvec, AT, 0, st>>>(q, hd, eps);
+    V4CU_LAUNCH(k_head_rms_bf16, nvec, AT, st, q, hd, eps);
     return cudaGetLastError();
 }
 
@@ -220,7 +218,7 @@ extern "C" cudaError_t v4cu_sparse_attn(const float *q, const float *const *cand
 {
     if (hd > AT * DMAX)
         return cudaErrorInvalidValue;
-    k_sparse_attn<<<dim3(H, n), AT, 0, st>>>(q, cand, len, lmax, H, hd, scale, sink, o);
+    V4CU_LAUNCH(k_sparse_attn, dim3(H, n), AT, st, q, cand, len, lmax, H, hd, scale, sink, o);
     return cudaGetLastError();
 }
 
@@ -229,7 +227,7 @@ extern "C" cudaError_t v4cu_comp_pool(const float *kv, const float *sc, int W, i
 {
     if ((overlap ? 2 : 1) * r > POOL_MAX)
         return cudaErrorInvalidValue;
-    k_comp_pool<<<cdiv(d, 128), 128, 0, st>>>(kv, sc, W, r, d, overlap, e);
+    V4CU_LAUNCH(k_comp_pool, v4cu_cdiv(d, 128), 128, st, kv, sc, W, r, d, overlap, e);
     return cudaGetLastError();
 }
 
@@ -241,7 +239,7 @@ extern "C" cudaError_t v4cu_index_scores(const float *q, const float *keys, int 
     if (n <= 0)
         return cudaSuccess;
     const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
-    k_index_scores<<<cdiv(n, 128), 128, 0, st>>>(q, keys, n, iw, ih, id, wscale, score);
+    V4CU_LAUNCH(k_index_scores, v4cu_cdiv(n, 128), 128, st, q, keys, n, iw, ih, id, wscale, score);
     return cudaGetLastError();
 }
 
@@ -249,7 +247,6 @@ extern "C" cudaError_t v4cu_topk(const float *score, int n, int k, int32_t *sel,
 {
     if (n <= 0 || k <= 0)
         return cudaSuccess;
-    k_topk_rank<<<cdiv(n, 128), 128, 0, st>>>(score, n, k, sel);
+    V4CU_LAUNCH(k_topk_rank, v4cu_cdiv(n, 128), 128, st, score, n, k, sel);
     return cudaGetLastError();
 }
-#endif

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cu_launch.h"
 #include "cuda_num.cuh"
 #include "cuda_ops.h"
 
@@ -301,27 +302,24 @@ __global__ void k_swiglu(const float *g, const float *u, int I, float lim, const
 
 }  // namespace
 
-#ifndef V4CU_HOST_EMULATION
-static unsigned cdiv(long a, long b) { return (unsigned)((a + b - 1) / b); }
-
 extern "C" cudaError_t v4cu_embed(const uint16_t *embed, const int32_t *tokens, int n, int dim, int hc, float *X,
                                   cudaStream_t st)
 {
-    k_embed<<<dim3(cdiv(dim, NT), n), NT, 0, st>>>(embed, tokens, dim, hc, X);
+    V4CU_LAUNCH(k_embed, dim3(v4cu_cdiv(dim, NT), n), NT, st, embed, tokens, dim, hc, X);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t v4cu_rmsnorm(const float *x, int ldx, const float *w, int dim, float eps, float *y, int ldy,
                                     int n, cudaStream_t st)
 {
-    k_rmsnorm<<<n, NT, 0, st>>>(x, ldx, w, dim, eps, y, ldy);
+    V4CU_LAUNCH(k_rmsnorm, n, NT, st, x, ldx, w, dim, eps, y, ldy);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t v4cu_rms_scale(const float *X, int hd, float eps, float *mixes, int mix, int n,
                                       cudaStream_t st)
 {
-    k_rms_scale<<<n, NT, 0, st>>>(X, hd, eps, mixes, mix);
+    V4CU_LAUNCH(k_rms_scale, n, NT, st, X, hd, eps, mixes, mix);
     return cudaGetLastError();
 }
 
@@ -330,14 +328,14 @@ extern "C" cudaError_t v4cu_hc_weights(const float *mixes, const float *scale, c
 {
     if (hc > HC_MAX)
         return cudaErrorInvalidValue;
-    k_hc_weights<<<cdiv(n, 32), 32, 0, st>>>(mixes, scale, base, hc, iters, eps, pre, post, comb, n);
+    V4CU_LAUNCH(k_hc_weights, v4cu_cdiv(n, 32), 32, st, mixes, scale, base, hc, iters, eps, pre, post, comb, n);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t v4cu_hc_reduce(const float *X, const float *pre, int hc, int dim, float *u, int n,
                                       cudaStream_t st)
 {
-    k_hc_reduce<<<dim3(cdiv(dim, NT), n), NT, 0, st>>>(X, pre, hc, dim, u);
+    V4CU_LAUNCH(k_hc_reduce, dim3(v4cu_cdiv(dim, NT), n), NT, st, X, pre, hc, dim, u);
     return cudaGetLastError();
 }
 
@@ -346,14 +344,14 @@ extern "C" cudaError_t v4cu_hc_post(float *X, const float *out, const float *pos
 {
     if (hc > HC_MAX)
         return cudaErrorInvalidValue;
-    k_hc_post<<<dim3(cdiv(dim, NT), n), NT, 0, st>>>(X, out, post, comb, hc, dim);
+    V4CU_LAUNCH(k_hc_post, dim3(v4cu_cdiv(dim, NT), n), NT, st, X, out, post, comb, hc, dim);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t v4cu_rope(float *v, int nvec, int stride, int npairs, const float *freqs, const int32_t *pos,
                                  int vpp, int inverse, cudaStream_t st)
 {
-    k_rope<<<cdiv((long)nvec * npairs, NT), NT, 0, st>>>(v, nvec, stride, npairs, freqs, pos, vpp, inverse);
+    V4CU_LAUNCH(k_rope, v4cu_cdiv((long)nvec * npairs, NT), NT, st, v, nvec, stride, npairs, freqs, pos, vpp, inverse);
     return cudaGetLastError();
 }
 
@@ -361,7 +359,7 @@ extern "C" cudaError_t v4cu_hadamard(float *v, int nvec, int stride, int n, cuda
 {
     if (n < 2 || n > 1024 || (n & (n - 1)))
         return cudaErrorInvalidValue;
-    k_hadamard<<<nvec, n / 2, 0, st>>>(v, stride, n, (float)pow((double)n, -0.5));
+    V4CU_LAUNCH(k_hadamard, nvec, n / 2, st, v, stride, n, (float)pow((double)n, -0.5));
     return cudaGetLastError();
 }
 
@@ -369,7 +367,7 @@ extern "C" cudaError_t v4cu_block_qdq(float *v, int nvec, int stride, int n, int
 {
     if (block < 1 || n % block)
         return cudaErrorInvalidValue;
-    k_block_qdq<<<nvec * (n / block), 32, 0, st>>>(v, stride, n / block, block, fp4);
+    V4CU_LAUNCH(k_block_qdq, nvec * (n / block), 32, st, v, stride, n / block, block, fp4);
     return cudaGetLastError();
 }
 
@@ -377,14 +375,13 @@ extern "C" cudaError_t v4cu_route(float *z, int E, int K, const float *bias, con
                                   const int32_t *tokens, float route_scale, int32_t *sel, float *wt, int n,
                                   cudaStream_t st)
 {
-    k_route<<<n, 32, 0, st>>>(z, E, K, bias, tid2eid, tokens, route_scale, sel, wt);
+    V4CU_LAUNCH(k_route, n, 32, st, z, E, K, bias, tid2eid, tokens, route_scale, sel, wt);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t v4cu_swiglu(const float *g, const float *u, int I, float lim, const float *wt, float *h, int n,
                                    cudaStream_t st)
 {
-    k_swiglu<<<dim3(cdiv(I, NT), n), NT, 0, st>>>(g, u, I, lim, wt, h);
+    V4CU_LAUNCH(k_swiglu, dim3(v4cu_cdiv(I, NT), n), NT, st, g, u, I, lim, wt, h);
     return cudaGetLastError();
 }
-#endif

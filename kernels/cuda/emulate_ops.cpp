@@ -1,5 +1,6 @@
 /* emulate_ops.cpp - runs the CUDA kernels of cuda_ops.cu and cuda_attn.cu on the CPU
- * (simt_emu.h) against the C functions they follow (kernels/v4/ops.c, mhc.c, moe.c,
+ * (simt_emu.h), through their launchers (grid and block arithmetic included), against
+ * the C functions they follow (kernels/v4/ops.c, mhc.c, moe.c,
  * attention.c, compressor.c, indexer.c):
  * every output must be bit-identical, except the RMS reductions on inputs whose
  * sum of squares is not exact in double (checked within 1e-6 relative; cuda_ops.h).
@@ -44,6 +45,15 @@ static float rnorm() { return (float)((unif() + unif() + unif() + unif() - 2.0) 
 
 static int bad_total;
 
+/* A launcher's status: its argument checks must accept every case here. */
+#define CK(call)                                                                                                    \
+    do {                                                                                                            \
+        if ((call) != cudaSuccess) {                                                                                \
+            printf("  %s: refused its arguments (line %d)\n", #call, __LINE__);                                    \
+            bad_total++;                                                                                            \
+        }                                                                                                           \
+    } while (0)
+
 /* Bitwise comparison (NaN == NaN); tol > 0: relative tolerance instead, counting
  * the bit differences separately. */
 static void cmp(const char *what, const float *ref, const float *got, size_t n, double tol = 0.0)
@@ -79,7 +89,7 @@ static void case_embed()
         for (int j = 0; j < hc; j++)
             for (int i = 0; i < dim; i++)
                 R[((size_t)b * hc + j) * dim + i] = v4_bf16_from_bits(emb[(size_t)tok[b] * dim + i]);
-    launch((dim + NT - 1) / NT, n, NT, [&] { k_embed(emb.data(), tok.data(), dim, hc, X.data()); });
+    CK(v4cu_embed(emb.data(), tok.data(), n, dim, hc, X.data(), nullptr));
     cmp("embed n=3 dim=300 hc=4", R.data(), X.data(), X.size());
 }
 
@@ -93,13 +103,13 @@ static void case_rmsnorm(int dim, int lo, int hi, double tol)
         v = rbf(-2, 1);
     for (int b = 0; b < n; b++)
         v4_rmsnorm(&x[(size_t)b * ld], w.data(), dim, 1e-6f, &ry[(size_t)b * ld]);
-    launch(n, 1, NT, [&] { k_rmsnorm(x.data(), ld, w.data(), dim, 1e-6f, y.data(), ld); });
+    CK(v4cu_rmsnorm(x.data(), ld, w.data(), dim, 1e-6f, y.data(), ld, n, nullptr));
     char what[96];
     snprintf(what, sizeof what, "rmsnorm dim=%d exps [%d,%d]", dim, lo, hi);
     cmp(what, ry.data(), y.data(), y.size(), tol);
     /* in place */
     std::vector<float> xi = x;
-    launch(n, 1, NT, [&] { k_rmsnorm(xi.data(), ld, w.data(), dim, 1e-6f, xi.data(), ld); });
+    CK(v4cu_rmsnorm(xi.data(), ld, w.data(), dim, 1e-6f, xi.data(), ld, n, nullptr));
     for (int b = 0; b < n; b++)
         for (int i = dim; i < ld; i++)
             ry[(size_t)b * ld + i] = x[(size_t)b * ld + i];   /* padding untouched */
@@ -126,7 +136,7 @@ static void case_hc(int hc, int dim)
         for (int m = 0; m < mix; m++)
             rm[(size_t)b * mix + m] = rm[(size_t)b * mix + m] * r;
     }
-    launch(n, 1, NT, [&] { k_rms_scale(X.data(), hd, 1e-6f, gm.data(), mix); });
+    CK(v4cu_rms_scale(X.data(), hd, 1e-6f, gm.data(), mix, n, nullptr));
     char what[96];
     snprintf(what, sizeof what, "rms_scale hc=%d dim=%d", hc, dim);
     cmp(what, rm.data(), gm.data(), rm.size());
@@ -136,9 +146,8 @@ static void case_hc(int hc, int dim)
     for (int b = 0; b < n; b++)
         v4_hc_weights(&rm[(size_t)b * mix], scale.data(), base.data(), hc, 20, 1e-6f, &rpre[(size_t)b * hc],
                       &rpost[(size_t)b * hc], &rcomb[(size_t)b * hc * hc]);
-    launch(1, 1, 32, [&] {
-        k_hc_weights(rm.data(), scale.data(), base.data(), hc, 20, 1e-6f, gpre.data(), gpost.data(), gcomb.data(), n);
-    });
+    CK(v4cu_hc_weights(rm.data(), scale.data(), base.data(), hc, 20, 1e-6f, gpre.data(), gpost.data(), gcomb.data(), n,
+                       nullptr));
     snprintf(what, sizeof what, "hc_weights pre/post/comb hc=%d", hc);
     rpre.insert(rpre.end(), rpost.begin(), rpost.end());
     rpre.insert(rpre.end(), rcomb.begin(), rcomb.end());
@@ -149,7 +158,7 @@ static void case_hc(int hc, int dim)
     std::vector<float> ru((size_t)n * dim), gu((size_t)n * dim, -1);
     for (int b = 0; b < n; b++)
         v4_hc_reduce(&X[(size_t)b * hd], &rpre[(size_t)b * hc], hc, dim, &ru[(size_t)b * dim]);
-    launch((dim + NT - 1) / NT, n, NT, [&] { k_hc_reduce(X.data(), rpre.data(), hc, dim, gu.data()); });
+    CK(v4cu_hc_reduce(X.data(), rpre.data(), hc, dim, gu.data(), n, nullptr));
     snprintf(what, sizeof what, "hc_reduce hc=%d dim=%d", hc, dim);
     cmp(what, ru.data(), gu.data(), ru.size());
     /* post */
@@ -159,7 +168,7 @@ static void case_hc(int hc, int dim)
     for (int b = 0; b < n; b++)
         v4_hc_post_row(&RX[(size_t)b * hd], &out[(size_t)b * dim], &rpost[(size_t)b * hc], &rcomb[(size_t)b * hc * hc],
                        hc, dim);
-    launch((dim + NT - 1) / NT, n, NT, [&] { k_hc_post(GX.data(), out.data(), rpost.data(), rcomb.data(), hc, dim); });
+    CK(v4cu_hc_post(GX.data(), out.data(), rpost.data(), rcomb.data(), hc, dim, n, nullptr));
     snprintf(what, sizeof what, "hc_post hc=%d dim=%d", hc, dim);
     cmp(what, RX.data(), GX.data(), RX.size());
 }
@@ -180,8 +189,7 @@ static void case_rope(int yarn, int inverse)
     for (int b = 0; b < n; b++)
         for (int h = 0; h < H; h++)
             v4_rope(&R[((size_t)b * H + h) * hd + hd - rd], np, freqs.data(), pos[b], inverse);
-    launch((n * H * np + NT - 1) / NT, 1, NT,
-           [&] { k_rope(G.data() + hd - rd, n * H, hd, np, freqs.data(), pos.data(), H, inverse); });
+    CK(v4cu_rope(G.data() + hd - rd, n * H, hd, np, freqs.data(), pos.data(), H, inverse, nullptr));
     char what[96];
     snprintf(what, sizeof what, "rope %s%s 3x5 heads", yarn ? "yarn" : "plain", inverse ? " inverse" : "");
     cmp(what, R.data(), G.data(), R.size());
@@ -196,8 +204,7 @@ static void case_hadamard(int n)
     std::vector<float> R = v, G = v;
     for (int k = 0; k < nvec; k++)
         v4_hadamard(&R[(size_t)k * stride], n);
-    const float sc = (float)pow((double)n, -0.5);
-    launch(nvec, 1, (unsigned)n / 2, [&] { k_hadamard(G.data(), stride, n, sc); });
+    CK(v4cu_hadamard(G.data(), nvec, stride, n, nullptr));
     char what[96];
     snprintf(what, sizeof what, "hadamard n=%d", n);
     cmp(what, R.data(), G.data(), R.size());
@@ -220,7 +227,7 @@ static void case_qdq(int fp4, int n, int block)
     std::vector<float> R = v, G = v;
     for (int k = 0; k < nvec; k++)
         (fp4 ? v4_fp4_sim : v4_fp8_sim)(&R[(size_t)k * stride], n, block);
-    launch(nvec * (n / block), 1, 32, [&] { k_block_qdq(G.data(), stride, n / block, block, fp4); });
+    CK(v4cu_block_qdq(G.data(), nvec, stride, n, block, fp4, nullptr));
     char what[96];
     snprintf(what, sizeof what, "%s_sim n=%d block=%d (nan/inf/zero/tiny)", fp4 ? "fp4" : "fp8", n, block);
     cmp(what, R.data(), G.data(), R.size());
@@ -248,9 +255,8 @@ static void case_route(int hash, int E, int K)
     for (int b = 0; b < n; b++)
         v4_moe_route(&rz[(size_t)b * E], E, K, bias.data(), hash ? &tab[(size_t)tok[b] * K] : NULL, 1.5f,
                      &rs[(size_t)b * K], &rw[(size_t)b * K]);
-    launch(n, 1, 32, [&] {
-        k_route(gz.data(), E, K, bias.data(), hash ? tab.data() : NULL, tok.data(), 1.5f, gs.data(), gw.data());
-    });
+    CK(v4cu_route(gz.data(), E, K, bias.data(), hash ? tab.data() : NULL, tok.data(), 1.5f, gs.data(), gw.data(), n,
+                  nullptr));
     int sbad = 0;
     for (size_t i = 0; i < rs.size(); i++)
         sbad += rs[i] != gs[i];
@@ -274,8 +280,7 @@ static void case_swiglu(float lim, int weighted)
     std::vector<float> R((size_t)n * I), G((size_t)n * I, -1);
     for (int b = 0; b < n; b++)
         v4_swiglu(&g[(size_t)b * I], &u[(size_t)b * I], I, lim, weighted ? &wt[b] : NULL, &R[(size_t)b * I]);
-    launch((I + NT - 1) / NT, n, NT,
-           [&] { k_swiglu(g.data(), u.data(), I, lim, weighted ? wt.data() : NULL, G.data()); });
+    CK(v4cu_swiglu(g.data(), u.data(), I, lim, weighted ? wt.data() : NULL, G.data(), n, nullptr));
     char what[96];
     snprintf(what, sizeof what, "swiglu lim=%g %s", (double)lim, weighted ? "weighted" : "shared");
     cmp(what, R.data(), G.data(), R.size());
@@ -291,7 +296,7 @@ static void case_head_rms(int hd)
     std::vector<float> R = v, G = v;
     for (int k = 0; k < nvec; k++)
         v4_head_rms_bf16(&R[(size_t)k * hd], hd, 1e-6f);
-    launch(nvec, 1, AT, [&] { k_head_rms_bf16(G.data(), hd, 1e-6f); });
+    CK(v4cu_head_rms_bf16(G.data(), nvec, hd, 1e-6f, nullptr));
     char what[96];
     snprintf(what, sizeof what, "head_rms_bf16 hd=%d", hd);
     cmp(what, R.data(), G.data(), R.size());
@@ -321,9 +326,7 @@ static void case_sparse_attn(int hd)
         for (int h = 0; h < H; h++)
             v4_sparse_attn_head(&q[((size_t)b * H + h) * hd], &cand[(size_t)b * lmax], len[b], hd, scale, sink[h],
                                 &R[((size_t)b * H + h) * hd]);
-    launch(H, n, AT, [&] {
-        k_sparse_attn(q.data(), cand.data(), len.data(), lmax, H, hd, scale, sink.data(), G.data());
-    });
+    CK(v4cu_sparse_attn(q.data(), cand.data(), len.data(), lmax, n, H, hd, scale, sink.data(), G.data(), nullptr));
     char what[96];
     snprintf(what, sizeof what, "sparse_attn hd=%d (masked, short, masked chunk)", hd);
     cmp(what, R.data(), G.data(), R.size());
@@ -343,7 +346,7 @@ static void case_comp_pool(int r, int d, int overlap, int fresh)
                 sc[(size_t)i * W + c] = -INFINITY;
     std::vector<float> R(d), G(d, -1);
     v4_comp_pool(kv.data(), sc.data(), W, r, d, overlap, R.data());
-    launch((d + 127) / 128, 1, 128, [&] { k_comp_pool(kv.data(), sc.data(), W, r, d, overlap, G.data()); });
+    CK(v4cu_comp_pool(kv.data(), sc.data(), W, r, d, overlap, G.data(), nullptr));
     char what[96];
     snprintf(what, sizeof what, "comp_pool r=%d d=%d%s%s", r, d, overlap ? " overlap" : "", fresh ? " -inf rows" : "");
     cmp(what, R.data(), G.data(), R.size());
@@ -361,8 +364,7 @@ static void case_index(int ih, int id, int n)
     std::vector<float> wh(ih), R(n), G(n, -1);
     v4_index_head_weights(iw.data(), ih, id, wh.data());
     v4_index_scores(q.data(), keys.data(), n, wh.data(), ih, id, R.data());
-    const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
-    launch((n + 127) / 128, 1, 128, [&] { k_index_scores(q.data(), keys.data(), n, iw.data(), ih, id, wscale, G.data()); });
+    CK(v4cu_index_scores(q.data(), keys.data(), n, iw.data(), ih, id, G.data(), nullptr));
     char what[96];
     snprintf(what, sizeof what, "index_scores ih=%d id=%d n=%d", ih, id, n);
     cmp(what, R.data(), G.data(), R.size());
@@ -379,7 +381,7 @@ static void case_topk(int n, int k)
     std::vector<int> R(m);
     std::vector<int32_t> G(m, -1);
     v4_topk(s.data(), n, m, R.data());
-    launch((n + 127) / 128, 1, 128, [&] { k_topk_rank(s.data(), n, m, G.data()); });
+    CK(v4cu_topk(s.data(), n, m, G.data(), nullptr));
     int bad = 0;
     for (int i = 0; i < m; i++)
         if (R[i] != G[i] && bad++ < 3)

@@ -11,8 +11,8 @@
  * between two std::barrier waits; __syncthreads/__syncwarp are barriers; __shared__
  * arrays are function-local statics (one block at a time).  A warp must return as a
  * whole or not at all before a shuffle or barrier (true of the kernels checked).
- * Include this, then the .cu file (with V4CU_HOST_EMULATION defined, its launchers
- * are left out), then call the kernels through launch().
+ * Include this, then the .cu file: its kernels can be run through launch(), and its
+ * launchers written with V4CU_LAUNCH (cu_launch.h) run their grids here.
  * Ownership/threads: test programs only; the globals below are the emulator's.
  */
 #ifndef V4_SIMT_EMU_H
@@ -96,11 +96,19 @@ static inline void __syncthreads() { g_block_bar->arrive_and_wait(); }
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
 #define V4CU_HOST_EMULATION 1
 
 /* Run fn() as a grid of gx*gy blocks of nt threads (nt a multiple of 32, or < 32). */
 static void launch(unsigned gx, unsigned gy, unsigned nt, const std::function<void()> &fn)
 {
+    if (gx == 0 || gy == 0 || nt == 0)
+        return;
     blockDim = {nt, 1, 1};
     gridDim = {gx, gy, 1};
     for (unsigned by = 0; by < gy; by++)
@@ -126,6 +134,12 @@ static void launch(unsigned gx, unsigned gy, unsigned nt, const std::function<vo
             for (auto &x : th)
                 x.join();
         }
+}
+
+/* V4CU_LAUNCH (cu_launch.h) in emulation. */
+static inline void v4emu_launch(dim3 grid, dim3 block, const std::function<void()> &fn)
+{
+    launch(grid.x, grid.y, block.x, fn);
 }
 
 #endif
