@@ -36,6 +36,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cu_launch.h"
 #include "cuda_linear.h"
 
 namespace {
@@ -361,7 +362,6 @@ k_exact(const void *__restrict__ w, const uint8_t *__restrict__ scale, int rows,
                 y[(size_t)b * ldy + rbase + lane] = __double2float_rn(acc[b]);
 }
 
-#ifndef V4CU_HOST_EMULATION   /* kernels/cuda/emulate_check.cpp compiles the kernels above for the CPU */
 template <int TYPE, int R8>
 cudaError_t launch_exact(const void *w, const uint8_t *scale, int rows, int K, int n, const float *x, float *y,
                          cudaStream_t st)
@@ -370,17 +370,17 @@ cudaError_t launch_exact(const void *w, const uint8_t *scale, int rows, int K, i
     for (int b0 = 0; b0 < n;) {
         const int nb = n - b0;
         if (nb == 1) {
-            k_exact<TYPE, R8, 1><<<blocks, 32, 0, st>>>(w, scale, rows, K, 1, x + (size_t)b0 * K,
-                                                        y + (size_t)b0 * rows, rows);
+            const auto kern = k_exact<TYPE, R8, 1>;
+            V4CU_LAUNCH(kern, blocks, 32, st, w, scale, rows, K, 1, x + (size_t)b0 * K, y + (size_t)b0 * rows, rows);
             b0 += 1;
         } else if (nb <= 4) {
-            k_exact<TYPE, R8, 4><<<blocks, 32, 0, st>>>(w, scale, rows, K, nb, x + (size_t)b0 * K,
-                                                        y + (size_t)b0 * rows, rows);
+            const auto kern = k_exact<TYPE, R8, 4>;
+            V4CU_LAUNCH(kern, blocks, 32, st, w, scale, rows, K, nb, x + (size_t)b0 * K, y + (size_t)b0 * rows, rows);
             b0 += nb;
         } else {
             const int m = nb < 8 ? nb : 8;
-            k_exact<TYPE, R8, 8><<<blocks, 32, 0, st>>>(w, scale, rows, K, m, x + (size_t)b0 * K,
-                                                        y + (size_t)b0 * rows, rows);
+            const auto kern = k_exact<TYPE, R8, 8>;
+            V4CU_LAUNCH(kern, blocks, 32, st, w, scale, rows, K, m, x + (size_t)b0 * K, y + (size_t)b0 * rows, rows);
             b0 += m;
         }
         cudaError_t e = cudaGetLastError();
@@ -390,15 +390,14 @@ cudaError_t launch_exact(const void *w, const uint8_t *scale, int rows, int K, i
     return cudaSuccess;
 }
 
-#endif /* V4CU_HOST_EMULATION */
 } /* namespace */
-#ifndef V4CU_HOST_EMULATION
+
 
 cudaError_t v4cu_act_quant(const float *x, int n, int K, double *xq, float *xs, cudaStream_t st)
 {
     const int nkb = K / 128;
     if (nkb > 0) {
-        k_act_quant<<<dim3((unsigned)nkb, (unsigned)n), 128, 0, st>>>(x, K, nkb, xq, xs);
+        V4CU_LAUNCH(k_act_quant, dim3((unsigned)nkb, (unsigned)n), 128, st, x, K, nkb, xq, xs);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return e;
@@ -421,13 +420,11 @@ cudaError_t v4cu_act_quant(const float *x, int n, int K, double *xq, float *xs, 
         for (int b0 = 0; b0 < n;) {                                                                            \
             const int nb = n - b0 < 4 ? n - b0 : 4;                                                            \
             if (nb == 1)                                                                                       \
-                KERNEL<1><<<blocks, QWARPS * 32, 0, st>>>(w, scale, rows, K, 1, xq + (size_t)b0 * K,           \
-                                                          xs + (size_t)b0 * nkb, nkb, y + (size_t)b0 * rows,   \
-                                                          rows, vec);                                          \
+                V4CU_LAUNCH(KERNEL<1>, blocks, QWARPS * 32, st, w, scale, rows, K, 1, xq + (size_t)b0 * K,      \
+                            xs + (size_t)b0 * nkb, nkb, y + (size_t)b0 * rows, rows, vec);                     \
             else                                                                                               \
-                KERNEL<4><<<blocks, QWARPS * 32, 0, st>>>(w, scale, rows, K, nb, xq + (size_t)b0 * K,          \
-                                                          xs + (size_t)b0 * nkb, nkb, y + (size_t)b0 * rows,   \
-                                                          rows, vec);                                          \
+                V4CU_LAUNCH(KERNEL<4>, blocks, QWARPS * 32, st, w, scale, rows, K, nb, xq + (size_t)b0 * K,     \
+                            xs + (size_t)b0 * nkb, nkb, y + (size_t)b0 * rows, rows, vec);                     \
             b0 += nb;                                                                                          \
             cudaError_t e = cudaGetLastError();                                                                \
             if (e != cudaSuccess)                                                                              \
@@ -452,4 +449,3 @@ cudaError_t v4cu_exact(int type, int r8, const void *w, const uint8_t *scale, in
     default: return cudaErrorInvalidValue;
     }
 }
-#endif /* V4CU_HOST_EMULATION */

@@ -1,132 +1,23 @@
-/* emulate_check.cpp - runs the CUDA kernels of cuda_linear.cu on the CPU (a small
- * SIMT emulation) against the scalar reference, so that every CUDA build checks the
- * kernels even without a GPU (ctest: test_cuda_emulated, registered in the top-level
+/* emulate_check.cpp - runs the CUDA linear kernels of cuda_linear.cu on the CPU
+ * (simt_emu.h), through their launchers (batch chunking, tail memsets included),
+ * against the scalar reference, so that every CUDA build checks the kernels even
+ * without a GPU (ctest: test_cuda_emulated, registered in the top-level
  * CMakeLists.txt when V4_CUDA is ON).  It checks the kernels' indexing, lane mapping,
  * shuffles and rounding steps as written, not the GPU's arithmetic units (host IEEE
  * float/double with -ffp-contract=off stands in for __fmul_rn & co., which are IEEE
- * round-to-nearest on the GPU too); test_cuda_linear does that on a GPU.  The
- * launchers (<<<>>>, memsets) are not compiled here; this driver repeats their
- * chunking and the tail memsets.
- *
- * Emulation: blocks run one after another; a block's threads are std::threads; a
- * warp's shuffles exchange values through a per-warp slot array between two
- * std::barrier waits; __syncthreads/__syncwarp are barriers; __shared__ arrays are
- * function-local statics (one block at a time).  A warp returns as a whole or not at
- * all in these kernels, so the barriers always see full warps.
- *
- * By hand (from the repository root):
- *   gcc -O1 -ffp-contract=off -I. -c kernels/codec.c kernels/cpu/linear_scalar.c &&
- *   g++ -std=c++20 -O1 -ffp-contract=off -pthread -I. -I/usr/local/cuda/include \
- *       -o /tmp/emu kernels/cuda/emulate_check.cpp codec.o linear_scalar.o
- *   /tmp/emu
+ * round-to-nearest on the GPU too); test_cuda_linear does that on a GPU.
  * Ownership/threads: a throwaway program; all memory is freed at exit.
  */
-#include <barrier>
-#include <cmath>
-#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <memory>
-#include <thread>
-#include <vector>
 
 extern "C" {
 #include "kernels/codec.h"
 #include "kernels/cpu/cpu_kernels.h"
 }
 
-/* ------------------------------------------------------------- SIMT shim -- */
-struct dim3e { unsigned x = 0, y = 0, z = 0; };
-static thread_local dim3e threadIdx, blockIdx;
-struct warp_ctx {
-    std::barrier<> *bar;
-    uint64_t slot[32];
-};
-static thread_local warp_ctx *g_warp;
-static std::barrier<> *g_block_bar;
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(x)
-#define __restrict__
-#define __shared__ static
-
-struct uint4 { uint32_t x, y, z, w; };
-template <typename T> static T __ldg(const T *p) { T v; std::memcpy(&v, p, sizeof v); return v; }
-static float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-static float __uint_as_float(uint32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
-static uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-static double __hiloint2double(int hi, int lo)
-{
-    uint64_t u = ((uint64_t)(uint32_t)hi << 32) | (uint32_t)lo;
-    double d;
-    std::memcpy(&d, &u, 8);
-    return d;
-}
-static double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
-static float __fmul_rn(float a, float b) { return a * b; }
-static float __fadd_rn(float a, float b) { return a + b; }
-static float __fdiv_rn(float a, float b) { return a / b; }
-static double __dmul_rn(double a, double b) { return a * b; }
-static float __double2float_rn(double d) { return (float)d; }
-using std::fma;
-using std::rintf;
-using std::fmaxf;
-using std::copysignf;
-
-template <typename T> static T shfl_idx(T v, int src)
-{
-    const unsigned lane = threadIdx.x & 31;
-    uint64_t u = 0;
-    std::memcpy(&u, &v, sizeof v);
-    g_warp->slot[lane] = u;
-    g_warp->bar->arrive_and_wait();
-    u = g_warp->slot[src & 31];
-    g_warp->bar->arrive_and_wait();
-    T r;
-    std::memcpy(&r, &u, sizeof r);
-    return r;
-}
-template <typename T> static T __shfl_sync(unsigned, T v, int src) { return shfl_idx(v, src); }
-template <typename T> static T __shfl_xor_sync(unsigned, T v, int m) { return shfl_idx(v, (int)(threadIdx.x & 31) ^ m); }
-static void __syncwarp() { g_warp->bar->arrive_and_wait(); }
-static void __syncthreads() { g_block_bar->arrive_and_wait(); }
-
-typedef int cudaError_t;
-typedef void *cudaStream_t;
-#define V4CU_HOST_EMULATION 1
-#define V4_CUDA_LINEAR_H    /* the kernels only need the types above */
+#include "simt_emu.h"
+#define V4_CUDA_LINEAR_H    /* the kernels and launchers need only the emulator's types */
 #include "cuda_linear.cu"
-
-/* Run fn() as a grid of gx*gy blocks of nt threads. */
-static void launch(unsigned gx, unsigned gy, unsigned nt, const std::function<void()> &fn)
-{
-    for (unsigned by = 0; by < gy; by++)
-        for (unsigned bx = 0; bx < gx; bx++) {
-            std::barrier<> block_bar((std::ptrdiff_t)nt);
-            std::vector<warp_ctx> warps((nt + 31) / 32);
-            std::vector<std::unique_ptr<std::barrier<>>> wbars;
-            for (size_t w = 0; w < warps.size(); w++) {
-                wbars.push_back(std::make_unique<std::barrier<>>(32));
-                warps[w].bar = wbars[w].get();
-            }
-            g_block_bar = &block_bar;
-            std::vector<std::thread> th;
-            for (unsigned t = 0; t < nt; t++)
-                th.emplace_back([&, t] {
-                    threadIdx.x = t;
-                    blockIdx.x = bx;
-                    blockIdx.y = by;
-                    g_warp = &warps[t / 32];
-                    fn();
-                });
-            for (auto &x : th)
-                x.join();
-        }
-}
 
 /* ------------------------------------------------------------------ driver -- */
 static uint64_t g_s = 0x1234567887654321ull;
@@ -182,34 +73,19 @@ static void quant_case(int fp4, int rows, int K, int n, int nanx)
         v4_act_quant(&x[(size_t)b * K], K, &rq[(size_t)b * K], &rs[(size_t)b * nkb]);
     v4_mat W = {fp4 ? V4_W_FP4 : V4_W_FP8, rows, K, w.data(), sc.data(), V4_LAYOUT_ROWMAJOR};
     (fp4 ? v4_rows_fp4_scalar : v4_rows_fp8_scalar)(&W, n, rq.data(), rs.data(), NULL, 0, ry.data(), rows, 0, rows);
-    /* emulated kernels, chunked as the launcher does */
+    /* emulated kernels, through the launchers */
     std::vector<double> xq((size_t)n * K, -1.0);
     std::vector<float> xs((size_t)n * nkb + 1, -1.0f), y((size_t)n * rows, -7.0f);
-    launch((unsigned)nkb, (unsigned)n, 128, [&] { k_act_quant(x.data(), K, nkb, xq.data(), xs.data()); });
-    xs[(size_t)n * nkb] = 0.0f;                       /* the launcher's two memsets */
-    for (int b = 0; b < n; b++)
-        for (int j = nkb * 128; j < K; j++)
-            xq[(size_t)b * K + j] = 0.0;
+    int lbad = v4cu_act_quant(x.data(), n, K, xq.data(), xs.data(), nullptr) != cudaSuccess;
     int qbad = 0;
     for (size_t i = 0; i < xq.size(); i++)
         qbad += !((double)rq[i] == xq[i] || (std::isnan(rq[i]) && std::isnan(xq[i])));
     for (size_t i = 0; i < (size_t)n * nkb; i++)
         qbad += rs[i] != xs[i];
-    const int blocks = (rows + QR * QWARPS - 1) / (QR * QWARPS);
-    for (int b0 = 0; b0 < n;) {
-        const int nb = n - b0 < 4 ? n - b0 : 4;
-        const double *q = xq.data() + (size_t)b0 * K;
-        const float *s = xs.data() + (size_t)b0 * nkb;
-        float *yo = y.data() + (size_t)b0 * rows;
-        const bool vec = (K % 32) == 0 && (rnd() & 1);     /* both load paths */
-        launch((unsigned)blocks, 1, QWARPS * 32, [&] {
-            if (nb == 1)
-                (fp4 ? k_quant_fp4<1> : k_quant_fp8<1>)(w.data(), sc.data(), rows, K, 1, q, s, nkb, yo, rows, vec);
-            else
-                (fp4 ? k_quant_fp4<4> : k_quant_fp8<4>)(w.data(), sc.data(), rows, K, nb, q, s, nkb, yo, rows, vec);
-        });
-        b0 += nb;
-    }
+    qbad += xs[(size_t)n * nkb] != 0.0f;                /* the launcher's tail memset */
+    lbad += (fp4 ? v4cu_quant_fp4 : v4cu_quant_fp8)(w.data(), sc.data(), rows, K, n, xq.data(), xs.data(), y.data(),
+                                                    nullptr) != cudaSuccess;
+    qbad += lbad;
     char what[96];
     snprintf(what, sizeof what, "quant %s %dx%d n=%d%s (act quant: %d bad)", fp4 ? "fp4" : "fp8", rows, K, n,
              nanx ? " nan/inf x" : "", qbad);
@@ -257,18 +133,9 @@ static void exact_case(v4_wtype t, int r8, int rows, int K, int n)
     std::vector<float> ry((size_t)n * rows), y((size_t)n * rows, -7.0f);
     v4_rows_exact_scalar(&W, n, NULL, NULL, x.data(), K, ry.data(), rows, 0, rows);
     const void *dw = r8 ? (const void *)w8.data() : (const void *)w.data();
-    const int blocks = (rows + 31) / 32;
-    for (int b0 = 0; b0 < n;) {
-        const int nb = n - b0, m = nb == 1 ? 1 : nb <= 4 ? nb : (nb < 8 ? nb : 8);
-        const float *xo = x.data() + (size_t)b0 * K;
-        float *yo = y.data() + (size_t)b0 * rows;
-        launch((unsigned)blocks, 1, 32, [&] {
-#define EX(T) (r8 ? (nb == 1 ? k_exact<T, 1, 1> : nb <= 4 ? k_exact<T, 1, 4> : k_exact<T, 1, 8>) \
-                  : (nb == 1 ? k_exact<T, 0, 1> : nb <= 4 ? k_exact<T, 0, 4> : k_exact<T, 0, 8>))
-            auto fn = t == V4_W_FP8 ? EX(1) : t == V4_W_BF16 ? EX(3) : EX(4);
-            fn(dw, sc.data(), rows, K, m, xo, yo, rows);
-        });
-        b0 += m;
+    if (v4cu_exact((int)t, r8, dw, sc.data(), rows, K, n, x.data(), y.data(), nullptr) != cudaSuccess) {
+        printf("  exact launcher refused its arguments\n");
+        bad_total++;
     }
     char what[96];
     snprintf(what, sizeof what, "exact %s %s %dx%d n=%d", t == V4_W_FP8 ? "fp8" : t == V4_W_BF16 ? "bf16" : "f32",

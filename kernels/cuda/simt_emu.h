@@ -21,6 +21,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -135,6 +136,45 @@ static void launch(unsigned gx, unsigned gy, unsigned nt, const std::function<vo
                 x.join();
         }
 }
+
+/* The CUDA runtime calls the launchers and the device step use, on host memory
+ * ("device" pointers are host pointers here; every call completes at once). */
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
+static inline cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    *p = std::malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : 2;
+}
+static inline cudaError_t cudaFree(void *p)
+{
+    std::free(p);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t)
+{
+    std::memset(p, v, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height, cudaStream_t)
+{
+    for (size_t r = 0; r < height; r++)
+        std::memset((char *)p + r * pitch, v, width);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind, cudaStream_t)
+{
+    if (bytes)
+        std::memmove(d, s, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width,
+                                            size_t height, cudaMemcpyKind, cudaStream_t)
+{
+    for (size_t r = 0; r < height; r++)
+        std::memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
 /* V4CU_LAUNCH (cu_launch.h) in emulation. */
 static inline void v4emu_launch(dim3 grid, dim3 block, const std::function<void()> &fn)
