@@ -50,7 +50,7 @@ step_result() {   # name result seconds detail
     SUMMARY+=("$(printf '%-24s %-12s %6ss  %s' "$1" "$2" "$3" "$4")")
     case $2 in FAIL*|TIMEOUT*) FAILED=1 ;; esac
 }
-run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to log + screen
+run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to log + screen + build-gpu/step.out
     local name=$1 to=$2
     shift 2
     local t0
@@ -58,7 +58,7 @@ run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to lo
     local cmd="$*"
     say "=== $name: ${cmd:0:160}"
     set -o pipefail
-    timeout "$to" "$@" 2>&1 | tee -a "$LOG"
+    timeout "$to" "$@" 2>&1 | tee "$BUILD/step.out" | tee -a "$LOG"
     STEP_RC=$?
     set +o pipefail
     STEP_S=$(($(date +%s) - t0))
@@ -218,18 +218,21 @@ if [ $MODE = full ]; then
         r=ok; FLASH_OK=1
         [ $STEP_RC -ne 0 ] && r=FAIL && FLASH_OK=0
         [ $STEP_RC -eq 124 ] && r=TIMEOUT
-        step_result mkmodel-flash $r $STEP_S "$FLASH_L layers: $(grep -E '^mkmodel: wrote' "$LOG" | tail -1 | sed 's/.* in //')"
+        step_result mkmodel-flash $r $STEP_S "$FLASH_L layers: $(grep -E '^mkmodel: (wrote|checkpoint)' "$BUILD/step.out" | sed -e 's/.* in //' -e 's/.*(\([0-9.]* GB\);.*/\1/' | paste -sd' ')"
     fi
     if [ $FLASH_OK = 1 ]; then
         run_step bench-flash 90 "$BUILD/bench/bench_flash" --model "$FLASH" --device cuda --tokens 16 --runs 3 \
             --budgets "all,85%"
-        grep -E '^(\||model )' "$LOG" | sed -n '/^model .*flash-L/,$p' | tail -n +1 >"$BUILD/bench_flash.txt"
+        grep -vE '^(mkmodel|===)' "$BUILD/step.out" >"$BUILD/bench_flash.txt"
         r=ok
         [ $STEP_RC -ne 0 ] && r=FAIL
         [ $STEP_RC -eq 124 ] && r=TIMEOUT
-        step_result bench_flash $r $STEP_S "build-gpu/bench_flash.txt"
-        while IFS='|' read -r _ _ cfg _ ms tps _ _ pct _; do
-            case $cfg in *experts*) step_result "  ${cfg##*experts }" "" "" "ms/token $ms, tok/s$tps, HBM$pct" ;; esac
+        [ $STEP_RC -eq 0 ] && grep -q "no GPU: skipped" "$BUILD/bench_flash.txt" && r=SKIPPED
+        step_result bench_flash $r $STEP_S "build-gpu/bench_flash.txt ($FLASH_L layers, 16 tokens x 3 runs)"
+        trim() { echo "$*" | sed -e 's/^ *//' -e 's/ *$//'; }
+        while IFS='|' read -r _ _ cfg _ ms tps _ gbs pct _; do
+            SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "experts $(trim "${cfg##*experts }")" "" "" \
+                "ms/token $(trim "$ms"), tokens/s $(trim "$tps"), $(trim "$gbs") GB/s = $(trim "$pct")")")
         done < <(grep -E '^\| .*experts (all resident|[0-9])' "$BUILD/bench_flash.txt")
     else
         step_result bench_flash SKIPPED 0 "no flash model"
@@ -251,6 +254,7 @@ diverge_result() {   # name file golden(0/1) -> summary row
         return
     fi
     case $line in
+        *"no GPU: skipped"*) r=SKIPPED ;;
         *"none in"*) r=PASS ;;
         *"first difference at generated position"*)
             r="DIVERGE@$(echo "$line" | sed 's/.*position \([0-9]*\).*/\1/')"
@@ -265,14 +269,12 @@ if [ $MODE = full ]; then
     GOLD=$ROOT/tests/data/golden/tiny
     run_step diverge-golden 15 "$BUILD/bench/bench_flash" --model "$GOLD/model" --diverge 32 --golden "$GOLD/tokens.json" \
         --device cuda
-    grep '^diverge:' "$LOG" | tail -6 >>"$BUILD/diverge.txt"
-    diverge_result diverge-golden "$BUILD/diverge.txt" 1
+    grep '^diverge:' "$BUILD/step.out" >>"$BUILD/diverge.txt"
+    diverge_result diverge-golden "$BUILD/step.out" 1
     if [ "${FLASH_OK:-0}" = 1 ]; then
         run_step diverge-flash 25 "$BUILD/bench/bench_flash" --model "$FLASH" --diverge 16 --device cuda
-        grep '^diverge:' "$LOG" | tail -4 >"$BUILD/diverge_flash.tmp"
-        cat "$BUILD/diverge_flash.tmp" >>"$BUILD/diverge.txt"
-        diverge_result diverge-flash "$BUILD/diverge_flash.tmp" 0
-        rm -f "$BUILD/diverge_flash.tmp"
+        grep '^diverge:' "$BUILD/step.out" >>"$BUILD/diverge.txt"
+        diverge_result diverge-flash "$BUILD/step.out" 0
     fi
 else
     step_result diverge "NOT BUILT" 0 "needs ${LIBS_MISSING[*]}"
