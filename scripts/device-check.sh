@@ -221,14 +221,14 @@ if [ $MODE = full ]; then
         step_result mkmodel-flash $r $STEP_S "$FLASH_L layers: $(grep -E '^mkmodel: (wrote|checkpoint)' "$BUILD/step.out" | sed -e 's/.* in //' -e 's/.*(\([0-9.]* GB\);.*/\1/' | paste -sd' ')"
     fi
     if [ $FLASH_OK = 1 ]; then
-        run_step bench-flash 90 "$BUILD/bench/bench_flash" --model "$FLASH" --device cuda --tokens 16 --runs 3 \
+        run_step bench-flash 90 "$BUILD/bench/bench_flash" --model "$FLASH" --device cuda --tokens 32 --runs 3 \
             --budgets "all,85%"
         grep -vE '^(mkmodel|===)' "$BUILD/step.out" >"$BUILD/bench_flash.txt"
         r=ok
         [ $STEP_RC -ne 0 ] && r=FAIL
         [ $STEP_RC -eq 124 ] && r=TIMEOUT
         [ $STEP_RC -eq 0 ] && grep -q "no GPU: skipped" "$BUILD/bench_flash.txt" && r=SKIPPED
-        step_result bench_flash $r $STEP_S "build-gpu/bench_flash.txt ($FLASH_L layers, 16 tokens x 3 runs)"
+        step_result bench_flash $r $STEP_S "build-gpu/bench_flash.txt ($FLASH_L layers, 32 tokens x 3 runs)"
         trim() { echo "$*" | sed -e 's/^ *//' -e 's/ *$//'; }
         while IFS='|' read -r _ _ cfg _ ms tps _ gbs pct _; do
             SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "experts $(trim "${cfg##*experts }")" "" "" \
