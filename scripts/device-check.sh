@@ -54,7 +54,6 @@ run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to lo
     local name=$1 to=$2
     shift 2
     local t0
-    t0=$(date +%s)
     local cmd="$*"
     say "=== $name: ${cmd:0:160}"
     set -o pipefail
@@ -207,7 +206,6 @@ step_result bench_cuda_linear $r $STEP_S "table above (build-gpu/bench.txt)"
 FLASH_L=${V4_FLASH_LAYERS:-4}
 FLASH=$BUILD/flash-L$FLASH_L
 if [ $MODE = full ]; then
-    t0=$(date +%s)
     if [ -f "$FLASH/config.json" ]; then
         say "=== mkmodel-flash: reusing $FLASH"
         step_result mkmodel-flash ok 0 "reused build-gpu/flash-L$FLASH_L ($FLASH_L layers)"
