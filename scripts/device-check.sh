@@ -7,19 +7,32 @@
 #      libraries of the full build (pkg-config: jansson, libpcre2-8, librabbitmq,
 #      hiredis, libpng, libxxhash); says what is missing.
 #   2. build (release, V4_CUDA=ON) into build-gpu/: the full CMake build of the GPU
-#      tests and benchmark when every library is there; otherwise a MINIMAL build
+#      tests and benchmarks when every library is there; otherwise a MINIMAL build
 #      (nvcc + gcc straight, into build-gpu/mini/) of what needs no library: the
 #      CUDA backend, the CPU reference, test_cuda_linear and bench_cuda_linear
-#      (test_cuda_golden needs the model loader, so it is reported NOT BUILT).
+#      (test_cuda_golden, mkmodel and bench_flash need the model loader, so they are
+#      reported NOT BUILT).
 #   3. GPU tests: ctest -R cuda (full build: test_cuda_linear, test_cuda_golden and the
 #      CPU emulation test_cuda_emulated) or test_cuda_linear (minimal build).
 #   4. benchmark: bench_cuda_linear (V4-Flash shapes, us/call and GB/s vs 4.8 TB/s).
-#   5. a final summary table (step, result, seconds).
-# Every step has a timeout (60+200+150+120 s at worst, under the device tool's 10
-# minutes per command); a normal run takes a few minutes on an H200 (goal: < 8).  Logs go
-# to build-gpu/device-check.log (and to $OUT/ when the device tool sets OUT).
+#   5. (full build) a synthetic V4-Flash model with the real dimensions (hidden 4096,
+#      64 heads x 512, 256 FP4 experts top-6, FP8 trunk, vocab 129280) truncated to
+#      V4_FLASH_LAYERS layers (default 4: window-only x2, CSA, HCA; ~16.4 GB) written by
+#      `v4fleet mkmodel --preset flash` to build-gpu/flash-L<N>/ (kept and reused by the
+#      next run); then bench_flash on it with --device cuda: greedy decode ms/token,
+#      tokens/s, bytes/token, GB/s and % of 4.8 TB/s, with every expert resident and with
+#      V4_GPU_EXPERT_MEM=85% (build-gpu/bench_flash.txt).
+#   6. (full build) divergence: greedy ids of --device cpu vs --device cuda, first
+#      position where they differ, on the golden tiny sequence (32 tokens, also vs the
+#      golden ids) and on the flash model (16 tokens) (build-gpu/diverge.txt).
+#   7. a final summary table (step, result, seconds) + the benchmark tables.
+# Every step has a timeout (45+165+130+45+50+90+40 = 565 s at worst, under the device
+# tool's 10 minutes per command); a normal run takes a few minutes on an H200 (goal:
+# < 8).  Logs go to build-gpu/device-check.log (and, with the tables, to $OUT/ when the
+# device tool sets OUT).
 # Without a GPU it says "no GPU: skipped" and exits 0 after the tool check.
-# Exit status: 0 when every step that ran passed (or no GPU), 1 otherwise.
+# Exit status: 0 when every step that ran passed (or no GPU), 1 otherwise (a
+# divergence on the golden sequence is a failure; one on the flash model is reported).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
@@ -37,15 +50,14 @@ step_result() {   # name result seconds detail
     SUMMARY+=("$(printf '%-24s %-12s %6ss  %s' "$1" "$2" "$3" "$4")")
     case $2 in FAIL*|TIMEOUT*) FAILED=1 ;; esac
 }
-run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to log + screen
+run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to log + screen + build-gpu/step.out
     local name=$1 to=$2
     shift 2
     local t0
-    t0=$(date +%s)
     local cmd="$*"
     say "=== $name: ${cmd:0:160}"
     set -o pipefail
-    timeout "$to" "$@" 2>&1 | tee -a "$LOG"
+    timeout "$to" "$@" 2>&1 | tee "$BUILD/step.out" | tee -a "$LOG"
     STEP_RC=$?
     set +o pipefail
     STEP_S=$(($(date +%s) - t0))
@@ -58,7 +70,9 @@ summary() {
     for l in "${SUMMARY[@]}"; do say "$l"; done
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
         cp "$LOG" "$OUT/device-check.log" 2>/dev/null
-        [ -f "$BUILD/bench.txt" ] && cp "$BUILD/bench.txt" "$OUT/bench.txt"
+        for f in bench.txt bench_flash.txt diverge.txt; do
+            [ -f "$BUILD/$f" ] && cp "$BUILD/$f" "$OUT/$f"
+        done
     fi
 }
 
@@ -107,14 +121,14 @@ if [ ${#MISSING[@]} -gt 0 ]; then summary; exit 1; fi
 MODE=full
 [ ${#LIBS_MISSING[@]} -gt 0 ] && MODE=minimal
 if [ $MODE = full ]; then
-    run_step configure 60 cmake -S "$ROOT" -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DV4_CUDA=ON \
+    run_step configure 45 cmake -S "$ROOT" -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DV4_CUDA=ON \
         -DCMAKE_CUDA_COMPILER="$NVCC"
     if [ $STEP_RC -ne 0 ] || ! grep -q "CUDA backend: ON" "$LOG"; then
         step_result configure FAIL $STEP_S "cmake failed or CUDA backend not ON (see log)"
         summary; exit 1
     fi
     step_result configure ok $STEP_S "release, V4_CUDA=ON, build-gpu/"
-    run_step build 200 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden cuda_emulate_check bench_cuda_linear v4fleet
+    run_step build 165 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden cuda_emulate_check bench_cuda_linear v4fleet bench_flash
     if [ $STEP_RC -ne 0 ]; then step_result build "$([ $STEP_RC -eq 124 ] && echo TIMEOUT || echo FAIL)" $STEP_S "see log"; summary; exit 1; fi
     step_result build ok $STEP_S "full CMake build"
     TEST_LINEAR=$BUILD/tests/test_cuda_linear
@@ -151,7 +165,7 @@ else
             g++ -o "$M/$t" "$M/$t.o" "${objs[@]}" -L"$CUDA_LIB" -lcudart_static -ldl -lrt -lpthread -lm
         done
     }
-    run_step build-minimal 200 bash -c "$(declare -f mini_build); NVCC='$NVCC' ROOT='$ROOT' M='$M' CF='$CF' CUDA_INC='$CUDA_INC' CUDA_LIB='$CUDA_LIB' mini_build"
+    run_step build-minimal 165 bash -c "$(declare -f mini_build); NVCC='$NVCC' ROOT='$ROOT' M='$M' CF='$CF' CUDA_INC='$CUDA_INC' CUDA_LIB='$CUDA_LIB' mini_build"
     if [ $STEP_RC -ne 0 ] || [ ! -x "$M/test_cuda_linear" ]; then step_result build-minimal FAIL $STEP_S "see log"; summary; exit 1; fi
     step_result build-minimal ok $STEP_S "no CMake build: missing ${LIBS_MISSING[*]}"
     TEST_LINEAR=$M/test_cuda_linear
@@ -160,7 +174,7 @@ fi
 
 # ---------------------------------------------------------------- 3. tests --
 if [ $MODE = full ]; then
-    run_step gpu-tests 150 ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 140
+    run_step gpu-tests 130 ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 120
     RES=$(grep -E "tests passed|tests failed" "$LOG" | tail -1)
     for t in test_cuda_emulated test_cuda_linear test_cuda_golden; do
         line=$(grep -E "Test +#[0-9]+: $t " "$LOG" | tail -1)
@@ -171,7 +185,7 @@ if [ $MODE = full ]; then
     done
     say "ctest: $RES"
 else
-    run_step test_cuda_linear 150 "$TEST_LINEAR"
+    run_step test_cuda_linear 130 "$TEST_LINEAR"
     r=FAIL
     [ $STEP_RC -eq 0 ] && r=PASS
     [ $STEP_RC -eq 77 ] && r=SKIPPED
@@ -181,18 +195,97 @@ else
 fi
 
 # ---------------------------------------------------------------- 4. bench --
-run_step bench 120 "$BENCH" 30
+run_step bench 45 "$BENCH" 30
 grep -A40 "^machine:" "$LOG" | tail -n +1 >"$BUILD/bench.txt" 2>/dev/null
 r=ok
 [ $STEP_RC -ne 0 ] && r=FAIL
 [ $STEP_RC -eq 124 ] && r=TIMEOUT
 step_result bench_cuda_linear $r $STEP_S "table above (build-gpu/bench.txt)"
 
-summary
-if [ -s "$BUILD/bench.txt" ]; then
-    say ""
-    say "benchmark table:"
-    cat "$BUILD/bench.txt" | tee -a "$LOG" >/dev/null
-    cat "$BUILD/bench.txt"
+# ------------------------------------------------- 5. flash model + bench --
+FLASH_L=${V4_FLASH_LAYERS:-4}
+FLASH=$BUILD/flash-L$FLASH_L
+if [ $MODE = full ]; then
+    if [ -f "$FLASH/config.json" ]; then
+        say "=== mkmodel-flash: reusing $FLASH"
+        step_result mkmodel-flash ok 0 "reused build-gpu/flash-L$FLASH_L ($FLASH_L layers)"
+        FLASH_OK=1
+    else
+        run_step mkmodel-flash 50 "$BUILD/v4fleet" mkmodel --preset flash --layers "$FLASH_L" --out "$FLASH" \
+            --force --no-sync --threads "$JOBS"
+        r=ok; FLASH_OK=1
+        [ $STEP_RC -ne 0 ] && r=FAIL && FLASH_OK=0
+        [ $STEP_RC -eq 124 ] && r=TIMEOUT
+        step_result mkmodel-flash $r $STEP_S "$FLASH_L layers: $(grep -E '^mkmodel: (wrote|checkpoint)' "$BUILD/step.out" | sed -e 's/.* in //' -e 's/.*(\([0-9.]* GB\);.*/\1/' | paste -sd' ')"
+    fi
+    if [ $FLASH_OK = 1 ]; then
+        run_step bench-flash 90 "$BUILD/bench/bench_flash" --model "$FLASH" --device cuda --tokens 32 --runs 3 \
+            --budgets "all,85%"
+        grep -vE '^(mkmodel|===)' "$BUILD/step.out" >"$BUILD/bench_flash.txt"
+        r=ok
+        [ $STEP_RC -ne 0 ] && r=FAIL
+        [ $STEP_RC -eq 124 ] && r=TIMEOUT
+        [ $STEP_RC -eq 0 ] && grep -q "no GPU: skipped" "$BUILD/bench_flash.txt" && r=SKIPPED
+        step_result bench_flash $r $STEP_S "build-gpu/bench_flash.txt ($FLASH_L layers, 32 tokens x 3 runs)"
+        trim() { echo "$*" | sed -e 's/^ *//' -e 's/ *$//'; }
+        while IFS='|' read -r _ _ cfg _ ms tps _ gbs pct _; do
+            SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "experts $(trim "${cfg##*experts }")" "" "" \
+                "ms/token $(trim "$ms"), tokens/s $(trim "$tps"), $(trim "$gbs") GB/s = $(trim "$pct")")")
+        done < <(grep -E '^\| .*experts (all resident|[0-9])' "$BUILD/bench_flash.txt")
+    else
+        step_result bench_flash SKIPPED 0 "no flash model"
+    fi
+else
+    step_result mkmodel-flash "NOT BUILT" 0 "needs ${LIBS_MISSING[*]}"
+    step_result bench_flash "NOT BUILT" 0 "needs ${LIBS_MISSING[*]}"
 fi
+
+# ---------------------------------------------------------- 6. divergence --
+diverge_result() {   # name file golden(0/1) -> summary row
+    local line r
+    line=$(grep -E "diverge: cpu vs cuda" "$2" | tail -1)
+    # On the golden set, either device off the golden ids is a failure too.
+    if [ "$3" = 1 ] && grep -qE "vs golden +first difference" "$2"; then
+        line="$line; $(grep -E 'vs golden +first difference' "$2" | head -1 | sed 's/^diverge: //')"
+        r=FAIL; FAILED=1
+        step_result "$1" "$r" $STEP_S "$(echo "$line" | sed 's/^diverge: //')"
+        return
+    fi
+    case $line in
+        *"no GPU: skipped"*) r=SKIPPED ;;
+        *"none in"*) r=PASS ;;
+        *"first difference at generated position"*)
+            r="DIVERGE@$(echo "$line" | sed 's/.*position \([0-9]*\).*/\1/')"
+            [ "$3" = 1 ] && FAILED=1 ;;
+        *) r=FAIL; FAILED=1 ;;
+    esac
+    [ $STEP_RC -eq 124 ] && r=TIMEOUT && FAILED=1
+    step_result "$1" "$r" $STEP_S "$(echo "$line" | sed 's/^diverge: //')"
+}
+if [ $MODE = full ]; then
+    : >"$BUILD/diverge.txt"
+    GOLD=$ROOT/tests/data/golden/tiny
+    run_step diverge-golden 15 "$BUILD/bench/bench_flash" --model "$GOLD/model" --diverge 32 --golden "$GOLD/tokens.json" \
+        --device cuda
+    grep '^diverge:' "$BUILD/step.out" >>"$BUILD/diverge.txt"
+    diverge_result diverge-golden "$BUILD/step.out" 1
+    if [ "${FLASH_OK:-0}" = 1 ]; then
+        run_step diverge-flash 25 "$BUILD/bench/bench_flash" --model "$FLASH" --diverge 16 --device cuda
+        grep '^diverge:' "$BUILD/step.out" >>"$BUILD/diverge.txt"
+        diverge_result diverge-flash "$BUILD/step.out" 0
+    fi
+else
+    step_result diverge "NOT BUILT" 0 "needs ${LIBS_MISSING[*]}"
+fi
+
+summary
+for f in bench.txt bench_flash.txt diverge.txt; do
+    if [ -s "$BUILD/$f" ]; then
+        say ""
+        say "build-gpu/$f:"
+        cat "$BUILD/$f" | tee -a "$LOG" >/dev/null
+        cat "$BUILD/$f"
+    fi
+done
+[ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && cp "$LOG" "$OUT/device-check.log" 2>/dev/null
 exit $FAILED
