@@ -170,13 +170,13 @@ __global__ void k_hc_post(float *X, const float *out, const float *post, const f
 
 /* v4_rope; one thread per pair. */
 __global__ void k_rope(float *v, int nvec, int stride, int npairs, const float *freqs, const int32_t *pos, int vpp,
-                       int inverse)
+                       int pos0, int inverse)
 {
     const long g = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= (long)nvec * npairs)
         return;
     const int k = (int)(g / npairs), i = (int)(g % npairs);
-    const float fp = (float)pos[k / vpp];
+    const float fp = (float)(pos ? pos[k / vpp] : pos0);
     const float ang = fp * freqs[i];
     const double c = (float)cos((double)ang);
     double s = (float)sin((double)ang);
@@ -300,6 +300,59 @@ __global__ void k_swiglu(const float *g, const float *u, int I, float lim, const
     h[o] = v4d_bf16(val);
 }
 
+/* Glue of the device step (forward.c, attention.c, moe.c, compressor.c). */
+__global__ void k_add(const float *a, const float *b, float *y, long n)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = a[i] + b[i];
+}
+
+__global__ void k_round_bf16(float *x, long n)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = v4d_bf16(x[i]);
+}
+
+__global__ void k_add_bf16(const float *a, const float *b, float *y, long n)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = v4d_bf16(a[i] + b[i]);
+}
+
+/* y[rows[r]] += o[r] for r < m, row by row in r order (the reference's expert order). */
+__global__ void k_scatter_add(float *y, int dim, const float *o, const int32_t *rows, int m)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= dim)
+        return;
+    for (int r = 0; r < m; r++) {
+        float *yr = y + (size_t)rows[r] * dim;
+        yr[i] = yr[i] + o[(size_t)r * dim + i];
+    }
+}
+
+/* hc_head's pre weights: pre[b][j] = sigmoid(m[b][j] * scale0 + base[j]) + eps. */
+__global__ void k_hc_head_pre(const float *mixes, int mix, const float *scale, const float *base, int hc, float eps,
+                              float *pre, int n)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n * hc)
+        return;
+    const int b = t / hc, j = t % hc;
+    pre[t] = v4d_sigmoid(mixes[(size_t)b * mix + j] * scale[0] + base[j]) + eps;
+}
+
+/* cand[i] = base + sel[i] * stride for i < k (the indexer's picks as key pointers). */
+__global__ void k_cand_from_sel(const float **cand, const float *base, int stride, const int32_t *sel, int k)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < k)
+        cand[i] = base + (size_t)sel[i] * stride;
+}
+
 }  // namespace
 
 extern "C" cudaError_t v4cu_embed(const uint16_t *embed, const int32_t *tokens, int n, int dim, int hc, float *X,
@@ -351,7 +404,8 @@ extern "C" cudaError_t v4cu_hc_post(float *X, const float *out, const float *pos
 extern "C" cudaError_t v4cu_rope(float *v, int nvec, int stride, int npairs, const float *freqs, const int32_t *pos,
                                  int vpp, int inverse, cudaStream_t st)
 {
-    V4CU_LAUNCH(k_rope, v4cu_cdiv((long)nvec * npairs, NT), NT, st, v, nvec, stride, npairs, freqs, pos, vpp, inverse);
+    V4CU_LAUNCH(k_rope, v4cu_cdiv((long)nvec * npairs, NT), NT, st, v, nvec, stride, npairs, freqs, pos, vpp, 0,
+                inverse);
     return cudaGetLastError();
 }
 
@@ -383,5 +437,53 @@ extern "C" cudaError_t v4cu_swiglu(const float *g, const float *u, int I, float 
                                    cudaStream_t st)
 {
     V4CU_LAUNCH(k_swiglu, dim3(v4cu_cdiv(I, NT), n), NT, st, g, u, I, lim, wt, h);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_rope_at(float *v, int nvec, int stride, int npairs, const float *freqs, int pos,
+                                    int inverse, cudaStream_t st)
+{
+    V4CU_LAUNCH(k_rope, v4cu_cdiv((long)nvec * npairs, NT), NT, st, v, nvec, stride, npairs, freqs, nullptr, 1, pos,
+                inverse);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_add(const float *a, const float *b, float *y, long n, cudaStream_t st)
+{
+    V4CU_LAUNCH(k_add, v4cu_cdiv(n, NT), NT, st, a, b, y, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_round_bf16(float *x, long n, cudaStream_t st)
+{
+    V4CU_LAUNCH(k_round_bf16, v4cu_cdiv(n, NT), NT, st, x, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_add_bf16(const float *a, const float *b, float *y, long n, cudaStream_t st)
+{
+    V4CU_LAUNCH(k_add_bf16, v4cu_cdiv(n, NT), NT, st, a, b, y, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_scatter_add(float *y, int dim, const float *o, const int32_t *rows, int m, cudaStream_t st)
+{
+    V4CU_LAUNCH(k_scatter_add, v4cu_cdiv(dim, NT), NT, st, y, dim, o, rows, m);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_hc_head_pre(const float *mixes, int mix, const float *scale, const float *base, int hc,
+                                        float eps, float *pre, int n, cudaStream_t st)
+{
+    V4CU_LAUNCH(k_hc_head_pre, v4cu_cdiv((long)n * hc, 32), 32, st, mixes, mix, scale, base, hc, eps, pre, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_cand_from_sel(const float **cand, const float *base, int stride, const int32_t *sel, int k,
+                                          cudaStream_t st)
+{
+    if (k <= 0)
+        return cudaSuccess;
+    V4CU_LAUNCH(k_cand_from_sel, v4cu_cdiv(k, 128), 128, st, cand, base, stride, sel, k);
     return cudaGetLastError();
 }

@@ -7,10 +7,12 @@
  * transcendentals.
  *
  * Model: launch() runs the blocks of a grid one after another; a block's threads are
- * std::threads; a warp's shuffles exchange values through a per-warp slot array
- * between two std::barrier waits; __syncthreads/__syncwarp are barriers; __shared__
- * arrays are function-local statics (one block at a time).  A warp must return as a
- * whole or not at all before a shuffle or barrier (true of the kernels checked).
+ * fibers (ucontext) on the calling thread, switched only at barriers, so a run is
+ * deterministic and cheap; a warp's shuffles exchange values through per-thread slots
+ * between two warp barriers; __syncthreads/__syncwarp are barriers; __shared__ arrays
+ * are function-local statics (one block at a time).  A warp must return as a whole or
+ * not at all before a shuffle or barrier (true of the kernels checked); a barrier that
+ * can never open aborts the program.
  * Include this, then the .cu file: its kernels can be run through launch(), and its
  * launchers written with V4CU_LAUNCH (cu_launch.h) run their grids here.
  * Ownership/threads: test programs only; the globals below are the emulator's.
@@ -18,27 +20,80 @@
 #ifndef V4_SIMT_EMU_H
 #define V4_SIMT_EMU_H
 
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
+#include <cstdio>
+#include <ucontext.h>
 #include <vector>
 
 struct dim3e {
     unsigned x = 0, y = 0, z = 0;
 };
-static thread_local dim3e threadIdx, blockIdx;
-static dim3e blockDim, gridDim;
-struct warp_ctx {
-    std::barrier<> *bar;
-    uint64_t slot[32];
+/* The running fiber's coordinates (one OS thread runs every fiber: plain globals). */
+static dim3e threadIdx, blockIdx, blockDim, gridDim;
+
+/* Fibers of one block: each CUDA thread is a fiber with its own stack; a thread runs
+ * until it waits at a barrier or returns, then the scheduler (emu_run_block) resumes
+ * the next runnable one.  A block barrier opens when every live thread of the block
+ * waits at it; a warp barrier when every live thread of the warp does.  On x86-64 a
+ * fiber switch is six register pushes and a stack swap (emu_switch, below: no system
+ * call, unlike swapcontext's signal-mask save); elsewhere ucontext does it. */
+struct emu_sched {
+    std::vector<int> state;             /* 0 runnable, 1 at the block barrier, 2 at its warp barrier, 3 done */
+    std::vector<uint64_t> slot;         /* shuffle exchange, one per thread */
+    char *stacks = nullptr;
+    size_t stack_bytes = 0;
+    unsigned cur = 0, nt = 0;
+    const std::function<void()> *fn = nullptr;
+#if defined(__x86_64__)
+    void *main_sp = nullptr;
+    std::vector<void *> sp;
+#else
+    ucontext_t main;
+    std::vector<ucontext_t> ctx;
+#endif
 };
-static thread_local warp_ctx *g_warp;
-static std::barrier<> *g_block_bar;
+static emu_sched g_emu;
+
+#if defined(__x86_64__)
+/* emu_switch(save, to): push the callee-saved registers, store rsp in *save, load
+ * rsp = to, pop the registers saved there, return into that fiber. */
+extern "C" void emu_switch(void **save, void *to);
+__asm__(".text\n"
+        ".globl emu_switch\n"
+        ".type emu_switch,@function\n"
+        "emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size emu_switch,.-emu_switch\n");
+#endif
+
+static inline void emu_wait(int why)
+{
+    g_emu.state[g_emu.cur] = why;
+#if defined(__x86_64__)
+    emu_switch(&g_emu.sp[g_emu.cur], g_emu.main_sp);
+#else
+    swapcontext(&g_emu.ctx[g_emu.cur], &g_emu.main);
+#endif
+}
+
+static void emu_entry()
+{
+    (*g_emu.fn)();
+    g_emu.state[g_emu.cur] = 3;
+#if defined(__x86_64__)
+    emu_switch(&g_emu.sp[g_emu.cur], g_emu.main_sp);   /* never resumed */
+    __builtin_trap();
+#endif                                  /* ucontext: uc_link returns to the scheduler */
+}
 
 #define __global__
 #define __device__
@@ -79,25 +134,25 @@ using std::rintf;
 
 template <typename T> static T shfl_idx(T v, int src)
 {
-    const unsigned lane = threadIdx.x & 31;
+    const unsigned me = threadIdx.x, base = me & ~31u;
     uint64_t u = 0;
     std::memcpy(&u, &v, sizeof v);
-    g_warp->slot[lane] = u;
-    g_warp->bar->arrive_and_wait();
-    u = g_warp->slot[src & 31];
-    g_warp->bar->arrive_and_wait();
+    g_emu.slot[me] = u;
+    emu_wait(2);
+    u = g_emu.slot[base + ((unsigned)src & 31u)];
+    emu_wait(2);
     T r;
     std::memcpy(&r, &u, sizeof r);
     return r;
 }
 template <typename T> static T __shfl_sync(unsigned, T v, int src) { return shfl_idx(v, src); }
 template <typename T> static T __shfl_xor_sync(unsigned, T v, int m) { return shfl_idx(v, (int)(threadIdx.x & 31) ^ m); }
-static inline void __syncwarp() { g_warp->bar->arrive_and_wait(); }
-static inline void __syncthreads() { g_block_bar->arrive_and_wait(); }
+static inline void __syncwarp() { emu_wait(2); }
+static inline void __syncthreads() { emu_wait(1); }
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
 static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 struct dim3 {
     unsigned x, y, z;
@@ -105,35 +160,101 @@ struct dim3 {
 };
 #define V4CU_HOST_EMULATION 1
 
-/* Run fn() as a grid of gx*gy blocks of nt threads (nt a multiple of 32, or < 32). */
+/* Run one block of nt fibers to completion (aborts on a barrier that can never open). */
+static void emu_run_block(unsigned nt)
+{
+    emu_sched &S = g_emu;
+    const size_t stack = 64 * 1024;
+    if (S.stack_bytes < stack * nt) {
+        std::free(S.stacks);
+        S.stacks = (char *)std::malloc(stack * nt);
+        S.stack_bytes = stack * nt;
+        if (!S.stacks)
+            std::abort();
+    }
+    S.nt = nt;
+    S.state.assign(nt, 0);
+    S.slot.assign(nt, 0);
+#if defined(__x86_64__)
+    S.sp.assign(nt, nullptr);
+    for (unsigned t = 0; t < nt; t++) {   /* a fresh stack "returns" into emu_entry */
+        void **sp = (void **)(((uintptr_t)(S.stacks + stack * (t + 1))) & ~(uintptr_t)15);
+        *--sp = nullptr;                  /* emu_entry's return address slot: rsp % 16 == 8 at entry */
+        *--sp = (void *)emu_entry;
+        for (int r = 0; r < 6; r++)
+            *--sp = nullptr;              /* rbp rbx r12 r13 r14 r15 */
+        S.sp[t] = sp;
+    }
+#else
+    S.ctx.assign(nt, ucontext_t{});
+    for (unsigned t = 0; t < nt; t++) {
+        getcontext(&S.ctx[t]);
+        S.ctx[t].uc_stack.ss_sp = S.stacks + stack * t;
+        S.ctx[t].uc_stack.ss_size = stack;
+        S.ctx[t].uc_link = &S.main;
+        makecontext(&S.ctx[t], emu_entry, 0);
+    }
+#endif
+    for (;;) {
+        int ran = 0;
+        for (unsigned t = 0; t < nt; t++)
+            if (S.state[t] == 0) {
+                S.cur = t;
+                threadIdx.x = t;
+#if defined(__x86_64__)
+                emu_switch(&S.main_sp, S.sp[t]);
+#else
+                swapcontext(&S.main, &S.ctx[t]);
+#endif
+                ran = 1;
+            }
+        int live = 0, at_block = 0, opened = 0;
+        for (unsigned t = 0; t < nt; t++) {
+            live += S.state[t] != 3;
+            at_block += S.state[t] == 1;
+        }
+        if (!live)
+            return;
+        for (unsigned w = 0; w < nt; w += 32) {   /* warp barriers */
+            const unsigned e = w + 32 < nt ? w + 32 : nt;
+            int wl = 0, wa = 0;
+            for (unsigned t = w; t < e; t++) {
+                wl += S.state[t] != 3;
+                wa += S.state[t] == 2;
+            }
+            if (wl && wa == wl) {
+                for (unsigned t = w; t < e; t++)
+                    if (S.state[t] == 2)
+                        S.state[t] = 0;
+                opened = 1;
+            }
+        }
+        if (!opened && at_block == live) {
+            for (unsigned t = 0; t < nt; t++)
+                if (S.state[t] == 1)
+                    S.state[t] = 0;
+            opened = 1;
+        }
+        if (!opened && !ran) {
+            std::fprintf(stderr, "simt_emu: deadlock (a barrier no thread can pass)\n");
+            std::abort();
+        }
+    }
+}
+
+/* Run fn() as a grid of gx*gy blocks of nt threads (blocks one after another). */
 static void launch(unsigned gx, unsigned gy, unsigned nt, const std::function<void()> &fn)
 {
     if (gx == 0 || gy == 0 || nt == 0)
         return;
     blockDim = {nt, 1, 1};
     gridDim = {gx, gy, 1};
+    g_emu.fn = &fn;
     for (unsigned by = 0; by < gy; by++)
         for (unsigned bx = 0; bx < gx; bx++) {
-            std::barrier<> block_bar((std::ptrdiff_t)nt);
-            std::vector<warp_ctx> warps((nt + 31) / 32);
-            std::vector<std::unique_ptr<std::barrier<>>> wbars;
-            for (size_t w = 0; w < warps.size(); w++) {
-                const unsigned in_warp = nt - 32 * (unsigned)w < 32 ? nt - 32 * (unsigned)w : 32;
-                wbars.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)in_warp));
-                warps[w].bar = wbars[w].get();
-            }
-            g_block_bar = &block_bar;
-            std::vector<std::thread> th;
-            for (unsigned t = 0; t < nt; t++)
-                th.emplace_back([&, t] {
-                    threadIdx.x = t;
-                    blockIdx.x = bx;
-                    blockIdx.y = by;
-                    g_warp = &warps[t / 32];
-                    fn();
-                });
-            for (auto &x : th)
-                x.join();
+            blockIdx.x = bx;
+            blockIdx.y = by;
+            emu_run_block(nt);
         }
 }
 

@@ -93,7 +93,8 @@ v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_err
         return NULL;
     }
     v4_ctx *c = calloc(1, sizeof *c);
-    if (!c || scratch_alloc(&c->s, &w->cfg, max_batch)) {
+    if (!c || scratch_alloc(&c->s, &w->cfg, max_batch) ||
+        !(c->views = calloc((size_t)max_batch, sizeof *c->views))) {
         if (c) {
             scratch_free(&c->s);
             free(c);
@@ -116,7 +117,16 @@ void v4_ctx_free(v4_ctx *c)
     if (!c)
         return;
     scratch_free(&c->s);
+    free(c->views);
     free(c);
+}
+
+void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl)
+{
+    if (impl)
+        c->impl = *impl;
+    else
+        memset(&c->impl, 0, sizeof c->impl);
 }
 
 const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
@@ -212,6 +222,18 @@ int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
 {
     if (check_inputs(c, seqs, tokens, n, err))
         return -1;
+    if (c->impl.step) {
+        for (int b = 0; b < n; b++)
+            c->views[b] = (v4_seq_view){seqs[b], seqs[b]->pos, seqs[b]->max_len};
+        if (c->impl.step(c->impl.ud, c->views, tokens, n, logits, tr, err)) {
+            for (int b = 0; b < n; b++)
+                seqs[b]->broken = 1;
+            return -1;
+        }
+        for (int b = 0; b < n; b++)
+            seqs[b]->pos++;
+        return 0;
+    }
     const v4_weights *w = c->w;
     const v4_config *cfg = &w->cfg;
     const int hc = cfg->hc_mult, dim = cfg->dim;

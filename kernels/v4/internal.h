@@ -73,6 +73,8 @@ struct v4_ctx {
     v4_expert_provider xp;   /* xp.acquire == NULL: the weights' experts */
     v4_scratch s;
     float freqs_swa[64], freqs_comp[64];   /* RoPE tables (rope_dim/2 <= 64) */
+    v4_step_impl impl;       /* impl.step == NULL: the CPU path */
+    v4_seq_view *views;      /* [max_batch] for impl.step */
 };
 
 /* mhc.c */

@@ -72,7 +72,25 @@ typedef struct v4_expert_provider {
     void *ud;
 } v4_expert_provider;
 
+/* Another implementation of the whole step (kernels/cuda/cuda_step.h: the decode path
+ * on the GPU with its own device copies of the weights and of every sequence's state).
+ * v4_step checks its inputs as usual, hands the step to impl.step with a view of each
+ * sequence (key: the v4_seq, identity only; its position; its capacity), then
+ * advances the positions; a failure marks the sequences broken.  The backend and the
+ * expert provider are not used while an implementation is set. */
+typedef struct v4_seq_view {
+    const v4_seq *key;
+    int pos, max_len;
+} v4_seq_view;
+typedef struct v4_step_impl {
+    int (*step)(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits,
+                v4_trace *const *traces, v4_error *err);
+    void *ud;
+} v4_step_impl;
+
 v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_error *err);
+/* impl (copied; NULL = the CPU path through the backend) runs every later step of c. */
+void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl);
 /* p (copied; NULL = the weights' own experts) serves every later step of c.  The
  * provider must outlive its use by c. */
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);

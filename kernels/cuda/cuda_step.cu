@@ -1,0 +1,907 @@
+/* cuda_step.cu - the device-resident decode step (see cuda_step.h).
+ *
+ * Read it next to kernels/v4/forward.c, mhc.c, attention.c, indexer.c,
+ * compressor.c and moe.c: the same sequence of operations, each a kernel launch on
+ * device buffers instead of a C loop.  Host code only (the kernels live in
+ * cuda_linear.cu, cuda_ops.cu, cuda_attn.cu); the CPU emulator compiles this file as
+ * well (test_cuda_step_emulated runs it against the CPU engine on the golden model).
+ *
+ * Host decisions (the same ones the C code makes from host-side state): where each
+ * sequence's window slot and compressor rows are, when a compressed block completes,
+ * the candidate lists' window and HCA parts, and which experts run (the routing is
+ * computed on the device and copied back once per MoE layer, like the reference's
+ * gather by expert).  Everything stays on the one stream of the engine; host copies
+ * of results are synchronous.
+ *
+ * Ownership: see cuda_step.h.  Thread: one at a time.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef V4CU_HOST_EMULATION
+#include <cuda_runtime.h>
+
+#include "cuda_attn.h"
+#include "cuda_linear.h"
+#include "cuda_ops.h"
+#endif
+#include "cuda_step.h"
+
+extern "C" {
+#include "../v4/ops.h"
+}
+
+/* Device copies of the weights (weights.h) and of one sequence's state (internal.h). */
+struct dmat {
+    int type, rows, cols, r8;
+    void *w;
+    uint8_t *scale;
+};
+
+struct dexpert {
+    dmat w1, w3, w2;
+};
+
+struct dcomp {
+    int ratio, dim, overlap;
+    float *ape, *norm;
+    dmat wkv, wgate;
+};
+
+struct dlayer {
+    int ratio;
+    dmat hc_attn_fn, hc_ffn_fn;
+    float *hc_attn_base, *hc_ffn_base, *hc_attn_scale, *hc_ffn_scale, *attn_norm, *ffn_norm;
+    dmat wq_a, wq_b, wkv, wo_a, wo_b;
+    float *q_norm, *kv_norm, *attn_sink;
+    dcomp comp, idx_comp;
+    dmat idx_wq_b, idx_weights_proj, gate;
+    float *gate_bias;
+    int32_t *tid2eid;
+    dexpert shared;
+    dexpert *experts;               /* host array of device matrices */
+};
+
+/* Compressor state of one sequence and layer (compressor.c's v4_comp_state). */
+struct dcstate {
+    float *kv, *sc;
+    int rows, width;
+};
+
+struct dlstate {
+    float *win, *comp, *idx_keys;
+    int n_comp, n_idx, cap;
+    dcstate cs, ics;
+};
+
+struct dseq {
+    const v4_seq *key;              /* NULL: free slot */
+    int pos, max_len;
+    long last_step;
+    dlstate *L;                     /* [n_layers] */
+};
+
+struct v4_cuda_engine {
+    const v4_weights *w;
+    cudaStream_t st;
+    int max_batch, max_seqs;
+    size_t bytes;
+    void **allocs;                  /* every device allocation of the weights and scratch */
+    int n_allocs, cap_allocs;
+    cudaError_t fail;               /* first CUDA failure (sticky) */
+    char fail_where[64];
+
+    dlayer *L;
+    uint16_t *embed;
+    dmat head, hc_head_fn;
+    float *norm, *hc_head_base, *hc_head_scale, *freqs_swa, *freqs_comp;
+
+    /* scratch [max_batch][...] */
+    float *X, *mixes, *pre, *post, *comb, *x, *out, *qa, *q, *kv, *o, *z, *ckv, *csc, *iq, *iw, *ikv, *isc;
+    float *gate, *route_w, *ex_x, *ex_g, *ex_u, *ex_h, *ex_o, *ex_wt, *y, *logits, *tin, *tout, *e, *score, *xs;
+    double *xq;
+    int32_t *route, *tokens, *pos, *csel, *len, *rows;
+    const float **cand;
+    long lmax;                      /* candidate slots per row in cand */
+    size_t score_cap;               /* entries in score */
+
+    /* host mirrors */
+    int32_t *h_route, *h_len, *h_rows, *h_csel, *h_pos;
+    float *h_route_w, *h_wt;
+    const float **h_cand;
+    long step_no;
+    dseq *seqs;
+};
+
+/* ------------------------------------------------------------ memory helpers */
+
+static int ck(v4_cuda_engine *e, cudaError_t rc, const char *where)
+{
+    if (rc == cudaSuccess)
+        return 0;
+    if (e->fail == cudaSuccess) {
+        e->fail = rc;
+        snprintf(e->fail_where, sizeof e->fail_where, "%s", where);
+    }
+    return -1;
+}
+
+static void *dalloc(v4_cuda_engine *e, size_t bytes)
+{
+    void *p = NULL;
+    if (e->fail != cudaSuccess || ck(e, cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"))
+        return NULL;
+    if (e->n_allocs == e->cap_allocs) {
+        int cap = e->cap_allocs ? 2 * e->cap_allocs : 256;
+        void **a = (void **)realloc(e->allocs, sizeof(void *) * (size_t)cap);
+        if (!a) {
+            cudaFree(p);
+            e->fail = cudaErrorMemoryAllocation;
+            snprintf(e->fail_where, sizeof e->fail_where, "host memory");
+            return NULL;
+        }
+        e->allocs = a;
+        e->cap_allocs = cap;
+    }
+    e->allocs[e->n_allocs++] = p;
+    e->bytes += bytes;
+    return p;
+}
+
+static void *upload(v4_cuda_engine *e, const void *h, size_t bytes)
+{
+    if (!h)
+        return NULL;
+    void *d = dalloc(e, bytes);
+    if (d && ck(e, cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, e->st), "upload"))
+        return NULL;
+    return d;
+}
+
+static float *upf(v4_cuda_engine *e, const float *h, size_t n) { return (float *)upload(e, h, n * sizeof(float)); }
+
+static size_t mat_w_bytes(const v4_mat *m)
+{
+    size_t rows = (size_t)m->rows;
+    if (m->layout == V4_LAYOUT_R8)
+        rows = (rows + 7) / 8 * 8;
+    const size_t n = rows * (size_t)m->cols;
+    switch (m->type) {
+    case V4_W_FP8: return n;
+    case V4_W_FP4: return n / 2;
+    case V4_W_BF16: return 2 * n;
+    case V4_W_F32: return 4 * n;
+    }
+    return 0;
+}
+
+static size_t mat_s_bytes(const v4_mat *m)
+{
+    if (m->type == V4_W_FP8)
+        return (size_t)((m->rows + 127) / 128) * (size_t)((m->cols + 127) / 128);
+    if (m->type == V4_W_FP4)
+        return (size_t)m->rows * (size_t)(m->cols / 32);
+    return 0;
+}
+
+static dmat upmat(v4_cuda_engine *e, const v4_mat *m)
+{
+    dmat d = {(int)m->type, m->rows, m->cols, m->layout == V4_LAYOUT_R8, NULL, NULL};
+    if (!m->w)
+        return d;
+    d.w = upload(e, m->w, mat_w_bytes(m));
+    if (m->scale)
+        d.scale = (uint8_t *)upload(e, m->scale, mat_s_bytes(m));
+    return d;
+}
+
+/* Rows [r0, r0+nr) as a matrix (kernels/cpu/backend_cpu.c v4_mat_rows). */
+static dmat dmat_rows(const dmat *W, int r0, int nr)
+{
+    dmat m = *W;
+    m.rows = nr;
+    switch (W->type) {
+    case V4_W_FP8:
+        m.w = (uint8_t *)W->w + (size_t)r0 * W->cols;
+        m.scale = W->scale + (size_t)(r0 / 128) * ((W->cols + 127) / 128);
+        break;
+    case V4_W_FP4:
+        m.w = (uint8_t *)W->w + (size_t)r0 * (W->cols / 2);
+        m.scale = W->scale + (size_t)r0 * (W->cols / 32);
+        break;
+    case V4_W_BF16: m.w = (uint16_t *)W->w + (size_t)r0 * W->cols; break;
+    case V4_W_F32: m.w = (float *)W->w + (size_t)r0 * W->cols; break;
+    }
+    return m;
+}
+
+static dcomp upcomp(v4_cuda_engine *e, const v4_compressor_w *c)
+{
+    dcomp d = {c->ratio, c->dim, c->overlap, NULL, NULL, {}, {}};
+    const int cw = (c->overlap ? 2 : 1) * c->dim;
+    d.ape = upf(e, c->ape, (size_t)c->ratio * cw);
+    d.norm = upf(e, c->norm, (size_t)c->dim);
+    d.wkv = upmat(e, &c->wkv);
+    d.wgate = upmat(e, &c->wgate);
+    return d;
+}
+
+static dexpert upexpert(v4_cuda_engine *e, const v4_expert_w *x)
+{
+    return dexpert{upmat(e, &x->w1), upmat(e, &x->w3), upmat(e, &x->w2)};
+}
+
+/* ------------------------------------------------------------------ linear */
+
+/* y [n][W.rows] = W x, x [n][W.cols], both compact, in mode (backend.h). */
+static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *x, float *y)
+{
+    cudaError_t rc;
+    if (quant) {
+        rc = v4cu_act_quant(x, n, W->cols, e->xq, e->xs, e->st);
+        if (rc == cudaSuccess)
+            rc = (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)((const uint8_t *)W->w, W->scale, W->rows,
+                                                                         W->cols, n, e->xq, e->xs, y, e->st);
+    } else {
+        rc = v4cu_exact(W->type, W->r8, W->w, W->scale, W->rows, W->cols, n, x, y, e->st);
+    }
+    return ck(e, rc, "linear");
+}
+
+/* Strided copies between device arrays (rows of width floats). */
+static int copy2d(v4_cuda_engine *e, float *dst, int ldd, const float *src, int lds, int width, int rows)
+{
+    return ck(e, cudaMemcpy2DAsync(dst, sizeof(float) * (size_t)ldd, src, sizeof(float) * (size_t)lds,
+                                   sizeof(float) * (size_t)width, (size_t)rows, cudaMemcpyDeviceToDevice, e->st),
+              "copy");
+}
+
+static int to_host(v4_cuda_engine *e, void *h, const void *d, size_t bytes)
+{
+    if (ck(e, cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, e->st), "copy to host"))
+        return -1;
+    return ck(e, cudaStreamSynchronize(e->st), "synchronize");
+}
+
+static int to_dev(v4_cuda_engine *e, void *d, const void *h, size_t bytes)
+{
+    if (ck(e, cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, e->st), "copy to device"))
+        return -1;
+    return ck(e, cudaStreamSynchronize(e->st), "synchronize");   /* h may be reused at once */
+}
+
+/* ------------------------------------------------------------------- mHC */
+
+static int hc_pre(v4_cuda_engine *e, const dmat *fn, const float *scale, const float *base, const float *norm, int n)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const int hc = cfg->hc_mult, dim = cfg->dim, mix = fn->rows;
+    if (lin(e, fn, 0, n, e->X, e->mixes) ||
+        ck(e, v4cu_rms_scale(e->X, hc * dim, cfg->norm_eps, e->mixes, mix, n, e->st), "hc") ||
+        ck(e, v4cu_hc_weights(e->mixes, scale, base, hc, cfg->hc_iters, cfg->hc_eps, e->pre, e->post, e->comb, n,
+                              e->st), "hc") ||
+        ck(e, v4cu_hc_reduce(e->X, e->pre, hc, dim, e->x, n, e->st), "hc"))
+        return -1;
+    return ck(e, v4cu_rmsnorm(e->x, dim, norm, dim, cfg->norm_eps, e->x, dim, n, e->st), "norm");
+}
+
+static int hc_post(v4_cuda_engine *e, int n)
+{
+    const v4_config *cfg = &e->w->cfg;
+    return ck(e, v4cu_hc_post(e->X, e->out, e->post, e->comb, cfg->hc_mult, cfg->dim, n, e->st), "hc");
+}
+
+/* ------------------------------------------------------------- compressor */
+
+/* compressor.c v4_compressor_step on device state: kvp/sc [W] of this token; out
+ * [d] written when a block completes (returns 1). */
+static int comp_step(v4_cuda_engine *e, const dcomp *c, dcstate *st, int pos, const float *kvp, const float *sc,
+                     const float *freqs, int rotate, float *out)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const int r = c->ratio, d = c->dim, W = st->width, rd = cfg->rope_head_dim;
+    const int row = (c->overlap ? r : 0) + pos % r;
+    if (copy2d(e, st->kv + (size_t)row * W, W, kvp, W, W, 1) ||
+        ck(e, v4cu_add(sc, c->ape + (size_t)(pos % r) * W, st->sc + (size_t)row * W, W, e->st), "compressor"))
+        return -1;
+    if ((pos + 1) % r != 0)
+        return 0;
+    if (ck(e, v4cu_comp_pool(st->kv, st->sc, W, r, d, c->overlap, e->e, e->st), "compressor"))
+        return -1;
+    if (c->overlap && (copy2d(e, st->kv, W, st->kv + (size_t)r * W, W, W, r) ||
+                       copy2d(e, st->sc, W, st->sc + (size_t)r * W, W, W, r)))
+        return -1;
+    if (ck(e, v4cu_rmsnorm(e->e, d, c->norm, d, cfg->norm_eps, out, d, 1, e->st), "compressor") ||
+        ck(e, v4cu_rope_at(out + d - rd, 1, d, rd / 2, freqs, pos + 1 - r, 0, e->st), "compressor"))
+        return -1;
+    if (rotate)
+        return ck(e, v4cu_hadamard(out, 1, d, d, e->st), "compressor") ||
+                       ck(e, v4cu_block_qdq(out, 1, d, d, 32, 1, e->st), "compressor")
+                   ? -1
+                   : 1;
+    return ck(e, v4cu_block_qdq(out, 1, d, d - rd, 64, 0, e->st), "compressor") ? -1 : 1;
+}
+
+/* ----------------------------------------------------------- attention */
+
+/* indexer.c v4_indexer for row b: fills h_csel[b*topk ...], returns the count (-1 on error). */
+static int indexer(v4_cuda_engine *e, const dlayer *lw, dlstate *L, int b, int pos, v4_trace *tr, int layer)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const int ih = cfg->index_n_heads, id = cfg->index_head_dim, rd = cfg->rope_head_dim, topk = cfg->index_topk;
+    float *q = e->iq + (size_t)b * ih * id;
+    if (ck(e, v4cu_rope_at(q + id - rd, ih, id, rd / 2, e->freqs_comp, pos, 0, e->st), "indexer") ||
+        ck(e, v4cu_hadamard(q, ih, id, id, e->st), "indexer") ||
+        ck(e, v4cu_block_qdq(q, ih, id, id, 32, 1, e->st), "indexer"))
+        return -1;
+    int done = comp_step(e, &lw->idx_comp, &L->ics, pos, e->ikv + (size_t)b * 2 * id, e->isc + (size_t)b * 2 * id,
+                         e->freqs_comp, 1, L->idx_keys + (size_t)L->n_idx * id);
+    if (done < 0)
+        return -1;
+    L->n_idx += done;
+    const int n = L->n_idx, k = n < topk ? n : topk;
+    int32_t *sel = e->csel + (size_t)b * topk;
+    if (ck(e, v4cu_index_scores(q, L->idx_keys, n, e->iw + (size_t)b * ih, ih, id, e->score, e->st), "indexer") ||
+        ck(e, v4cu_topk(e->score, n, k, sel, e->st), "indexer"))
+        return -1;
+    if (tr && (tr->index_ids || tr->index_count)) {
+        if (k && to_host(e, e->h_csel, sel, sizeof(int32_t) * (size_t)k))
+            return -1;
+        if (tr->index_ids)
+            for (int i = 0; i < topk; i++)
+                tr->index_ids[(size_t)layer * topk + i] = i < k ? e->h_csel[i] : -1;
+        if (tr->index_count)
+            tr->index_count[layer] = k;
+    }
+    return k;
+}
+
+static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_trace *const *tr)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const dlayer *lw = &e->L[layer];
+    const int H = cfg->n_heads, hd = cfg->head_dim, rd = cfg->rope_head_dim, win = cfg->window;
+    const int ql = cfg->q_lora_rank, G = cfg->o_groups, ol = cfg->o_lora_rank;
+    const float eps = cfg->norm_eps;
+    const float *freqs = lw->ratio ? e->freqs_comp : e->freqs_swa;
+
+    if (lin(e, &lw->wq_a, 1, n, e->x, e->qa) ||
+        ck(e, v4cu_rmsnorm(e->qa, ql, lw->q_norm, ql, eps, e->qa, ql, n, e->st), "q_norm") ||
+        lin(e, &lw->wq_b, 1, n, e->qa, e->q) || lin(e, &lw->wkv, 1, n, e->x, e->kv))
+        return -1;
+    if (lw->ratio && (lin(e, &lw->comp.wkv, 0, n, e->x, e->ckv) || lin(e, &lw->comp.wgate, 0, n, e->x, e->csc)))
+        return -1;
+    if (lw->ratio == 4 &&
+        (lin(e, &lw->idx_wq_b, 1, n, e->qa, e->iq) || lin(e, &lw->idx_weights_proj, 0, n, e->x, e->iw) ||
+         lin(e, &lw->idx_comp.wkv, 0, n, e->x, e->ikv) || lin(e, &lw->idx_comp.wgate, 0, n, e->x, e->isc)))
+        return -1;
+    if (ck(e, v4cu_head_rms_bf16(e->q, n * H, hd, eps, e->st), "q") ||
+        ck(e, v4cu_rope(e->q + hd - rd, n * H, hd, rd / 2, freqs, e->pos, H, 0, e->st), "q") ||
+        ck(e, v4cu_rmsnorm(e->kv, hd, lw->kv_norm, hd, eps, e->kv, hd, n, e->st), "kv") ||
+        ck(e, v4cu_rope(e->kv + hd - rd, n, hd, rd / 2, freqs, e->pos, 1, 0, e->st), "kv") ||
+        ck(e, v4cu_block_qdq(e->kv, n, hd, hd - rd, 64, 0, e->st), "kv"))
+        return -1;
+
+    for (int b = 0; b < n; b++) {
+        dlstate *L = &S[b]->L[layer];
+        const int pos = S[b]->pos;
+        int nsel = 0;
+        if (lw->ratio == 4 && (nsel = indexer(e, lw, L, b, pos, tr ? tr[b] : NULL, layer)) < 0)
+            return -1;
+        if (copy2d(e, L->win + (size_t)(pos % win) * hd, hd, e->kv + (size_t)b * hd, hd, hd, 1))
+            return -1;
+        if (lw->ratio) {
+            const int cw = (lw->comp.overlap ? 2 : 1) * lw->comp.dim;
+            int done = comp_step(e, &lw->comp, &L->cs, pos, e->ckv + (size_t)b * cw, e->csc + (size_t)b * cw, freqs,
+                                 0, L->comp + (size_t)L->n_comp * hd);
+            if (done < 0)
+                return -1;
+            L->n_comp += done;
+        }
+        /* candidates (attention.c candidates()): window oldest -> newest, then compressed */
+        const float **hc = e->h_cand + (size_t)b * e->lmax;
+        int m = 0;
+        if (pos >= win - 1) {
+            const int s = pos % win;
+            for (int i = s + 1; i < win; i++)
+                hc[m++] = L->win + (size_t)i * hd;
+            for (int i = 0; i <= s; i++)
+                hc[m++] = L->win + (size_t)i * hd;
+        } else {
+            for (int i = 0; i <= pos; i++)
+                hc[m++] = L->win + (size_t)i * hd;
+            while (m < win)
+                hc[m++] = NULL;
+        }
+        if (lw->ratio && lw->ratio != 4)
+            for (int j = 0; j < L->n_comp; j++)
+                hc[m++] = L->comp + (size_t)j * hd;
+        if (to_dev(e, e->cand + (size_t)b * e->lmax, hc, sizeof(float *) * (size_t)m))
+            return -1;
+        if (lw->ratio == 4) {
+            if (ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + m, L->comp, hd,
+                                         e->csel + (size_t)b * cfg->index_topk, nsel, e->st), "candidates"))
+                return -1;
+            m += nsel;
+        }
+        e->h_len[b] = m;
+    }
+    const float scale = (float)pow((double)hd, -0.5);
+    if (to_dev(e, e->len, e->h_len, sizeof(int32_t) * (size_t)n) ||
+        ck(e, v4cu_sparse_attn(e->q, e->cand, e->len, (int)e->lmax, n, H, hd, scale, lw->attn_sink, e->o, e->st),
+           "attention") ||
+        ck(e, v4cu_rope(e->o + hd - rd, n * H, hd, rd / 2, freqs, e->pos, H, 1, e->st), "attention"))
+        return -1;
+    /* grouped low-rank output projection */
+    const int gin = H * hd / G;
+    for (int g = 0; g < G; g++) {
+        const dmat wg = dmat_rows(&lw->wo_a, g * ol, ol);
+        if (copy2d(e, e->tin, gin, e->o + (size_t)g * gin, H * hd, gin, n) || lin(e, &wg, 0, n, e->tin, e->tout) ||
+            copy2d(e, e->z + (size_t)g * ol, G * ol, e->tout, ol, ol, n))
+            return -1;
+    }
+    if (ck(e, v4cu_round_bf16(e->z, (long)n * G * ol, e->st), "wo_a"))
+        return -1;
+    return lin(e, &lw->wo_b, 1, n, e->z, e->out);
+}
+
+/* ----------------------------------------------------------------- MoE */
+
+static int expert_forward(v4_cuda_engine *e, const dexpert *x, int m, const float *wt)
+{
+    const v4_config *cfg = &e->w->cfg;
+    return lin(e, &x->w1, 1, m, e->ex_x, e->ex_g) || lin(e, &x->w3, 1, m, e->ex_x, e->ex_u) ||
+                   ck(e, v4cu_swiglu(e->ex_g, e->ex_u, cfg->moe_inter, cfg->swiglu_limit, wt, e->ex_h, m, e->st),
+                      "swiglu") ||
+                   lin(e, &x->w2, 1, m, e->ex_h, e->ex_o)
+               ? -1
+               : 0;
+}
+
+static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const dlayer *lw = &e->L[layer];
+    const int dim = cfg->dim, E = cfg->n_routed_experts, K = cfg->n_act_experts;
+    if (lin(e, &lw->gate, 0, n, e->x, e->gate) ||
+        ck(e, v4cu_route(e->gate, E, K, lw->gate_bias, lw->tid2eid, e->tokens, cfg->route_scale, e->route, e->route_w,
+                         n, e->st), "router") ||
+        to_host(e, e->h_route, e->route, sizeof(int32_t) * (size_t)n * K) ||
+        to_host(e, e->h_route_w, e->route_w, sizeof(float) * (size_t)n * K))
+        return -1;
+    for (int b = 0; tr && b < n; b++)
+        if (tr[b] && tr[b]->route_ids)
+            for (int k = 0; k < K; k++) {
+                tr[b]->route_ids[layer * K + k] = e->h_route[b * K + k];
+                tr[b]->route_w[layer * K + k] = e->h_route_w[b * K + k];
+            }
+    if (ck(e, cudaMemsetAsync(e->y, 0, sizeof(float) * (size_t)n * dim, e->st), "moe"))
+        return -1;
+    for (int x = 0; x < E; x++) {
+        int m = 0;
+        for (int b = 0; b < n; b++)
+            for (int k = 0; k < K; k++)
+                if (e->h_route[b * K + k] == x) {
+                    e->h_rows[m] = b;
+                    e->h_wt[m] = e->h_route_w[b * K + k];
+                    if (copy2d(e, e->ex_x + (size_t)m * dim, dim, e->x + (size_t)b * dim, dim, dim, 1))
+                        return -1;
+                    m++;
+                }
+        if (!m)
+            continue;
+        if (to_dev(e, e->ex_wt, e->h_wt, sizeof(float) * (size_t)m) ||
+            to_dev(e, e->rows, e->h_rows, sizeof(int32_t) * (size_t)m) ||
+            expert_forward(e, &lw->experts[x], m, e->ex_wt) ||
+            ck(e, v4cu_scatter_add(e->y, dim, e->ex_o, e->rows, m, e->st), "moe"))
+            return -1;
+    }
+    if (copy2d(e, e->ex_x, dim, e->x, dim, dim, n) || expert_forward(e, &lw->shared, n, NULL))
+        return -1;
+    return ck(e, v4cu_add_bf16(e->y, e->ex_o, e->out, (long)n * dim, e->st), "moe");
+}
+
+/* ------------------------------------------------------------ sequences */
+
+static void free_dseq(dseq *s, int n_layers)
+{
+    for (int l = 0; s->L && l < n_layers; l++) {
+        dlstate *L = &s->L[l];
+        cudaFree(L->win);
+        cudaFree(L->comp);
+        cudaFree(L->idx_keys);
+        cudaFree(L->cs.kv);
+        cudaFree(L->cs.sc);
+        cudaFree(L->ics.kv);
+        cudaFree(L->ics.sc);
+    }
+    free(s->L);
+    memset(s, 0, sizeof *s);
+}
+
+static int cstate_init(v4_cuda_engine *e, dcstate *st, const dcomp *c, size_t *bytes)
+{
+    const int k = c->overlap ? 2 : 1;
+    st->rows = k * c->ratio;
+    st->width = k * c->dim;
+    const size_t n = (size_t)st->rows * st->width;
+    if (ck(e, cudaMalloc((void **)&st->kv, n * sizeof(float)), "cudaMalloc") ||
+        ck(e, cudaMalloc((void **)&st->sc, n * sizeof(float)), "cudaMalloc"))
+        return -1;
+    *bytes += 2 * n * sizeof(float);
+    /* sc = -inf (compressor.c comp_state_reset): a fill kernel would do; the host copy is simple */
+    float *h = (float *)malloc(n * sizeof(float));
+    if (!h)
+        return ck(e, cudaErrorMemoryAllocation, "host memory");
+    for (size_t i = 0; i < n; i++)
+        h[i] = -INFINITY;
+    int rc = to_dev(e, st->sc, h, n * sizeof(float));
+    free(h);
+    return rc || ck(e, cudaMemsetAsync(st->kv, 0, n * sizeof(float), e->st), "memset") ? -1 : 0;
+}
+
+/* The device state of view v (created at position 0), or NULL + err. */
+static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_view *all, int n, v4_error *err)
+{
+    const v4_config *cfg = &e->w->cfg;
+    dseq *s = NULL;
+    for (int i = 0; i < e->max_seqs && !s; i++)
+        if (e->seqs[i].key == v->key)
+            s = &e->seqs[i];
+    if (s && s->pos == v->pos && v->pos > 0)
+        return s;
+    if (v->pos > 0) {
+        v4_err_set(err, V4_ERR_INVALID, "cuda step",
+                   s ? "the sequence is at position %d on the host but %d on the device"
+                     : "no device state for a sequence at position %d (more than %d live sequences?)",
+                   v->pos, s ? s->pos : e->max_seqs);
+        return NULL;
+    }
+    if (!s) {   /* a free slot, else the least recently stepped one outside this step */
+        for (int i = 0; i < e->max_seqs; i++) {
+            dseq *c = &e->seqs[i];
+            int busy = 0;
+            for (int j = 0; j < n && c->key; j++)
+                busy |= all[j].key == c->key;
+            if (busy)
+                continue;
+            if (!s || !c->key || (s->key && c->last_step < s->last_step))
+                s = c;
+            if (!c->key)
+                break;
+        }
+        if (!s) {
+            v4_err_set(err, V4_ERR_INVALID, "cuda step", "more sequences in one step than device slots (%d)",
+                       e->max_seqs);
+            return NULL;
+        }
+    }
+    if (s->key && s->max_len == v->max_len) {   /* reuse the allocations */
+        for (int l = 0; l < cfg->n_layers; l++) {
+            dlstate *L = &s->L[l];
+            L->n_comp = L->n_idx = 0;
+            if (ck(e, cudaMemsetAsync(L->win, 0, sizeof(float) * (size_t)cfg->window * cfg->head_dim, e->st),
+                   "memset"))
+                return NULL;
+            dcstate *cs[2] = {&L->cs, &L->ics};
+            for (int k = 0; k < 2; k++) {
+                if (!cs[k]->kv)
+                    continue;
+                cudaFree(cs[k]->kv);
+                cudaFree(cs[k]->sc);
+                size_t ignore = 0;
+                if (cstate_init(e, cs[k], k ? &e->L[l].idx_comp : &e->L[l].comp, &ignore))
+                    return NULL;
+            }
+        }
+    } else {
+        if (s->key)
+            free_dseq(s, cfg->n_layers);
+        s->L = (dlstate *)calloc((size_t)cfg->n_layers, sizeof *s->L);
+        size_t bytes = 0;
+        for (int l = 0; s->L && l < cfg->n_layers; l++) {
+            dlstate *L = &s->L[l];
+            const dlayer *lw = &e->L[l];
+            const size_t wb = sizeof(float) * (size_t)cfg->window * cfg->head_dim;
+            if (ck(e, cudaMalloc((void **)&L->win, wb), "cudaMalloc") ||
+                ck(e, cudaMemsetAsync(L->win, 0, wb, e->st), "memset"))
+                break;
+            if (!lw->ratio)
+                continue;
+            L->cap = v->max_len / lw->ratio + 1;
+            if (ck(e, cudaMalloc((void **)&L->comp, sizeof(float) * (size_t)L->cap * cfg->head_dim), "cudaMalloc") ||
+                cstate_init(e, &L->cs, &lw->comp, &bytes))
+                break;
+            if (lw->ratio == 4 &&
+                (ck(e, cudaMalloc((void **)&L->idx_keys, sizeof(float) * (size_t)L->cap * cfg->index_head_dim),
+                    "cudaMalloc") ||
+                 cstate_init(e, &L->ics, &lw->idx_comp, &bytes)))
+                break;
+        }
+        if (!s->L || e->fail != cudaSuccess) {
+            free_dseq(s, cfg->n_layers);
+            v4_err_set(err, V4_ERR_NOMEM, "cuda step", "no device memory for a sequence of %d positions", v->max_len);
+            return NULL;
+        }
+    }
+    s->key = v->key;
+    s->max_len = v->max_len;
+    s->pos = 0;
+    return s;
+}
+
+/* Candidate slots per row for sequences up to max_len: window + the larger of the
+ * indexer's top-k and the most HCA entries. */
+static int ensure_cand(v4_cuda_engine *e, int max_len)
+{
+    const v4_config *cfg = &e->w->cfg;
+    long need = cfg->index_topk, sc = 0;
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (e->L[l].ratio) {
+            const long cap = max_len / e->L[l].ratio + 1;
+            if (e->L[l].ratio != 4 && cap > need)
+                need = cap;
+            if (e->L[l].ratio == 4 && cap > sc)
+                sc = cap;
+        }
+    need += cfg->window;
+    if (need > e->lmax) {
+        cudaFree(e->cand);
+        free(e->h_cand);
+        e->cand = NULL;
+        e->h_cand = (const float **)calloc((size_t)need * e->max_batch, sizeof(float *));
+        if (!e->h_cand || ck(e, cudaMalloc((void **)&e->cand, sizeof(float *) * (size_t)need * e->max_batch),
+                             "cudaMalloc"))
+            return -1;
+        e->lmax = need;
+    }
+    if ((size_t)sc > e->score_cap) {
+        cudaFree(e->score);
+        e->score = NULL;
+        if (ck(e, cudaMalloc((void **)&e->score, sizeof(float) * (size_t)sc), "cudaMalloc"))
+            return -1;
+        e->score_cap = (size_t)sc;
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------------- the step */
+
+static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens, int n, float *logits,
+                       v4_trace *const *tr, v4_error *err)
+{
+    v4_cuda_engine *e = (v4_cuda_engine *)ud;
+    const v4_config *cfg = &e->w->cfg;
+    if (e->fail != cudaSuccess)
+        return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "an earlier CUDA failure (%s: %s) left the engine unusable",
+                          e->fail_where, cudaGetErrorString(e->fail));
+    if (n > e->max_batch)
+        return v4_err_set(err, V4_ERR_INVALID, "cuda step", "batch of %d (max %d)", n, e->max_batch);
+    dseq *S[256];
+    int max_len = 0;
+    for (int b = 0; b < n; b++) {
+        if (!(S[b] = seq_state(e, &views[b], views, n, err)))
+            return -1;
+        if (views[b].max_len > max_len)
+            max_len = views[b].max_len;
+        e->h_pos[b] = views[b].pos;
+    }
+    e->step_no++;
+    int rc = ensure_cand(e, max_len) || to_dev(e, e->tokens, tokens, sizeof(int32_t) * (size_t)n) ||
+             to_dev(e, e->pos, e->h_pos, sizeof(int32_t) * (size_t)n) ||
+             ck(e, v4cu_embed(e->embed, e->tokens, n, cfg->dim, cfg->hc_mult, e->X, e->st), "embed");
+    for (int l = 0; !rc && l < cfg->n_layers; l++) {
+        const dlayer *lw = &e->L[l];
+        rc = hc_pre(e, &lw->hc_attn_fn, lw->hc_attn_scale, lw->hc_attn_base, lw->attn_norm, n) ||
+             attention(e, l, S, n, tr) || hc_post(e, n) ||
+             hc_pre(e, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, lw->ffn_norm, n) || moe(e, l, n, tr) ||
+             hc_post(e, n);
+    }
+    if (!rc) {   /* hc_head, final norm, head */
+        const int hc = cfg->hc_mult, dim = cfg->dim;
+        rc = lin(e, &e->hc_head_fn, 0, n, e->X, e->mixes) ||
+             ck(e, v4cu_rms_scale(e->X, hc * dim, cfg->norm_eps, e->mixes, e->hc_head_fn.rows, n, e->st), "hc_head") ||
+             ck(e, v4cu_hc_head_pre(e->mixes, e->hc_head_fn.rows, e->hc_head_scale, e->hc_head_base, hc, cfg->hc_eps,
+                                    e->pre, n, e->st), "hc_head") ||
+             ck(e, v4cu_hc_reduce(e->X, e->pre, hc, dim, e->x, n, e->st), "hc_head") ||
+             ck(e, v4cu_rmsnorm(e->x, dim, e->norm, dim, cfg->norm_eps, e->x, dim, n, e->st), "norm");
+        if (!rc && logits)
+            rc = lin(e, &e->head, 0, n, e->x, e->logits) ||
+                 to_host(e, logits, e->logits, sizeof(float) * (size_t)n * cfg->vocab_size);
+        if (!rc)
+            rc = ck(e, cudaStreamSynchronize(e->st), "synchronize");
+    }
+    if (rc) {
+        for (int b = 0; b < n; b++)   /* their device state holds part of a position */
+            free_dseq(S[b], cfg->n_layers);
+        if (e->fail != cudaSuccess)
+            return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "%s: %s", e->fail_where, cudaGetErrorString(e->fail));
+        return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "the step failed");
+    }
+    for (int b = 0; b < n; b++) {
+        S[b]->pos++;
+        S[b]->last_step = e->step_no;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ create/free */
+
+static int alloc_scratch(v4_cuda_engine *e)
+{
+    const v4_config *c = &e->w->cfg;
+    const size_t B = (size_t)e->max_batch, hc = c->hc_mult, dim = c->dim, H = c->n_heads, hd = c->head_dim;
+    const size_t K = c->n_act_experts, I = c->moe_inter, ih = c->index_n_heads, id = c->index_head_dim;
+    const size_t mix = (2 + hc) * hc, gin = H * hd / c->o_groups;
+    size_t kmax = hc * dim;   /* the widest linear input */
+    const size_t ins[] = {dim, (size_t)c->q_lora_rank, (size_t)c->o_groups * c->o_lora_rank, I, gin};
+    for (size_t v : ins)
+        kmax = v > kmax ? v : kmax;
+#define F(p, n) ((p) = (float *)dalloc(e, sizeof(float) * (n)))
+#define I32(p, n) ((p) = (int32_t *)dalloc(e, sizeof(int32_t) * (n)))
+    F(e->X, B * hc * dim); F(e->mixes, B * mix); F(e->pre, B * hc); F(e->post, B * hc); F(e->comb, B * hc * hc);
+    F(e->x, B * dim); F(e->out, B * dim); F(e->qa, B * c->q_lora_rank); F(e->q, B * H * hd); F(e->kv, B * hd);
+    F(e->o, B * H * hd); F(e->z, B * c->o_groups * c->o_lora_rank); F(e->ckv, B * 2 * hd); F(e->csc, B * 2 * hd);
+    F(e->iq, B * ih * id); F(e->iw, B * ih); F(e->ikv, B * 2 * id); F(e->isc, B * 2 * id);
+    F(e->gate, B * c->n_routed_experts); F(e->route_w, B * K); F(e->ex_x, B * K * dim); F(e->ex_g, B * K * I);
+    F(e->ex_u, B * K * I); F(e->ex_h, B * K * I); F(e->ex_o, B * K * dim); F(e->ex_wt, B * K); F(e->y, B * dim);
+    F(e->logits, B * c->vocab_size); F(e->tin, B * gin); F(e->tout, B * c->o_lora_rank); F(e->e, 2 * hd + id);
+    F(e->xs, B * (kmax / 128 + 1) + 1);
+    e->xq = (double *)dalloc(e, sizeof(double) * B * kmax);
+    I32(e->route, B * K); I32(e->tokens, B); I32(e->pos, B); I32(e->csel, B * c->index_topk); I32(e->len, B);
+    I32(e->rows, B * K);
+#undef F
+#undef I32
+    e->h_route = (int32_t *)calloc(B * K, sizeof(int32_t));
+    e->h_len = (int32_t *)calloc(B, sizeof(int32_t));
+    e->h_rows = (int32_t *)calloc(B * K, sizeof(int32_t));
+    e->h_csel = (int32_t *)calloc((size_t)c->index_topk + 1, sizeof(int32_t));
+    e->h_pos = (int32_t *)calloc(B, sizeof(int32_t));
+    e->h_route_w = (float *)calloc(B * K, sizeof(float));
+    e->h_wt = (float *)calloc(B * K, sizeof(float));
+    e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
+    if (!e->h_route || !e->h_len || !e->h_rows || !e->h_csel || !e->h_pos || !e->h_route_w || !e->h_wt || !e->seqs)
+        return ck(e, cudaErrorMemoryAllocation, "host memory");
+    return e->fail == cudaSuccess ? 0 : -1;
+}
+
+static int upload_weights(v4_cuda_engine *e)
+{
+    const v4_weights *w = e->w;
+    const v4_config *c = &w->cfg;
+    const int hc = c->hc_mult, mix = (2 + hc) * hc, E = c->n_routed_experts;
+    e->embed = (uint16_t *)upload(e, w->embed.w, (size_t)c->vocab_size * c->dim * 2);
+    e->head = upmat(e, &w->head);
+    e->hc_head_fn = upmat(e, &w->hc_head_fn);
+    e->norm = upf(e, w->norm, (size_t)c->dim);
+    e->hc_head_base = upf(e, w->hc_head_base, (size_t)hc);
+    e->hc_head_scale = upf(e, w->hc_head_scale, 1);
+    float fr[64];
+    v4_rope_freqs(fr, c->rope_head_dim, c->rope_theta, 1.0, 0, 0, 0);
+    e->freqs_swa = upf(e, fr, (size_t)c->rope_head_dim / 2);
+    v4_rope_freqs(fr, c->rope_head_dim, c->compress_rope_theta, c->rope_factor, c->original_seq_len, c->beta_fast,
+                  c->beta_slow);
+    e->freqs_comp = upf(e, fr, (size_t)c->rope_head_dim / 2);
+    e->L = (dlayer *)calloc((size_t)c->n_layers, sizeof(dlayer));
+    if (!e->L)
+        return ck(e, cudaErrorMemoryAllocation, "host memory");
+    for (int l = 0; l < c->n_layers && e->fail == cudaSuccess; l++) {
+        const v4_layer_w *s = &w->layers[l];
+        dlayer *d = &e->L[l];
+        d->ratio = s->ratio;
+        d->hc_attn_fn = upmat(e, &s->hc_attn_fn);
+        d->hc_ffn_fn = upmat(e, &s->hc_ffn_fn);
+        d->hc_attn_base = upf(e, s->hc_attn_base, (size_t)mix);
+        d->hc_ffn_base = upf(e, s->hc_ffn_base, (size_t)mix);
+        d->hc_attn_scale = upf(e, s->hc_attn_scale, 3);
+        d->hc_ffn_scale = upf(e, s->hc_ffn_scale, 3);
+        d->attn_norm = upf(e, s->attn_norm, (size_t)c->dim);
+        d->ffn_norm = upf(e, s->ffn_norm, (size_t)c->dim);
+        d->wq_a = upmat(e, &s->wq_a);
+        d->wq_b = upmat(e, &s->wq_b);
+        d->wkv = upmat(e, &s->wkv);
+        d->wo_a = upmat(e, &s->wo_a);
+        d->wo_b = upmat(e, &s->wo_b);
+        d->q_norm = upf(e, s->q_norm, (size_t)c->q_lora_rank);
+        d->kv_norm = upf(e, s->kv_norm, (size_t)c->head_dim);
+        d->attn_sink = upf(e, s->attn_sink, (size_t)c->n_heads);
+        if (s->ratio)
+            d->comp = upcomp(e, &s->comp);
+        if (s->ratio == 4) {
+            d->idx_comp = upcomp(e, &s->idx_comp);
+            d->idx_wq_b = upmat(e, &s->idx_wq_b);
+            d->idx_weights_proj = upmat(e, &s->idx_weights_proj);
+        }
+        d->gate = upmat(e, &s->gate);
+        d->gate_bias = s->tid2eid ? NULL : upf(e, s->gate_bias, (size_t)E);
+        d->tid2eid = s->tid2eid ? (int32_t *)upload(e, s->tid2eid,
+                                                    sizeof(int32_t) * (size_t)c->vocab_size * c->n_act_experts)
+                                : NULL;
+        d->shared = upexpert(e, &s->shared);
+        d->experts = (dexpert *)calloc((size_t)E, sizeof(dexpert));
+        if (!d->experts)
+            return ck(e, cudaErrorMemoryAllocation, "host memory");
+        for (int x = 0; x < E && e->fail == cudaSuccess; x++)
+            d->experts[x] = upexpert(e, &s->experts[x]);
+    }
+    return e->fail == cudaSuccess ? ck(e, cudaStreamSynchronize(e->st), "upload") : -1;
+}
+
+extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
+{
+    if (!e)
+        return;
+    if (e->st)
+        cudaStreamSynchronize(e->st);
+    for (int i = 0; e->seqs && i < e->max_seqs; i++)
+        if (e->seqs[i].key || e->seqs[i].L)
+            free_dseq(&e->seqs[i], e->w->cfg.n_layers);
+    for (int i = 0; i < e->n_allocs; i++)
+        cudaFree(e->allocs[i]);
+    cudaFree(e->cand);
+    cudaFree(e->score);
+    for (int l = 0; e->L && l < e->w->cfg.n_layers; l++)
+        free(e->L[l].experts);
+#ifndef V4CU_HOST_EMULATION
+    if (e->st)
+        cudaStreamDestroy(e->st);
+#endif
+    free(e->L);
+    free(e->allocs);
+    free(e->h_cand);
+    free(e->h_route);
+    free(e->h_len);
+    free(e->h_rows);
+    free(e->h_csel);
+    free(e->h_pos);
+    free(e->h_route_w);
+    free(e->h_wt);
+    free(e->seqs);
+    free(e);
+}
+
+extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, v4_error *err)
+{
+    if (max_batch < 1 || max_batch > 256 || max_seqs < max_batch) {
+        v4_err_set(err, V4_ERR_INVALID, "cuda engine", "max_batch %d (1..256) and max_seqs %d (>= max_batch)",
+                   max_batch, max_seqs);
+        return NULL;
+    }
+    if (w->cfg.hc_mult > 16 || w->cfg.head_dim > 1024 || w->cfg.rope_head_dim > 128) {
+        v4_err_set(err, V4_ERR_CONFIG, "cuda engine", "model shape beyond the kernels' limits");
+        return NULL;
+    }
+    v4_cuda_engine *e = (v4_cuda_engine *)calloc(1, sizeof *e);
+    if (!e) {
+        v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "out of memory");
+        return NULL;
+    }
+    e->w = w;
+    e->max_batch = max_batch;
+    e->max_seqs = max_seqs;
+#ifndef V4CU_HOST_EMULATION
+    if (ck(e, cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking), "cudaStreamCreate")) {
+        v4_err_set(err, V4_ERR_INVALID, "cuda engine", "no CUDA stream: %s", cudaGetErrorString(e->fail));
+        v4_cuda_engine_free(e);
+        return NULL;
+    }
+#endif
+    if (upload_weights(e) || alloc_scratch(e)) {
+        v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "uploading the weights failed at %s (%s) after %.1f MiB",
+                   e->fail_where, cudaGetErrorString(e->fail), (double)e->bytes / (1 << 20));
+        v4_cuda_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+extern "C" size_t v4_cuda_engine_bytes(const v4_cuda_engine *e) { return e ? e->bytes : 0; }
+
+extern "C" v4_step_impl v4_cuda_engine_impl(v4_cuda_engine *e)
+{
+    v4_step_impl s = {engine_step, e};
+    return s;
+}

@@ -1,0 +1,51 @@
+/* cuda_step.h - the device-resident V4 decode step (issue 6): the whole of v4_step
+ * (kernels/v4/forward.c) on the GPU, with the weights uploaded once and every
+ * sequence's caches (window ring, compressed KV, indexer keys, compressor state) in
+ * device memory.  It plugs into a v4_ctx as its step implementation
+ * (v4_ctx_set_step_impl), so generate / batch / worker run on it unchanged.
+ *
+ * Numerics: the kernels of cuda_linear.cu, cuda_ops.cu and cuda_attn.cu, each
+ * following the C reference op by op (bit-identical under the conditions their
+ * headers state); routing and indexer selections are computed on the device and
+ * copied back each MoE layer (the host picks the experts to run, as moe.c does).
+ * Traces: route_ids / route_w and index_ids / index_count are filled; the debug dumps
+ * (q, kv, sub_out, streams, hidden) and checksums are not (left untouched).
+ *
+ * Sequences: device state is keyed by the v4_seq pointer and created at position 0;
+ * up to max_seqs sequences keep state at once (a new one takes the least recently
+ * stepped slot that is not in the current step; stepping an evicted sequence at a
+ * position > 0 fails with a clear error).  All experts are resident (the GPU expert
+ * tier is not wired into this path yet).
+ *
+ * Ownership: the engine owns every device allocation (weights, scratch, sequence
+ * state) and frees them in v4_cuda_engine_free; it borrows w (must outlive it).
+ * Thread: one thread at a time (the v4_ctx's).
+ */
+#ifndef V4_CUDA_STEP_H
+#define V4_CUDA_STEP_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "../../config/error.h"
+#include "../v4/model.h"
+
+typedef struct v4_cuda_engine v4_cuda_engine;
+
+/* Upload w to the current CUDA device (cudaSetDevice before); NULL + err on failure
+ * (out of device memory: the bytes it needed). */
+v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, v4_error *err);
+void v4_cuda_engine_free(v4_cuda_engine *e);
+/* Bytes of device memory held (weights + scratch + sequence state). */
+size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
+/* The step implementation to give v4_ctx_set_step_impl (ud = e). */
+v4_step_impl v4_cuda_engine_impl(v4_cuda_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
