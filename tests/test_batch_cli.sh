@@ -160,7 +160,7 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"id": f"long-{i}", "input_ids": [0, 3 + i % 50, 9], "max_tokens": 96,
                             "temperature": 0}) + "\n")
 EOF
-"$bin" batch "$work/long.jsonl" -o "$work/long.out" "${M[@]}" --progress-interval-ms 200 2>"$work/err4" &
+"$bin" batch "$work/long.jsonl" -o "$work/long.out" "${M[@]}" --progress-interval-ms 1 2>"$work/err4" &
 bpid=$!
 for _ in $(seq 1 300); do [ -s "$work/long.out" ] && [ "$(wc -l < "$work/long.out")" -ge 3 ] && break; sleep 0.05; done
 kill -TERM "$bpid"
