@@ -3,11 +3,18 @@
  * misses, LRU eviction order, pinned slots never evicted, the all-or-nothing failure
  * when everything is pinned (pool unchanged, precise message), forgotten slots, the
  * counters, a randomized run against a reference model of an LRU cache, and the
- * V4_GPU_EXPERT_MEM syntax. */
+ * V4_GPU_EXPERT_MEM syntax.  Also the CPU side of device matrices (backend.h
+ * V4_MAT_CUDA): the CPU backend answers one with NaN outputs without reading it, and
+ * the routed-expert byte count behind a percentage budget (gpu_experts.h) matches the
+ * weights' on the golden tiny model. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "golden_data.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/gpu_experts.h"
 #include "kernels/cuda/slot_pool.h"
 #include "testutil.h"
 
@@ -270,8 +277,60 @@ static void test_parse(void)
     }
 }
 
+static void test_device_matrix_on_cpu(void)
+{
+    v4_model_files m;
+    int32_t *ids;
+    float *logits;
+    if (t_golden_load(&m, 1, &ids, &logits, NULL, 0)) {
+        CHECK(0, "golden model");
+        return;
+    }
+    const v4_expert_w *ex = &m.w.layers[0].experts[0];
+    CHECK(v4_gpu_expert_bytes(&m.cfg) == v4_expert_bytes(ex), "expert bytes %llu vs %llu",
+          (unsigned long long)v4_gpu_expert_bytes(&m.cfg), (unsigned long long)v4_expert_bytes(ex));
+    v4_error err = {0};
+    const char *isas[] = {"scalar", "auto"};
+    for (int k = 0; k < 2; k++) {
+        v4_backend *be = v4_cpu_backend_create(2, isas[k], &err);
+        CHECK(be != NULL, "cpu backend: %s", err.msg);
+        if (!be)
+            continue;
+        const int rows = ex->w1.rows, cols = ex->w1.cols;
+        float *x = calloc((size_t)2 * cols, sizeof(float)), *y = malloc(sizeof(float) * 2 * (size_t)rows);
+        for (int i = 0; i < 2 * cols; i++)
+            x[i] = (float)(i % 7) - 3.0f;
+        v4_mat W = ex->w1;
+        v4_linear(be, &W, V4_LIN_QUANT, 2, x, cols, y, rows);
+        int finite = 0;
+        for (int i = 0; i < 2 * rows; i++)
+            finite += !isnan(y[i]);
+        CHECK(finite == 2 * rows, "host matrix: finite outputs (%d of %d)", finite, 2 * rows);
+        /* the same matrix flagged as device memory: never read, all NaN */
+        W.layout = (v4_layout)(V4_LAYOUT_ROWMAJOR | V4_MAT_CUDA);
+        W.w = (const void *)(uintptr_t)0x10;      /* would fault if dereferenced */
+        W.scale = (const uint8_t *)(uintptr_t)0x20;
+        CHECK(v4_mat_is_device(&W) && v4_mat_layout(&W) == V4_LAYOUT_ROWMAJOR, "flag helpers");
+        v4_linear(be, &W, V4_LIN_QUANT, 2, x, cols, y, rows);
+        int nans = 0;
+        for (int i = 0; i < 2 * rows; i++)
+            nans += isnan(y[i]);
+        CHECK(nans == 2 * rows, "%s: device matrix -> NaN (%d of %d)", isas[k], nans, 2 * rows);
+        W.layout = (v4_layout)(V4_LAYOUT_R8 | V4_MAT_CUDA);
+        v4_linear(be, &W, V4_LIN_EXACT, 1, x, cols, y, rows);
+        CHECK(isnan(y[0]) && isnan(y[rows - 1]), "%s: device R8 matrix -> NaN", isas[k]);
+        free(x);
+        free(y);
+        be->ops->destroy(be);
+    }
+    free(ids);
+    free(logits);
+    v4_model_close(&m);
+}
+
 int main(void)
 {
+    test_device_matrix_on_cpu();
     test_basic();
     test_random();
     test_parse();
