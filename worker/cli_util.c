@@ -203,8 +203,8 @@ int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ct
     v4_ctx_set_expert_provider(ctx, p);
     v4_gpu_experts_stats st;
     v4_gpu_experts_stats_get(be, &st);
-    fprintf(stderr, "v4fleet: GPU expert cache on %s: budget %zu bytes (%.2f MiB, V4_GPU_EXPERT_MEM=%s of %.2f "
-                    "MiB of routed experts), %d slots of %zu bytes = %zu bytes (%.1f%% of the %d experts), "
+    fprintf(stderr, "v4fleet: GPU expert cache on %s: budget %zu bytes (%.2f MiB from V4_GPU_EXPERT_MEM=%s; the "
+                    "routed experts are %.2f MiB), %d slots of %zu bytes = %zu bytes (%.1f%% of the %d experts), "
                     "experts from the %s\n",
             v4_cuda_backend_device_name(be), budget, budget / 1048576.0, spec, total / 1048576.0, st.slots,
             st.slot_bytes, st.pool_bytes, 100.0 * st.slots / ((double)cfg->n_layers * cfg->n_routed_experts),
