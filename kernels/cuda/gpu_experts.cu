@@ -392,6 +392,7 @@ extern "C" int v4_gpu_experts_stats_get(const v4_backend *be, v4_gpu_experts_sta
     st->slot_bytes = ps.slot_bytes;
     st->slots = ps.slots;
     st->resident = ps.resident;
+    st->pinned = ps.pinned;
     st->high_water_pinned = ps.high_water_pinned;
     return 0;
 }

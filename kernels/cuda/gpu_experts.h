@@ -58,7 +58,8 @@ typedef struct v4_gpu_experts_stats {
     size_t budget_bytes;                /* as asked */
     size_t pool_bytes;                  /* slots * slot_bytes <= budget_bytes (allocated once) */
     size_t slot_bytes;
-    int slots, resident, high_water_pinned;
+    int slots, resident;
+    int pinned, high_water_pinned;      /* slots pinned now (0 between steps) / at most */
 } v4_gpu_experts_stats;
 
 /* Bytes of one routed expert of cfg's model as stored (six tensors, no padding); the
