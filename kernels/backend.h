@@ -33,6 +33,18 @@
  * weight with NaN outputs (a programming error made visible).  Results never depend
  * on the layout.
  *
+ * Device matrices (V4_MAT_CUDA).  A matrix whose layout has the V4_MAT_CUDA bit set
+ * (layout = V4_LAYOUT_ROWMAJOR | V4_MAT_CUDA) has w and scale pointing at DEVICE memory
+ * of a CUDA backend: the slots of its GPU expert cache (kernels/cuda/gpu_experts.h),
+ * the only producer.  Only that backend instance may be given such a matrix; it uses
+ * the pointers directly after making its stream wait for the copy that fills the slot
+ * (the readiness is found from the address, so v4_mat carries no extra handle).  The
+ * CPU backend answers a device matrix with NaN outputs (a programming error made
+ * visible, never a read of device memory); host code must not dereference w/scale of
+ * one (v4_mat_is_device).  The flag lives in `layout` rather than in a new member so
+ * that the existing positional initializers of v4_mat stay complete (-Wextra
+ * -Wmissing-field-initializers); code unaware of the flag sees an unknown layout.
+ *
  * Ownership: a v4_mat only borrows its weight bytes (usually the checkpoint's mmap, or
  * a repacked copy owned by v4_weights); x and y are caller-owned.  y must not alias x.
  * Thread: a backend instance is driven by one thread at a time (it may use its own
@@ -54,6 +66,7 @@ typedef enum v4_wtype {
 typedef enum v4_layout {
     V4_LAYOUT_ROWMAJOR = 0, /* [rows][cols] */
     V4_LAYOUT_R8,           /* [ceil(rows/8)][cols][8], see above */
+    V4_MAT_CUDA = 0x100,    /* flag OR'd into a layout: device pointers (see above) */
 } v4_layout;
 
 typedef struct v4_mat {
@@ -64,6 +77,18 @@ typedef struct v4_mat {
     const uint8_t *scale;   /* E8M0 bytes, NULL for BF16/F32 */
     v4_layout layout;       /* V4_LAYOUT_ROWMAJOR unless prepared */
 } v4_mat;
+
+/* Whether W's pointers are device pointers of a CUDA backend (V4_MAT_CUDA), and W's
+ * layout without that flag. */
+static inline int v4_mat_is_device(const v4_mat *W)
+{
+    return (W->layout & V4_MAT_CUDA) != 0;
+}
+
+static inline v4_layout v4_mat_layout(const v4_mat *W)
+{
+    return (v4_layout)(W->layout & ~V4_MAT_CUDA);
+}
 
 /* Index of element (r, j) in W->w, counted in elements of the storage type (not for
  * FP4, whose elements are nibbles in row-major order). */

@@ -10,6 +10,8 @@
 #include "../kernels/cpu/cpu_backend.h"
 #ifdef V4_HAVE_CUDA
 #include "../kernels/cuda/cuda_backend.h"
+#include "../kernels/cuda/gpu_experts.h"
+#include "../kernels/cuda/slot_pool.h"
 #endif
 #include "cli_util.h"
 
@@ -162,19 +164,56 @@ v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
     return v4_cpu_backend_create(o->threads, isa && *isa ? isa : "auto", err);
 }
 
-int v4_attach_experts(const v4_engine_opts *o, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov **out,
-                      v4_error *err)
+int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
+                      struct v4_xprov **out, v4_error *err)
 {
     *out = NULL;
     if (o->host_cache_bytes <= 0) {
         if (o->pack || o->cache_policy || o->io_threads)
             return v4_err_set(err, V4_ERR_INVALID, "--host-cache-bytes",
                               "--pack, --cache-policy and --io-threads need --host-cache-bytes");
-        return 0;
+        return v4_attach_gpu_experts(be, m, ctx, NULL, err);
     }
     v4_xprov_opts xo = {o->model, o->pack, (size_t)o->host_cache_bytes, o->cache_policy, o->io_threads, 0};
     if (!(*out = v4_xprov_open(&m->cfg, m->ck, &xo, err)))
         return -1;
     v4_ctx_set_expert_provider(ctx, v4_xprov_provider(*out));
+    return v4_attach_gpu_experts(be, m, ctx, *out, err);
+}
+
+int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
+                          v4_error *err)
+{
+    const char *spec = getenv("V4_GPU_EXPERT_MEM");
+    if (!spec || !*spec)
+        return 0;
+    if (strcmp(be->ops->name, "cuda")) {
+        fprintf(stderr, "v4fleet: V4_GPU_EXPERT_MEM=%s ignored: the device is %s (the GPU expert cache needs "
+                        "--device cuda)\n", spec, be->ops->name);
+        return 0;
+    }
+#ifdef V4_HAVE_CUDA
+    const v4_config *cfg = &m->cfg;
+    const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * v4_gpu_expert_bytes(cfg);
+    size_t budget;
+    const v4_expert_provider *p;
+    if (v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err) ||
+        v4_gpu_experts_attach(be, &m->w, xp ? v4_xprov_provider(xp) : NULL, budget, &p, err))
+        return -1;
+    v4_ctx_set_expert_provider(ctx, p);
+    v4_gpu_experts_stats st;
+    v4_gpu_experts_stats_get(be, &st);
+    fprintf(stderr, "v4fleet: GPU expert cache on %s: budget %zu bytes (%.2f MiB from V4_GPU_EXPERT_MEM=%s; the "
+                    "routed experts are %.2f MiB), %d slots of %zu bytes = %zu bytes (%.1f%% of the %d experts), "
+                    "experts from the %s\n",
+            v4_cuda_backend_device_name(be), budget, budget / 1048576.0, spec, total / 1048576.0, st.slots,
+            st.slot_bytes, st.pool_bytes, 100.0 * st.slots / ((double)cfg->n_layers * cfg->n_routed_experts),
+            cfg->n_layers * cfg->n_routed_experts, xp ? "host expert cache" : "mapped checkpoint");
     return 0;
+#else
+    (void)m;
+    (void)ctx;
+    (void)xp;
+    return v4_err_set(err, V4_ERR_INTERNAL, "V4_GPU_EXPERT_MEM", "a CUDA device in a build without CUDA");
+#endif
 }

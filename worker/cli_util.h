@@ -53,8 +53,17 @@ struct v4_ctx;
 struct v4_xprov;
 /* When o asks for paged experts: open the expert cache for the model m opened from
  * o->model and attach it to ctx; *out = the provider to close after ctx is freed
- * (NULL when all experts stay resident).  0 or -1 with err. */
-int v4_attach_experts(const v4_engine_opts *o, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov **out,
-                      v4_error *err);
+ * (NULL when all experts stay resident).  Then v4_attach_gpu_experts.  0 or -1 with err. */
+int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
+                      struct v4_xprov **out, v4_error *err);
+/* The GPU expert cache (kernels/cuda/gpu_experts.h) when the environment variable
+ * V4_GPU_EXPERT_MEM is set (bytes with a K/M/G/T suffix, or a percentage of the
+ * model's routed-expert bytes) and be is the CUDA backend: attached to be (which owns
+ * it: freed with be), between ctx and its experts (the host cache xp, or with xp NULL
+ * the weights' own); logs one line (budget, slot size, slots) on stderr.  Unset: no-op;
+ * set with a CPU backend: ignored with a notice.  0 or -1 with err (bad value, budget
+ * below one slot, CUDA failure). */
+int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
+                          v4_error *err);
 
 #endif

@@ -167,7 +167,7 @@ int v4_cmd_generate(int argc, char **argv)
         goto out;
     }
     if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)) ||
-        !(ctx = v4_ctx_create(&m.w, be, 1, &err)) || v4_attach_experts(&o.eo, &m, ctx, &xp, &err))
+        !(ctx = v4_ctx_create(&m.w, be, 1, &err)) || v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
         goto out;
     int32_t eos = tok && v4_tok_eos(tok) >= 0 ? v4_tok_eos(tok) : cfg->eos_id;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,

@@ -106,7 +106,7 @@ int v4_cmd_logits(int argc, char **argv)
         goto fail;
     }
     if (!(be = v4_open_backend(&eo, &err)) || !(s = v4_seq_create(&m.w, n, &err)) ||
-        !(c = v4_ctx_create(&m.w, be, 1, &err)) || v4_attach_experts(&eo, &m, c, &xp, &err))
+        !(c = v4_ctx_create(&m.w, be, 1, &err)) || v4_attach_experts(&eo, be, &m, c, &xp, &err))
         goto fail;
     if (!(fo = fopen(out, "wb"))) {
         v4_err_set(&err, V4_ERR_IO, out, "cannot create output file");

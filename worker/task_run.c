@@ -73,6 +73,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
             goto fail;
         v4_ctx_set_expert_provider(r->ctx, v4_xprov_provider(r->xp));
     }
+    if (v4_attach_gpu_experts(r->be, &r->m, r->ctx, r->xp, &err))     /* V4_GPU_EXPERT_MEM */
+        goto fail;
     return r;
 fail:
     from_v4(e, &err);

@@ -15,7 +15,8 @@
  * EXACT (the SIMD tile), 8 for R8 EXACT (one row group), 32 for FP4, about 4 chunks
  * per thread for load balance; a call with little work (rows*cols*n below
  * V4_CPU_PAR_MIN) runs on the caller alone.  R8 weights are accepted in EXACT mode
- * only (other combinations get NaN outputs, see backend.h).  Every
+ * only (other combinations, and device matrices (V4_MAT_CUDA), get NaN outputs, see
+ * backend.h: their bytes are never read).  Every
  * output element is computed by exactly one kernel invocation with the scalar
  * reference's arithmetic, so results do not depend on the thread count or split.
  *
@@ -96,9 +97,10 @@ static void cpu_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
         return;
     lin_job j = {.W = W, .n = n, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
     int granule;
-    if (W->layout != V4_LAYOUT_ROWMAJOR &&
-        (W->layout != V4_LAYOUT_R8 || mode != V4_LIN_EXACT || W->type == V4_W_FP4)) {
-        /* R8 is an EXACT-mode layout (backend.h); anything else is a caller bug */
+    if (v4_mat_is_device(W) || (W->layout != V4_LAYOUT_ROWMAJOR &&
+        (W->layout != V4_LAYOUT_R8 || mode != V4_LIN_EXACT || W->type == V4_W_FP4))) {
+        /* R8 is an EXACT-mode layout (backend.h); a device matrix (V4_MAT_CUDA) belongs
+         * to a CUDA backend; anything else is a caller bug */
         for (int b = 0; b < n; b++)
             for (int r = 0; r < W->rows; r++)
                 y[(size_t)b * ldy + r] = v4_f32_from_bits(0x7fc00000u);

@@ -16,6 +16,10 @@
  * without pinned memory they fall back to pageable cudaMemcpy.  Entries live until
  * v4_cuda_backend_drop_weights or destroy.
  *
+ * Device matrices (V4_MAT_CUDA) come from the backend's GPU expert cache
+ * (gpu_experts.cu, owned through impl->tier): linear waits for the slot's ready event
+ * on its stream and reads the slot in place.
+ *
  * Errors: see cuda_backend.h (NaN outputs, one stderr line, sticky status).  The
  * library does not link against v4core (it fills v4_error itself).
  *
@@ -30,6 +34,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "cuda_internal.h"
 #include "cuda_linear.h"
 
 namespace {
@@ -54,6 +59,7 @@ struct cuda_impl {
     double *dxq;
     size_t cap_dx, cap_dxq, cap_dxs, cap_dy;
     size_t reuploads;   /* entries refreshed because their host bytes changed */
+    v4cu_tier *tier;    /* GPU expert cache (gpu_experts.h), NULL = none */
     int broken;     /* sticky: the context may be unusable */
     int reported;   /* the first failure was printed */
     v4_error first;
@@ -99,7 +105,7 @@ void fill_nan(int n, int rows, float *y, int ldy)
 
 size_t elems_of(const v4_mat *W)
 {
-    const size_t rows = W->layout == V4_LAYOUT_R8 ? (size_t)(W->rows + 7) / 8 * 8 : (size_t)W->rows;
+    const size_t rows = v4_mat_layout(W) == V4_LAYOUT_R8 ? (size_t)(W->rows + 7) / 8 * 8 : (size_t)W->rows;
     return rows * (size_t)W->cols;
 }
 
@@ -268,9 +274,10 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
     if (n <= 0 || W->rows <= 0)
         return;
     const int rows = W->rows, K = W->cols;
-    const int quant_ok = mode == V4_LIN_QUANT && W->layout == V4_LAYOUT_ROWMAJOR &&
+    const v4_layout lay = v4_mat_layout(W);
+    const int quant_ok = mode == V4_LIN_QUANT && lay == V4_LAYOUT_ROWMAJOR &&
                          (W->type == V4_W_FP8 || W->type == V4_W_FP4);
-    const int exact_ok = mode == V4_LIN_EXACT && (W->layout == V4_LAYOUT_ROWMAJOR || W->layout == V4_LAYOUT_R8) &&
+    const int exact_ok = mode == V4_LIN_EXACT && (lay == V4_LAYOUT_ROWMAJOR || lay == V4_LAYOUT_R8) &&
                          (W->type == V4_W_FP8 || W->type == V4_W_BF16 || W->type == V4_W_F32);
     if (c->broken || !(quant_ok || exact_ok) || K < 0) {
         fill_nan(n, rows, y, ldy);
@@ -282,9 +289,29 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
         fill_nan(n, rows, y, ldy);
         return;
     }
-    const void *dw = dev_of(c, W->w, wbytes_of(W));
+    const void *dw;
     const size_t sb = sbytes_of(W);
-    const uint8_t *ds = sb ? (const uint8_t *)dev_of(c, W->scale, sb) : NULL;
+    const uint8_t *ds;
+    if (v4_mat_is_device(W)) {
+        /* a slot of the GPU expert cache: wait for its copy, then read it in place */
+        cudaEvent_t ready = NULL;
+        if (!c->tier || v4cu_tier_ready(c->tier, W, &ready)) {
+            fail(c, 0, "a device matrix that is not in this backend's GPU expert cache", cudaErrorInvalidValue);
+            fill_nan(n, rows, y, ldy);
+            return;
+        }
+        e = cudaStreamWaitEvent(c->st, ready, 0);
+        if (e != cudaSuccess) {
+            fail(c, 1, "wait for an expert's copy", e);
+            fill_nan(n, rows, y, ldy);
+            return;
+        }
+        dw = W->w;
+        ds = W->scale;
+    } else {
+        dw = dev_of(c, W->w, wbytes_of(W));
+        ds = sb ? (const uint8_t *)dev_of(c, W->scale, sb) : NULL;
+    }
     const size_t nk = (size_t)n * (size_t)K;
     if (!dw || (sb && !ds) || ensure(c, &c->dx, &c->cap_dx, nk + 1) ||
         ensure(c, &c->dy, &c->cap_dy, (size_t)n * (size_t)rows)) {
@@ -310,7 +337,7 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
         }
     } else if (e == cudaSuccess) {
         what = "exact linear kernel";
-        e = v4cu_exact((int)W->type, W->layout == V4_LAYOUT_R8, dw, ds, rows, K, n, c->dx, c->dy, c->st);
+        e = v4cu_exact((int)W->type, lay == V4_LAYOUT_R8, dw, ds, rows, K, n, c->dx, c->dy, c->st);
     }
     if (e == cudaSuccess) {
         what = "copy y to the host";
@@ -336,6 +363,7 @@ void cuda_destroy(v4_backend *be)
         cudaSetDevice(c->device);
         if (c->st)
             cudaStreamSynchronize(c->st);
+        v4cu_tier_free(c->tier);
         drop_all(c);
         free(c->ents);
         cudaFree(c->dx);
@@ -354,6 +382,41 @@ void cuda_destroy(v4_backend *be)
 const v4_backend_ops cuda_ops = {"cuda", cuda_linear, cuda_destroy};
 
 } /* namespace */
+
+int v4cu_is_cuda(const v4_backend *be)
+{
+    return be && be->ops == &cuda_ops;
+}
+
+int v4cu_device(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->device;
+}
+
+cudaStream_t v4cu_stream(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->st;
+}
+
+v4cu_tier **v4cu_tier_of(v4_backend *be)
+{
+    return &((cuda_impl *)be->impl)->tier;
+}
+
+const v4cu_tier *v4cu_tier_of_const(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->tier;
+}
+
+size_t v4cu_wbytes(const v4_mat *W)
+{
+    return wbytes_of(W);
+}
+
+size_t v4cu_sbytes(const v4_mat *W)
+{
+    return sbytes_of(W);
+}
 
 extern "C" int v4_cuda_device_count(char *why, size_t n)
 {

@@ -26,6 +26,13 @@
  * that leaves all 32 sampled words equal goes unseen), so a caller that frees or
  * rewrites weight memory should call v4_cuda_backend_drop_weights.
  *
+ * Device matrices (backend.h V4_MAT_CUDA): the slots of this backend's GPU expert
+ * cache (gpu_experts.h, attached with v4_gpu_experts_attach; the backend owns it).
+ * linear uses their device pointers directly, with no host-keyed lookup, after making
+ * its stream wait for the event of the copy that filled the slot; a device matrix that
+ * is not in this backend's cache gives NaN outputs (reported, not sticky).  Routed
+ * experts served that way never enter the host-keyed cache above.
+ *
  * Failures: linear() has no error return.  A CUDA failure during a call (allocation,
  * copy, launch, or a fault found at the synchronization) fills that call's y rows with
  * NaN, prints one line on stderr (first failure only), and is kept as a sticky error
@@ -34,7 +41,8 @@
  * per-call scratch is reported the same way but is not sticky.
  *
  * Ownership: the caller owns the returned backend and frees it with
- * be->ops->destroy(be); that frees all device memory, the stream and staging buffer.
+ * be->ops->destroy(be); that frees all device memory, the stream and staging buffer,
+ * and the GPU expert cache if one is attached.
  * Thread: create/destroy and every call from one thread at a time (backend.h).
  */
 #ifndef V4_CUDA_BACKEND_H
