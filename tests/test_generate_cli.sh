@@ -35,4 +35,7 @@ expect "top_k negative" 1 'top_k' --top-k -2
 expect "context too small" 1 'exceed' --context 8 --max-tokens 4
 expect "two prompt forms" 2 'exactly one' --prompt-ids "$work/x.json"
 expect "bad number" 2 'bad argument' --max-tokens lots
+V4_CUDA_MODE=fastest expect "bad V4_CUDA_MODE" 1 'V4_CUDA_MODE.*auto, resident or hybrid' --max-tokens 2
+V4_CUDA_MODE=resident run --max-tokens 2 >/dev/null 2>"$work/err_mode" && ok "V4_CUDA_MODE on the CPU device: no effect" \
+    || bad "V4_CUDA_MODE=resident with the CPU device: $(cat "$work/err_mode")"
 exit $fail

@@ -75,6 +75,9 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     }
     if (v4_attach_gpu_experts(r->be, &r->m, r->ctx, r->xp, &err))     /* V4_GPU_EXPERT_MEM */
         goto fail;
+    const char *gm = getenv("V4_GPU_EXPERT_MEM");
+    if (v4_attach_device_step(r->be, &r->m, r->ctx, r->max_batch, r->xp || (gm && *gm), &err))   /* V4_CUDA_MODE */
+        goto fail;
     return r;
 fail:
     from_v4(e, &err);

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "cuda_step.h"
 #include "cuda_internal.h"
 #include "cuda_linear.h"
 
@@ -60,6 +61,7 @@ struct cuda_impl {
     size_t cap_dx, cap_dxq, cap_dxs, cap_dy;
     size_t reuploads;   /* entries refreshed because their host bytes changed */
     v4cu_tier *tier;    /* GPU expert cache (gpu_experts.h), NULL = none */
+    v4_cuda_engine *engine;   /* device-resident step (cuda_step.h) owned for its user, NULL = none */
     int broken;     /* sticky: the context may be unusable */
     int reported;   /* the first failure was printed */
     v4_error first;
@@ -363,6 +365,7 @@ void cuda_destroy(v4_backend *be)
         cudaSetDevice(c->device);
         if (c->st)
             cudaStreamSynchronize(c->st);
+        v4_cuda_engine_free(c->engine);
         v4cu_tier_free(c->tier);
         drop_all(c);
         free(c->ents);
@@ -510,6 +513,19 @@ extern "C" size_t v4_cuda_backend_weight_bytes(const v4_backend *be)
 extern "C" size_t v4_cuda_backend_reuploads(const v4_backend *be)
 {
     return ((const cuda_impl *)be->impl)->reuploads;
+}
+
+extern "C" void v4_cuda_backend_own_engine(v4_backend *be, v4_cuda_engine *e)
+{
+    cuda_impl *c = (cuda_impl *)be->impl;
+    v4_cuda_engine_free(c->engine);
+    c->engine = e;
+}
+
+extern "C" int v4_cuda_backend_mem_info(const v4_backend *be, size_t *free_b, size_t *total_b)
+{
+    const cuda_impl *c = (const cuda_impl *)be->impl;
+    return cudaSetDevice(c->device) == cudaSuccess && cudaMemGetInfo(free_b, total_b) == cudaSuccess ? 0 : -1;
 }
 
 extern "C" void v4_cuda_backend_drop_weights(v4_backend *be)

@@ -70,6 +70,12 @@ const char *v4_cuda_backend_device_name(const v4_backend *be);
 size_t v4_cuda_backend_weight_bytes(const v4_backend *be);
 /* Cached copies refreshed because their host bytes changed (see above). */
 size_t v4_cuda_backend_reuploads(const v4_backend *be);
+struct v4_cuda_engine;
+/* The backend takes ownership of a device-resident step engine (cuda_step.h) and frees
+ * it at destroy (before its own memory); a second call frees the previous one. */
+void v4_cuda_backend_own_engine(v4_backend *be, struct v4_cuda_engine *e);
+/* Free and total bytes of the backend's device (cudaMemGetInfo): 0, or -1. */
+int v4_cuda_backend_mem_info(const v4_backend *be, size_t *free_b, size_t *total_b);
 /* Forget (and free) every cached device copy of weights. */
 void v4_cuda_backend_drop_weights(v4_backend *be);
 

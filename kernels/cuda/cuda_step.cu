@@ -92,6 +92,7 @@ struct v4_cuda_engine {
     void **allocs;                  /* every device allocation of the weights and scratch */
     int n_allocs, cap_allocs;
     cudaError_t fail;               /* first CUDA failure (sticky) */
+    int count_only;                 /* v4_cuda_engine_need: add up bytes, allocate nothing */
     char fail_where[64];
 
     dlayer *L;
@@ -132,6 +133,10 @@ static int ck(v4_cuda_engine *e, cudaError_t rc, const char *where)
 static void *dalloc(v4_cuda_engine *e, size_t bytes)
 {
     void *p = NULL;
+    if (e->count_only) {
+        e->bytes += bytes;
+        return (void *)(uintptr_t)256;     /* never dereferenced */
+    }
     if (e->fail != cudaSuccess || ck(e, cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"))
         return NULL;
     if (e->n_allocs == e->cap_allocs) {
@@ -156,7 +161,7 @@ static void *upload(v4_cuda_engine *e, const void *h, size_t bytes)
     if (!h)
         return NULL;
     void *d = dalloc(e, bytes);
-    if (d && ck(e, cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, e->st), "upload"))
+    if (d && !e->count_only && ck(e, cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, e->st), "upload"))
         return NULL;
     return d;
 }
@@ -827,6 +832,8 @@ static int upload_weights(v4_cuda_engine *e)
         for (int x = 0; x < E && e->fail == cudaSuccess; x++)
             d->experts[x] = upexpert(e, &s->experts[x]);
     }
+    if (e->count_only)
+        return e->fail == cudaSuccess ? 0 : -1;
     return e->fail == cudaSuccess ? ck(e, cudaStreamSynchronize(e->st), "upload") : -1;
 }
 
@@ -896,6 +903,23 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_ba
         return NULL;
     }
     return e;
+}
+
+extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch)
+{
+    v4_cuda_engine *e = (v4_cuda_engine *)calloc(1, sizeof *e);
+    if (!e)
+        return 0;
+    e->w = w;
+    e->max_batch = max_batch < 1 ? 1 : max_batch;
+    e->max_seqs = e->max_batch;
+    e->count_only = 1;
+    upload_weights(e);
+    alloc_scratch(e);
+    const size_t need = e->bytes;
+    e->n_allocs = 0;
+    v4_cuda_engine_free(e);
+    return need;
 }
 
 extern "C" size_t v4_cuda_engine_bytes(const v4_cuda_engine *e) { return e ? e->bytes : 0; }

@@ -39,6 +39,9 @@ typedef struct v4_cuda_engine v4_cuda_engine;
  * (out of device memory: the bytes it needed). */
 v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, v4_error *err);
 void v4_cuda_engine_free(v4_cuda_engine *e);
+/* Device bytes v4_cuda_engine_create would allocate for w (weights + scratch; the
+ * sequences' state comes on top, per sequence); nothing is allocated. */
+size_t v4_cuda_engine_need(const v4_weights *w, int max_batch);
 /* Bytes of device memory held (weights + scratch + sequence state). */
 size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
 /* The step implementation to give v4_ctx_set_step_impl (ud = e). */

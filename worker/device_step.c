@@ -1,0 +1,71 @@
+/* device_step.c - choosing the GPU decode mode for a CUDA backend (cli_util.h
+ * v4_attach_device_step): "resident" runs the whole step on the GPU
+ * (kernels/cuda/cuda_step.h: weights uploaded once, sequence state on the device);
+ * "hybrid" keeps the step on the CPU and runs only the weight products on the GPU
+ * (kernels/cuda/cuda_backend.h), the mode that pages experts.  The choice is logged.
+ * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cache/model_files.h"
+#include "cli_util.h"
+#ifdef V4_HAVE_CUDA
+#include "../kernels/cuda/cuda_backend.h"
+#include "../kernels/cuda/cuda_step.h"
+#endif
+
+#define HEADROOM ((size_t)1 << 30)      /* device bytes left for sequences and the runtime */
+
+int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, int paged,
+                          v4_error *err)
+{
+    const char *mode = getenv("V4_CUDA_MODE");
+    if (mode && *mode && strcmp(mode, "auto") && strcmp(mode, "resident") && strcmp(mode, "hybrid"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", mode);
+    if (strcmp(be->ops->name, "cuda"))
+        return 0;   /* the CPU path: nothing to choose */
+#ifdef V4_HAVE_CUDA
+    const int want_resident = mode && !strcmp(mode, "resident"), want_hybrid = mode && !strcmp(mode, "hybrid");
+    const char *dev = v4_cuda_backend_device_name(be);
+    if (want_hybrid) {
+        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (V4_CUDA_MODE=hybrid): weight products on the GPU\n", dev);
+        return 0;
+    }
+    if (paged) {
+        if (want_resident)
+            return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE",
+                              "resident keeps every expert on the GPU; it does not combine with paged experts "
+                              "(--host-cache-bytes, V4_GPU_EXPERT_MEM) yet: use hybrid");
+        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (experts are paged): weight products on the GPU\n", dev);
+        return 0;
+    }
+    const size_t need = v4_cuda_engine_need(&m->w, max_batch);
+    size_t free_b = 0, total_b = 0;
+    if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
+        return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
+    if (!want_resident && need + HEADROOM > free_b) {
+        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: the resident step needs %.2f GiB, %.2f GiB free "
+                        "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n",
+                dev, need / 1073741824.0, free_b / 1073741824.0);
+        return 0;
+    }
+    v4_cuda_engine *e = v4_cuda_engine_create(&m->w, max_batch, 2 * max_batch + 2, err);
+    if (!e)
+        return -1;
+    v4_cuda_backend_own_engine(be, e);
+    v4_step_impl impl = v4_cuda_engine_impl(e);
+    v4_ctx_set_step_impl(ctx, &impl);
+    fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %.2f GiB of weights "
+                    "and scratch (%.2f GiB free of %.2f)\n",
+            dev, v4_cuda_engine_bytes(e) / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+    return 0;
+#else
+    (void)m;
+    (void)ctx;
+    (void)max_batch;
+    (void)paged;
+    return v4_err_set(err, V4_ERR_INTERNAL, "cuda", "a CUDA device in a build without CUDA");
+#endif
+}
