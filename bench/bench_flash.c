@@ -7,9 +7,10 @@
  *
  * Bench mode: for each entry of --budgets (comma list; "all" = V4_GPU_EXPERT_MEM unset,
  * i.e. every expert resident on the GPU; anything else, e.g. "85%", is put in
- * V4_GPU_EXPERT_MEM before the backend is created - the CUDA backend reads it; this
- * program only sets it and labels the row with it) a fresh backend and context are
- * made, one untimed warm-up generation runs (weights are uploaded to the GPU on first
+ * V4_GPU_EXPERT_MEM before the engine is wired - v4_attach_experts reads it, and it
+ * also picks the CUDA mode (V4_CUDA_MODE, default auto: the device-resident step when
+ * every expert stays on the GPU and fits, hybrid + the GPU expert cache otherwise) as
+ * `v4fleet generate` does) a fresh backend and context are made, one untimed warm-up generation runs (weights are uploaded to the GPU on first
  * use), then R generations of T greedy tokens (EOS ignored) from the same prompt through
  * the engine's generate path (worker/generate.h, as `v4fleet generate`).  Per-token
  * time = decode seconds / (generated tokens - 1) of a run (the first id is sampled from
@@ -159,7 +160,9 @@ static int engine_open(engine *e, const v4_model_files *m, const char *device, i
     v4_engine_opts eo = {0};
     eo.device = device;
     eo.threads = threads;
+    struct v4_xprov *xp = NULL;   /* stays NULL: no host expert cache here */
     if (!(e->be = v4_open_backend(&eo, err)) || !(e->ctx = v4_ctx_create(&m->w, e->be, 1, err)) ||
+        v4_attach_experts(&eo, e->be, (v4_model_files *)m, e->ctx, &xp, err) ||   /* GPU cache, CUDA mode */
         !(e->seq = v4_seq_create(&m->w, max_len, err))) {
         engine_free(e);
         return -1;
@@ -183,7 +186,7 @@ static void engine_report(const engine *e, const char *device, char *dev_name, s
 #ifdef V4_HAVE_CUDA
     if (e->be && is_cuda(device)) {
         snprintf(dev_name, cap, "%s", v4_cuda_backend_device_name(e->be));
-        *gpu_gb = v4_cuda_backend_weight_bytes(e->be) / 1e9;
+        *gpu_gb = (v4_cuda_backend_weight_bytes(e->be) + v4_cuda_backend_engine_bytes(e->be)) / 1e9;
     }
 #else
     (void)e;

@@ -12,16 +12,19 @@
 #      CUDA backend, the CPU reference, test_cuda_linear and bench_cuda_linear
 #      (test_cuda_golden, mkmodel and bench_flash need the model loader, so they are
 #      reported NOT BUILT).
-#   3. GPU tests: ctest -R cuda (full build: test_cuda_linear, test_cuda_golden and the
-#      CPU emulation test_cuda_emulated) or test_cuda_linear (minimal build).
+#   3. GPU tests: ctest -R cuda -E emulated (full build: test_cuda_linear,
+#      test_cuda_golden, test_cuda_tier and test_cuda_step, the device-resident step
+#      bit for bit against the CPU engine; the emulated twins are CPU checks that CI
+#      runs) or test_cuda_linear (minimal build).
 #   4. benchmark: bench_cuda_linear (V4-Flash shapes, us/call and GB/s vs 4.8 TB/s).
 #   5. (full build) a synthetic V4-Flash model with the real dimensions (hidden 4096,
 #      64 heads x 512, 256 FP4 experts top-6, FP8 trunk, vocab 129280) truncated to
 #      V4_FLASH_LAYERS layers (default 4: window-only x2, CSA, HCA; ~16.4 GB) written by
 #      `v4fleet mkmodel --preset flash` to build-gpu/flash-L<N>/ (kept and reused by the
 #      next run); then bench_flash on it with --device cuda: greedy decode ms/token,
-#      tokens/s, bytes/token, GB/s and % of 4.8 TB/s, with every expert resident and with
-#      V4_GPU_EXPERT_MEM=85% (build-gpu/bench_flash.txt).
+#      tokens/s, bytes/token, GB/s and % of 4.8 TB/s, with every expert resident (the
+#      device-resident step, V4_CUDA_MODE=auto) and with V4_GPU_EXPERT_MEM=85% (hybrid
+#      mode + the GPU expert cache) (build-gpu/bench_flash.txt).
 #   6. (full build) divergence: greedy ids of --device cpu vs --device cuda, first
 #      position where they differ, on the golden tiny sequence (32 tokens, also vs the
 #      golden ids) and on the flash model (16 tokens) (build-gpu/diverge.txt).
@@ -128,7 +131,7 @@ if [ $MODE = full ]; then
         summary; exit 1
     fi
     step_result configure ok $STEP_S "release, V4_CUDA=ON, build-gpu/"
-    run_step build 165 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden cuda_emulate_check bench_cuda_linear v4fleet bench_flash
+    run_step build 165 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden test_cuda_tier cuda_step_check bench_cuda_linear v4fleet bench_flash
     if [ $STEP_RC -ne 0 ]; then step_result build "$([ $STEP_RC -eq 124 ] && echo TIMEOUT || echo FAIL)" $STEP_S "see log"; summary; exit 1; fi
     step_result build ok $STEP_S "full CMake build"
     TEST_LINEAR=$BUILD/tests/test_cuda_linear
@@ -174,9 +177,10 @@ fi
 
 # ---------------------------------------------------------------- 3. tests --
 if [ $MODE = full ]; then
-    run_step gpu-tests 130 ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 120
+    # the emulated tests are CPU checks (CI runs them): only the GPU ones here
+    run_step gpu-tests 130 ctest --test-dir "$BUILD" -R cuda -E emulated --output-on-failure --timeout 120
     RES=$(grep -E "tests passed|tests failed" "$LOG" | tail -1)
-    for t in test_cuda_emulated test_cuda_linear test_cuda_golden; do
+    for t in test_cuda_linear test_cuda_golden test_cuda_tier test_cuda_step; do
         line=$(grep -E "Test +#[0-9]+: $t " "$LOG" | tail -1)
         r=FAIL
         case $line in *Passed*) r=PASS ;; *Skipped*|*"Not Run"*) r=SKIPPED ;; esac
