@@ -110,7 +110,7 @@ struct v4_cuda_engine {
     size_t score_cap;               /* entries in score */
 
     /* host mirrors */
-    int32_t *h_route, *h_len, *h_rows, *h_csel, *h_pos;
+    int32_t *h_route, *h_len, *h_rows, *h_csel, *h_pos, *h_nsel, *h_start;
     float *h_route_w, *h_wt;
     const float **h_cand;
     long step_no;
@@ -424,15 +424,18 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
         if (lw->ratio && lw->ratio != 4)
             for (int j = 0; j < L->n_comp; j++)
                 hc[m++] = L->comp + (size_t)j * hd;
-        if (to_dev(e, e->cand + (size_t)b * e->lmax, hc, sizeof(float *) * (size_t)m))
+        e->h_len[b] = m;                    /* the window and HCA part; CSA picks follow */
+        e->h_nsel[b] = lw->ratio == 4 ? nsel : 0;
+    }
+    /* one upload of every row's list, then the indexer's picks appended on the device */
+    if (to_dev(e, e->cand, e->h_cand, sizeof(float *) * (size_t)n * e->lmax))
+        return -1;
+    for (int b = 0; b < n; b++) {
+        if (e->h_nsel[b] &&
+            ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + e->h_len[b], S[b]->L[layer].comp, hd,
+                                     e->csel + (size_t)b * cfg->index_topk, e->h_nsel[b], e->st), "candidates"))
             return -1;
-        if (lw->ratio == 4) {
-            if (ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + m, L->comp, hd,
-                                         e->csel + (size_t)b * cfg->index_topk, nsel, e->st), "candidates"))
-                return -1;
-            m += nsel;
-        }
-        e->h_len[b] = m;
+        e->h_len[b] += e->h_nsel[b];
     }
     const float scale = (float)pow((double)hd, -0.5);
     if (to_dev(e, e->len, e->h_len, sizeof(int32_t) * (size_t)n) ||
@@ -485,23 +488,30 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr)
             }
     if (ck(e, cudaMemsetAsync(e->y, 0, sizeof(float) * (size_t)n * dim, e->st), "moe"))
         return -1;
+    /* rows and weights of every expert of the layer, in ascending expert id: one upload */
+    int off = 0;
     for (int x = 0; x < E; x++) {
-        int m = 0;
+        e->h_start[x] = off;
         for (int b = 0; b < n; b++)
             for (int k = 0; k < K; k++)
                 if (e->h_route[b * K + k] == x) {
-                    e->h_rows[m] = b;
-                    e->h_wt[m] = e->h_route_w[b * K + k];
-                    if (copy2d(e, e->ex_x + (size_t)m * dim, dim, e->x + (size_t)b * dim, dim, dim, 1))
-                        return -1;
-                    m++;
+                    e->h_rows[off] = b;
+                    e->h_wt[off++] = e->h_route_w[b * K + k];
                 }
+    }
+    e->h_start[E] = off;
+    if (to_dev(e, e->ex_wt, e->h_wt, sizeof(float) * (size_t)off) ||
+        to_dev(e, e->rows, e->h_rows, sizeof(int32_t) * (size_t)off))
+        return -1;
+    for (int x = 0; x < E; x++) {
+        const int s0 = e->h_start[x], m = e->h_start[x + 1] - s0;
         if (!m)
             continue;
-        if (to_dev(e, e->ex_wt, e->h_wt, sizeof(float) * (size_t)m) ||
-            to_dev(e, e->rows, e->h_rows, sizeof(int32_t) * (size_t)m) ||
-            expert_forward(e, &lw->experts[x], m, e->ex_wt) ||
-            ck(e, v4cu_scatter_add(e->y, dim, e->ex_o, e->rows, m, e->st), "moe"))
+        for (int r = 0; r < m; r++)
+            if (copy2d(e, e->ex_x + (size_t)r * dim, dim, e->x + (size_t)e->h_rows[s0 + r] * dim, dim, dim, 1))
+                return -1;
+        if (expert_forward(e, &lw->experts[x], m, e->ex_wt + s0) ||
+            ck(e, v4cu_scatter_add(e->y, dim, e->ex_o, e->rows + s0, m, e->st), "moe"))
             return -1;
     }
     if (copy2d(e, e->ex_x, dim, e->x, dim, dim, n) || expert_forward(e, &lw->shared, n, NULL))
@@ -765,10 +775,13 @@ static int alloc_scratch(v4_cuda_engine *e)
     e->h_rows = (int32_t *)calloc(B * K, sizeof(int32_t));
     e->h_csel = (int32_t *)calloc((size_t)c->index_topk + 1, sizeof(int32_t));
     e->h_pos = (int32_t *)calloc(B, sizeof(int32_t));
+    e->h_nsel = (int32_t *)calloc(B, sizeof(int32_t));
+    e->h_start = (int32_t *)calloc((size_t)c->n_routed_experts + 1, sizeof(int32_t));
     e->h_route_w = (float *)calloc(B * K, sizeof(float));
     e->h_wt = (float *)calloc(B * K, sizeof(float));
     e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
-    if (!e->h_route || !e->h_len || !e->h_rows || !e->h_csel || !e->h_pos || !e->h_route_w || !e->h_wt || !e->seqs)
+    if (!e->h_route || !e->h_len || !e->h_rows || !e->h_csel || !e->h_pos || !e->h_nsel || !e->h_start ||
+        !e->h_route_w || !e->h_wt || !e->seqs)
         return ck(e, cudaErrorMemoryAllocation, "host memory");
     return e->fail == cudaSuccess ? 0 : -1;
 }
@@ -864,6 +877,8 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
     free(e->h_rows);
     free(e->h_csel);
     free(e->h_pos);
+    free(e->h_nsel);
+    free(e->h_start);
     free(e->h_route_w);
     free(e->h_wt);
     free(e->seqs);
