@@ -10,8 +10,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cache/model_files.h"
+#include "kernels/v4/model.h"
 #include "testutil.h"
 
 /* 0, or -1 with a message on stderr.  model_dir (may be NULL) receives the model path. */
@@ -49,6 +51,44 @@ static int t_golden_load(v4_model_files *m, int n, int32_t **ids, float **logits
         return -1;
     }
     return 0;
+}
+
+/* Positions 0..npos-1 of ids through c (batch 0: one sequence; 1: three sequences offset
+ * by 0/2/7 steps), each row's logits compared bit for bit with ref [npos][vocab]: the
+ * number of positions that differ, or -1 when a step failed (err filled). */
+static inline int t_golden_run(const v4_model_files *m, v4_ctx *c, int batch, const int32_t *ids, const float *ref,
+                               int npos, v4_error *err)
+{
+    const int V = m->cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * 3 * (size_t)V);
+    v4_seq *s[3] = {0};
+    const int start[3] = {0, 2, 7};
+    int bad = 0, nseq = batch ? 3 : 1;
+    for (int i = 0; i < nseq; i++)
+        s[i] = v4_seq_create(&m->w, npos, err);
+    for (int step = 0; step < npos + (batch ? 7 : 0) && bad >= 0; step++) {
+        v4_seq *act[3];
+        int32_t tk[3];
+        int pos[3], n = 0;
+        for (int i = 0; i < nseq; i++) {
+            int p = step - start[i];
+            if (p < 0 || p >= npos)
+                continue;
+            act[n] = s[i];
+            tk[n] = ids[p];
+            pos[n++] = p;
+        }
+        if (v4_step(c, act, tk, n, logits, NULL, err)) {
+            bad = -1;
+            break;
+        }
+        for (int r = 0; r < n; r++)
+            bad += memcmp(logits + (size_t)r * V, ref + (size_t)pos[r] * V, sizeof(float) * V) != 0;
+    }
+    for (int i = 0; i < nseq; i++)
+        v4_seq_free(s[i]);
+    free(logits);
+    return bad;
 }
 
 #endif

@@ -28,39 +28,9 @@
 static int32_t ids[P];
 static float *ref;
 
-/* Run positions 0..P-1 (batch 1, or 3 sequences offset by 0/2/7); count mismatches. */
 static int run(const v4_model_files *m, v4_ctx *c, int batch, v4_error *err)
 {
-    const int V = m->cfg.vocab_size;
-    float *logits = malloc(sizeof(float) * 3 * (size_t)V);
-    v4_seq *s[3] = {0};
-    const int start[3] = {0, 2, 7};
-    int bad = 0, nseq = batch ? 3 : 1;
-    for (int i = 0; i < nseq; i++)
-        s[i] = v4_seq_create(&m->w, P, err);
-    for (int step = 0; step < P + (batch ? 7 : 0) && bad >= 0; step++) {
-        v4_seq *act[3];
-        int32_t tk[3];
-        int pos[3], n = 0;
-        for (int i = 0; i < nseq; i++) {
-            int p = step - start[i];
-            if (p < 0 || p >= P)
-                continue;
-            act[n] = s[i];
-            tk[n] = ids[p];
-            pos[n++] = p;
-        }
-        if (v4_step(c, act, tk, n, logits, NULL, err)) {
-            bad = -1;
-            break;
-        }
-        for (int r = 0; r < n; r++)
-            bad += memcmp(logits + (size_t)r * V, ref + (size_t)pos[r] * V, sizeof(float) * V) != 0;
-    }
-    for (int i = 0; i < nseq; i++)
-        v4_seq_free(s[i]);
-    free(logits);
-    return bad;
+    return t_golden_run(m, c, batch, ids, ref, P, err);
 }
 
 int main(void)
