@@ -144,13 +144,13 @@ else
     CUDA_LIB=$(dirname "$(dirname "$NVCC")")/lib64
     mini_build() {
         set -e
-        for f in kernels/cuda/cuda_linear.cu kernels/cuda/cuda_backend.cu; do
+        for f in kernels/cuda/*.cu; do
             "$NVCC" -std=c++17 -O3 -I"$ROOT" -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
                 --fmad=false -Werror all-warnings -Xcompiler=-Wall,-Wextra,-Werror,-ffp-contract=off,-pthread \
                 -c "$f" -o "$M/$(basename "$f").o" &
         done
         for f in kernels/codec.c kernels/cpu/backend_cpu.c kernels/cpu/linear_scalar.c kernels/cpu/threadpool.c \
-                 kernels/v4/weights.c config/error.c; do
+                 kernels/v4/weights.c kernels/v4/ops.c kernels/cuda/slot_pool.c config/error.c; do
             gcc $CF -I"$CUDA_INC" -c "$f" -o "$M/$(basename "$f").o" &
         done
         gcc $CF -mavx2 -mfma -mf16c -c kernels/cpu/linear_avx2.c -o "$M/linear_avx2.o" &
@@ -161,9 +161,9 @@ else
         local pid bad=0
         for pid in $(jobs -p); do wait "$pid" || bad=1; done
         [ $bad -eq 0 ] || { echo "minimal build: a compilation failed"; return 1; }
-        local objs=("$M"/cuda_linear.cu.o "$M"/cuda_backend.cu.o "$M"/codec.c.o "$M"/backend_cpu.c.o \
-                    "$M"/linear_scalar.c.o "$M"/threadpool.c.o "$M"/weights.c.o "$M"/error.c.o \
-                    "$M"/linear_avx2.o "$M"/linear_avx512.o)
+        local objs=("$M"/*.cu.o "$M"/codec.c.o "$M"/backend_cpu.c.o "$M"/linear_scalar.c.o "$M"/threadpool.c.o \
+                    "$M"/weights.c.o "$M"/ops.c.o "$M"/slot_pool.c.o "$M"/error.c.o "$M"/linear_avx2.o \
+                    "$M"/linear_avx512.o)
         for t in test_cuda_linear bench_cuda_linear; do
             g++ -o "$M/$t" "$M/$t.o" "${objs[@]}" -L"$CUDA_LIB" -lcudart_static -ldl -lrt -lpthread -lm
         done

@@ -26,6 +26,9 @@
  * Ownership: the instance owns its stream, device buffers, staging buffer and cache;
  * weights and x/y are borrowed per call.  Thread: one driving thread at a time.
  */
+extern "C" {
+#include "../../config/error.h"   /* v4_err_set (v4core) */
+}
 #include <cuda_runtime.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -67,24 +70,11 @@ struct cuda_impl {
     v4_error first;
 };
 
-/* v4_err_set's twin, so that this library does not depend on v4core. */
-__attribute__((format(printf, 4, 5))) void set_err(v4_error *err, v4_errcode code, const char *where,
-                                                   const char *fmt, ...)
-{
-    if (!err)
-        return;
-    err->code = code;
-    snprintf(err->where, sizeof err->where, "%s", where);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-}
 
 void fail(cuda_impl *c, int sticky, const char *what, cudaError_t e)
 {
     if (!c->first.code)
-        set_err(&c->first, V4_ERR_INTERNAL, "cuda backend", "%s: %s (%s)", what, cudaGetErrorString(e),
+        v4_err_set(&c->first, V4_ERR_INTERNAL, "cuda backend", "%s: %s (%s)", what, cudaGetErrorString(e),
                    cudaGetErrorName(e));
     if (!c->reported) {
         fprintf(stderr, "v4fleet: cuda backend (device %d): %s: %s; this and %s calls return NaN\n", c->device,
@@ -441,11 +431,11 @@ extern "C" v4_backend *v4_cuda_backend_create(int device, v4_error *err)
     char why[256];
     const int count = v4_cuda_device_count(why, sizeof why);
     if (count <= 0) {
-        set_err(err, V4_ERR_INVALID, "cuda backend", "%s", why);
+        v4_err_set(err, V4_ERR_INVALID, "cuda backend", "%s", why);
         return NULL;
     }
     if (device < 0 || device >= count) {
-        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d does not exist (%d CUDA device%s)", device, count,
+        v4_err_set(err, V4_ERR_INVALID, "cuda backend", "device %d does not exist (%d CUDA device%s)", device, count,
                    count == 1 ? "" : "s");
         return NULL;
     }
@@ -454,11 +444,11 @@ extern "C" v4_backend *v4_cuda_backend_create(int device, v4_error *err)
     if (e == cudaSuccess)
         e = cudaGetDeviceProperties(&prop, device);
     if (e != cudaSuccess) {
-        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d: %s", device, cudaGetErrorString(e));
+        v4_err_set(err, V4_ERR_INVALID, "cuda backend", "device %d: %s", device, cudaGetErrorString(e));
         return NULL;
     }
     if (prop.major < 7) {
-        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d (%s) has compute capability %d.%d; 7.0+ needed",
+        v4_err_set(err, V4_ERR_INVALID, "cuda backend", "device %d (%s) has compute capability %d.%d; 7.0+ needed",
                    device, prop.name, prop.major, prop.minor);
         return NULL;
     }
@@ -467,7 +457,7 @@ extern "C" v4_backend *v4_cuda_backend_create(int device, v4_error *err)
     if (!be || !c) {
         free(be);
         free(c);
-        set_err(err, V4_ERR_NOMEM, "cuda backend", "out of memory");
+        v4_err_set(err, V4_ERR_NOMEM, "cuda backend", "out of memory");
         return NULL;
     }
     c->device = device;
@@ -475,7 +465,7 @@ extern "C" v4_backend *v4_cuda_backend_create(int device, v4_error *err)
              (double)prop.totalGlobalMem / (double)(1ull << 30));
     e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-        set_err(err, V4_ERR_INVALID, "cuda backend", "device %d: cudaStreamCreate: %s", device,
+        v4_err_set(err, V4_ERR_INVALID, "cuda backend", "device %d: cudaStreamCreate: %s", device,
                    cudaGetErrorString(e));
         free(c);
         free(be);

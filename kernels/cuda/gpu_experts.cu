@@ -14,6 +14,9 @@
  * events, staging buffers, slot pool and scratch; it borrows the weights and the inner
  * provider.  Thread: the backend's driving thread.
  */
+extern "C" {
+#include "../../config/error.h"   /* v4_err_set (v4core) */
+}
 #include <cuda_runtime.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -36,19 +39,6 @@ size_t up(size_t x)
     return (x + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-__attribute__((format(printf, 4, 5))) int set_err(v4_error *err, v4_errcode code, const char *where,
-                                                  const char *fmt, ...)
-{
-    if (err) {
-        err->code = code;
-        snprintf(err->where, sizeof err->where, "%s", where);
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 } /* namespace */
 
@@ -86,7 +76,7 @@ int cuda_fail(v4cu_tier *t, v4_error *err, const char *what, cudaError_t e)
 {
     (void)cudaGetLastError();
     if (!t->first.code)
-        set_err(&t->first, V4_ERR_INTERNAL, "GPU expert cache", "%s: %s (%s)", what, cudaGetErrorString(e),
+        v4_err_set(&t->first, V4_ERR_INTERNAL, "GPU expert cache", "%s: %s (%s)", what, cudaGetErrorString(e),
                 cudaGetErrorName(e));
     t->broken = 1;
     if (err)
@@ -123,7 +113,7 @@ int upload(v4cu_tier *t, int layer, int id, int slot, const v4_expert_w *hx, v4_
         const v4_mat *M = ms[m];
         if (M->type != t->type || M->rows != rows || M->cols != cols || M->layout != V4_LAYOUT_ROWMAJOR ||
             !M->w || !M->scale)
-            return set_err(err, V4_ERR_SHAPE, "GPU expert cache",
+            return v4_err_set(err, V4_ERR_SHAPE, "GPU expert cache",
                            "layer %d expert %d: matrix w%d is type %d [%d x %d] layout %d, expected type %d "
                            "[%d x %d] row-major host memory",
                            layer, id, m == 0 ? 1 : m == 1 ? 3 : 2, (int)M->type, M->rows, M->cols, (int)M->layout,
@@ -161,7 +151,7 @@ int tier_acquire(void *ud, int layer, const int *ids, int n, v4_expert_w *out, v
         return -1;
     }
     if (n > t->n_experts)
-        return set_err(err, V4_ERR_RANGE, "GPU expert cache", "%d experts asked in layer %d (model has %d)", n,
+        return v4_err_set(err, V4_ERR_RANGE, "GPU expert cache", "%d experts asked in layer %d (model has %d)", n,
                        layer, t->n_experts);
     cudaError_t e = cudaSetDevice(t->device);
     if (e != cudaSuccess)
@@ -281,19 +271,19 @@ extern "C" int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const 
 {
     const char *where = "GPU expert cache";
     if (!v4cu_is_cuda(be))
-        return set_err(err, V4_ERR_INVALID, where, "needs the CUDA backend (--device cuda), not '%s'",
+        return v4_err_set(err, V4_ERR_INVALID, where, "needs the CUDA backend (--device cuda), not '%s'",
                        be && be->ops ? be->ops->name : "(none)");
     v4cu_tier **slotp = v4cu_tier_of(be);
     if (*slotp)
-        return set_err(err, V4_ERR_INVALID, where, "this CUDA backend already has a GPU expert cache");
+        return v4_err_set(err, V4_ERR_INVALID, where, "this CUDA backend already has a GPU expert cache");
     const v4_config *cfg = &w->cfg;
     if (cfg->n_layers <= 0 || cfg->n_routed_experts <= 0 || cfg->dim <= 0 || cfg->moe_inter <= 0)
-        return set_err(err, V4_ERR_INVALID, where, "the model has no routed experts");
+        return v4_err_set(err, V4_ERR_INVALID, where, "the model has no routed experts");
     if (!inner && !w->layers)
-        return set_err(err, V4_ERR_INVALID, where, "no inner provider and no bound weights");
+        return v4_err_set(err, V4_ERR_INVALID, where, "no inner provider and no bound weights");
     v4cu_tier *t = (v4cu_tier *)calloc(1, sizeof *t);
     if (!t)
-        return set_err(err, V4_ERR_NOMEM, where, "out of memory");
+        return v4_err_set(err, V4_ERR_NOMEM, where, "out of memory");
     t->be = be;
     t->device = v4cu_device(be);
     t->compute = v4cu_stream(be);
@@ -336,7 +326,7 @@ extern "C" int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const 
     t->hx = (v4_expert_w *)calloc(E, sizeof(v4_expert_w));
     if (!t->ready || !t->used_ev || !t->slot || !t->miss_ids || !t->miss_at || !t->load || !t->hx) {
         v4cu_tier_free(t);
-        return set_err(err, V4_ERR_NOMEM, where, "out of memory");
+        return v4_err_set(err, V4_ERR_NOMEM, where, "out of memory");
     }
     const char *what = "cudaSetDevice";
     cudaError_t e = cudaSetDevice(t->device);
@@ -364,7 +354,7 @@ extern "C" int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const 
     }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        set_err(err, V4_ERR_INVALID, where, "device %d: %s of %d slots x %zu bytes: %s (%s)", t->device, what,
+        v4_err_set(err, V4_ERR_INVALID, where, "device %d: %s of %d slots x %zu bytes: %s (%s)", t->device, what,
                 t->slots, t->slot_bytes, cudaGetErrorString(e), cudaGetErrorName(e));
         v4cu_tier_free(t);
         return -1;
