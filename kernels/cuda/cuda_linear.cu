@@ -38,17 +38,13 @@
 
 #include "cu_launch.h"
 #include "cuda_linear.h"
+#include "cuda_num.cuh"
 
 namespace {
 
 constexpr int QR = 4;           /* rows per warp in the QUANT kernels */
 constexpr int QWARPS = 4;       /* warps per block in the QUANT kernels */
 constexpr int XTJ = 64;         /* columns per tile in the EXACT kernel */
-
-__device__ __forceinline__ float pow2f(int e)   /* 2^e, e in [-126, 127] */
-{
-    return __int_as_float((e + 127) << 23);
-}
 
 __device__ __forceinline__ float e8m0_f32(uint8_t b)
 {
@@ -57,15 +53,6 @@ __device__ __forceinline__ float e8m0_f32(uint8_t b)
     if (b == 0)
         return __int_as_float(0x00400000);      /* 2^-127, subnormal */
     return __int_as_float((int)b << 23);
-}
-
-__device__ __forceinline__ float bf16_round(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return __uint_as_float(((u >> 16) | 0x40u) << 16);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return __uint_as_float((u >> 16) << 16);
 }
 
 __device__ __forceinline__ float e4m3_f32(uint32_t b)
@@ -93,29 +80,6 @@ __device__ __forceinline__ double e2m1_f64(uint32_t c)
     return __dmul_rn(__hiloint2double((int)(((c & 7u) << 19) | ((c & 8u) << 28)), 0), 0x1p1022);
 }
 
-/* Nearest-even e4m3 value of x (the reference's round_grid with min_exp -6, 3
- * mantissa bits, max 448), from the float's bits. */
-__device__ __forceinline__ float e4m3_round(float x)
-{
-    const float ax = fabsf(x);
-    if (!(ax == ax))
-        return x;
-    float r;
-    if (ax >= 448.0f) {
-        r = 448.0f;
-    } else {
-        int lg = (int)((__float_as_uint(ax) >> 23) & 0xffu) - 127;
-        if (lg < -6)
-            lg = -6;
-        const int step = lg - 3;                      /* [-9, 5] */
-        const float q = rintf(__fmul_rn(ax, pow2f(-step)));
-        r = __fmul_rn(q, pow2f(step));
-        if (r > 448.0f)
-            r = 448.0f;
-    }
-    return copysignf(r, x);
-}
-
 /* One block (128 threads) per (128-column block, vector). */
 __global__ void k_act_quant(const float *x, int K, int nkb, double *xq, float *xs)
 {
@@ -134,13 +98,13 @@ __global__ void k_act_quant(const float *x, int K, int nkb, double *xq, float *x
     int e = (int)((tb >> 23) & 0xffu) - 127;
     if (tb & 0x7fffffu)
         e += 1;
-    const float s = e >= 128 ? __int_as_float(0x7f800000) : pow2f(e);
+    const float s = e >= 128 ? __int_as_float(0x7f800000) : v4d_pow2(e);
     float q = __fdiv_rn(v, s);
     if (q > 448.0f)
         q = 448.0f;
     if (q < -448.0f)
         q = -448.0f;
-    xq[j] = (double)e4m3_round(q);
+    xq[j] = (double)v4d_e4m3_round(q);
     if (t == 0)
         xs[(size_t)b * nkb + kb] = s;
 }
@@ -226,7 +190,7 @@ k_quant_fp8(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale, in
         for (int r = 0; r < QR; r++)
             for (int b = 0; b < NB; b++)
                 if (b < nb && r0 + r < rows)
-                    y[(size_t)b * ldy + r0 + r] = bf16_round(acc[r][b]);
+                    y[(size_t)b * ldy + r0 + r] = v4d_bf16(acc[r][b]);
 }
 
 template <int NB>
@@ -296,7 +260,7 @@ k_quant_fp4(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale, in
         for (int r = 0; r < QR; r++)
             for (int b = 0; b < NB; b++)
                 if (b < nb && r0 + r < rows)
-                    y[(size_t)b * ldy + r0 + r] = bf16_round(acc[r][b]);
+                    y[(size_t)b * ldy + r0 + r] = v4d_bf16(acc[r][b]);
 }
 
 /* Weight (r, j) of an EXACT matrix as the double the reference multiplies with. */
@@ -308,7 +272,7 @@ __device__ __forceinline__ double exact_w(const void *w, const uint8_t *scale, s
     if (TYPE == 4)
         return (double)static_cast<const float *>(w)[idx];
     const float sw = e8m0_f32(scale[(size_t)(r / 128) * scols + j / 128]);
-    return (double)bf16_round(__fmul_rn(e4m3_f32(static_cast<const uint8_t *>(w)[idx]), sw));
+    return (double)v4d_bf16(__fmul_rn(e4m3_f32(static_cast<const uint8_t *>(w)[idx]), sw));
 }
 
 /* One warp per block, 32 rows; tiles of 32 x XTJ weights in shared memory. */
