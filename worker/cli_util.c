@@ -164,12 +164,6 @@ v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
     return v4_cpu_backend_create(o->threads, isa && *isa ? isa : "auto", err);
 }
 
-static int gpu_paged(void)
-{
-    const char *g = getenv("V4_GPU_EXPERT_MEM");
-    return g && *g;
-}
-
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
                       struct v4_xprov **out, v4_error *err)
 {
@@ -178,17 +172,16 @@ int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_f
         if (o->pack || o->cache_policy || o->io_threads)
             return v4_err_set(err, V4_ERR_INVALID, "--host-cache-bytes",
                               "--pack, --cache-policy and --io-threads need --host-cache-bytes");
-        if (v4_attach_gpu_experts(be, m, ctx, NULL, err))
-            return -1;
-        return v4_attach_device_step(be, m, ctx, 1, gpu_paged(), err);
+        const int r = v4_attach_device_step(be, m, ctx, 1, 0, err);
+        return r < 0 ? -1 : r ? 0 : v4_attach_gpu_experts(be, m, ctx, NULL, err);
     }
     v4_xprov_opts xo = {o->model, o->pack, (size_t)o->host_cache_bytes, o->cache_policy, o->io_threads, 0};
     if (!(*out = v4_xprov_open(&m->cfg, m->ck, &xo, err)))
         return -1;
     v4_ctx_set_expert_provider(ctx, v4_xprov_provider(*out));
-    if (v4_attach_gpu_experts(be, m, ctx, *out, err))
+    if (v4_attach_device_step(be, m, ctx, 1, 1, err) < 0)
         return -1;
-    return v4_attach_device_step(be, m, ctx, 1, 1, err);
+    return v4_attach_gpu_experts(be, m, ctx, *out, err);
 }
 
 int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,

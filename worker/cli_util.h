@@ -53,8 +53,8 @@ struct v4_ctx;
 struct v4_xprov;
 /* When o asks for paged experts: open the expert cache for the model m opened from
  * o->model and attach it to ctx; *out = the provider to close after ctx is freed
- * (NULL when all experts stay resident).  Then v4_attach_gpu_experts and
- * v4_attach_device_step (max_batch 1).  0 or -1 with err. */
+ * (NULL when all experts stay resident).  Then v4_attach_device_step (max_batch 1),
+ * and v4_attach_gpu_experts when it did not choose the resident step.  0 or -1 with err. */
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
                       struct v4_xprov **out, v4_error *err);
 /* The GPU expert cache (kernels/cuda/gpu_experts.h) when the environment variable
@@ -70,12 +70,13 @@ int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ct
 /* For a CUDA backend: the decode mode (worker/device_step.c), from V4_CUDA_MODE =
  * auto (default) | resident | hybrid.  resident: the whole step on the GPU
  * (kernels/cuda/cuda_step.h, owned by be), set as ctx's step implementation for up
- * to max_batch sequences per step; hybrid: only the weight products on the GPU.  auto
- * picks resident unless experts are paged (paged: a host expert cache or
- * V4_GPU_EXPERT_MEM) or the weights do not fit the device's free memory with 1 GiB to
- * spare.  Logs the choice on stderr.  CPU backend: no-op (a bad V4_CUDA_MODE is still
- * an error).  0 or -1 with err. */
-int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, int paged,
-                          v4_error *err);
+ * to max_batch sequences per step, every expert resident or, with V4_GPU_EXPERT_MEM,
+ * paged within that budget; hybrid: only the weight products on the GPU (the GPU
+ * expert cache of v4_attach_gpu_experts serves that mode).  auto picks resident unless
+ * the host expert cache is used (host_paged) or the step does not fit the device's
+ * free memory with 1 GiB to spare.  Logs the choice on stderr.  Returns 1 (resident),
+ * 0 (hybrid, or a CPU backend: a bad V4_CUDA_MODE is still an error), -1 with err. */
+int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
+                          int host_paged, v4_error *err);
 
 #endif

@@ -2,7 +2,9 @@
  * v4_attach_device_step): "resident" runs the whole step on the GPU
  * (kernels/cuda/cuda_step.h: weights uploaded once, sequence state on the device);
  * "hybrid" keeps the step on the CPU and runs only the weight products on the GPU
- * (kernels/cuda/cuda_backend.h), the mode that pages experts.  The choice is logged.
+ * (kernels/cuda/cuda_backend.h), the mode that works with the host expert cache.  With
+ * V4_GPU_EXPERT_MEM the resident step pages experts within that budget; the choice is
+ * logged.
  * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
  */
 #include <stdio.h>
@@ -14,12 +16,13 @@
 #ifdef V4_HAVE_CUDA
 #include "../kernels/cuda/cuda_backend.h"
 #include "../kernels/cuda/cuda_step.h"
+#include "../kernels/cuda/slot_pool.h"
 #endif
 
 #define HEADROOM ((size_t)1 << 30)      /* device bytes left for sequences and the runtime */
 
-int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, int paged,
-                          v4_error *err)
+int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
+                          int host_paged, v4_error *err)
 {
     const char *mode = getenv("V4_CUDA_MODE");
     if (mode && *mode && strcmp(mode, "auto") && strcmp(mode, "resident") && strcmp(mode, "hybrid"))
@@ -33,15 +36,24 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (V4_CUDA_MODE=hybrid): weight products on the GPU\n", dev);
         return 0;
     }
-    if (paged) {
+    if (host_paged) {
         if (want_resident)
             return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE",
-                              "resident keeps every expert on the GPU; it does not combine with paged experts "
-                              "(--host-cache-bytes, V4_GPU_EXPERT_MEM) yet: use hybrid");
-        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (experts are paged): weight products on the GPU\n", dev);
+                              "resident pages experts from the mapped checkpoint within V4_GPU_EXPERT_MEM; it does "
+                              "not combine with the host expert cache (--host-cache-bytes) yet: use hybrid");
+        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (host expert cache): weight products on the GPU\n", dev);
         return 0;
     }
-    const size_t need = v4_cuda_engine_need(&m->w, max_batch);
+    const v4_config *cfg = &m->cfg;
+    const char *spec = getenv("V4_GPU_EXPERT_MEM");
+    size_t budget = 0;
+    if (spec && *spec) {
+        const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts *
+                               v4_expert_bytes(&m->w.layers[0].experts[0]);
+        if (v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err))
+            return -1;
+    }
+    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget);
     size_t free_b = 0, total_b = 0;
     if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
@@ -51,21 +63,27 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
                 dev, need / 1073741824.0, free_b / 1073741824.0);
         return 0;
     }
-    v4_cuda_engine *e = v4_cuda_engine_create(&m->w, max_batch, 2 * max_batch + 2, err);
+    v4_cuda_engine *e = v4_cuda_engine_create(&m->w, max_batch, 2 * max_batch + 2, budget, err);
     if (!e)
         return -1;
     v4_cuda_backend_own_engine(be, e);
     v4_step_impl impl = v4_cuda_engine_impl(e);
     v4_ctx_set_step_impl(ctx, &impl);
-    fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %.2f GiB of weights "
-                    "and scratch (%.2f GiB free of %.2f)\n",
-            dev, v4_cuda_engine_bytes(e) / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
-    return 0;
+    v4_cuda_expert_stats xs;
+    v4_cuda_engine_expert_stats(e, &xs);
+    char paged[200] = "every expert resident";
+    if (budget)
+        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (V4_GPU_EXPERT_MEM=%s)", xs.slots,
+                 xs.slot_bytes / 1048576.0, spec);
+    fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %s; %.2f GiB held "
+                    "(%.2f GiB free of %.2f)\n",
+            dev, paged, v4_cuda_engine_bytes(e) / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+    return 1;
 #else
     (void)m;
     (void)ctx;
     (void)max_batch;
-    (void)paged;
+    (void)host_paged;
     return v4_err_set(err, V4_ERR_INTERNAL, "cuda", "a CUDA device in a build without CUDA");
 #endif
 }

@@ -73,11 +73,9 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
             goto fail;
         v4_ctx_set_expert_provider(r->ctx, v4_xprov_provider(r->xp));
     }
-    if (v4_attach_gpu_experts(r->be, &r->m, r->ctx, r->xp, &err))     /* V4_GPU_EXPERT_MEM */
-        goto fail;
-    const char *gm = getenv("V4_GPU_EXPERT_MEM");
-    if (v4_attach_device_step(r->be, &r->m, r->ctx, r->max_batch, r->xp || (gm && *gm), &err))   /* V4_CUDA_MODE */
-        goto fail;
+    const int resident = v4_attach_device_step(r->be, &r->m, r->ctx, r->max_batch, r->xp != NULL, &err);
+    if (resident < 0 || (!resident && v4_attach_gpu_experts(r->be, &r->m, r->ctx, r->xp, &err)))
+        goto fail;      /* V4_CUDA_MODE, V4_GPU_EXPERT_MEM */
     return r;
 fail:
     from_v4(e, &err);

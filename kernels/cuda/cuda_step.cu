@@ -29,6 +29,7 @@
 #include "cuda_ops.h"
 #endif
 #include "cuda_step.h"
+#include "slot_pool.h"
 
 extern "C" {
 #include "../v4/ops.h"
@@ -96,6 +97,14 @@ struct v4_cuda_engine {
     char fail_where[64];
 
     dlayer *L;
+    /* paged experts (expert_budget > 0): slots of one device pool, LRU bookkeeping in
+     * slot_pool.c; host matrices to upload from */
+    v4_slot_pool *xpool;
+    uint8_t *xslots;
+    size_t xslot_bytes, xoff[6];    /* slot layout: w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale */
+    int *x_ids, *x_slot;
+    unsigned char *x_load;
+    dexpert *x_mats;                /* [n_routed]: the layer's acquired experts by id */
     uint16_t *embed;
     dmat head, hc_head_fn;
     float *norm, *hc_head_base, *hc_head_scale, *freqs_swa, *freqs_comp;
@@ -469,7 +478,48 @@ static int expert_forward(v4_cuda_engine *e, const dexpert *x, int m, const floa
                : 0;
 }
 
-static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr)
+/* Paged experts: pin the layer's experts (those with rows: h_start), upload the misses
+ * from the host weights into their slots (on the step's stream, so before any kernel that
+ * reads them), and point x_mats at the slots.  *nx = experts pinned. */
+static int acquire_experts(v4_cuda_engine *e, int layer, int *nx, v4_error *err)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const int E = cfg->n_routed_experts;
+    int n = 0;
+    for (int x = 0; x < E; x++)
+        if (e->h_start[x + 1] > e->h_start[x])
+            e->x_ids[n++] = x;
+    *nx = 0;
+    if (v4_slot_pool_acquire(e->xpool, layer, e->x_ids, n, e->x_slot, e->x_load, err))
+        return -1;
+    *nx = n;
+    for (int i = 0; i < n; i++) {
+        const v4_expert_w *hx = &e->w->layers[layer].experts[e->x_ids[i]];
+        uint8_t *base = e->xslots + (size_t)e->x_slot[i] * e->xslot_bytes;
+        const v4_mat *hm[3] = {&hx->w1, &hx->w3, &hx->w2};
+        dmat *dm[3] = {&e->x_mats[e->x_ids[i]].w1, &e->x_mats[e->x_ids[i]].w3, &e->x_mats[e->x_ids[i]].w2};
+        for (int k = 0; k < 3; k++) {
+            *dm[k] = dmat{(int)hm[k]->type, hm[k]->rows, hm[k]->cols, 0, base + e->xoff[2 * k],
+                          hm[k]->scale ? base + e->xoff[2 * k + 1] : NULL};
+            if (!e->x_load[i])
+                continue;
+            const size_t wb = mat_w_bytes(hm[k]), sb = mat_s_bytes(hm[k]);
+            if (ck(e, cudaMemcpyAsync(dm[k]->w, hm[k]->w, wb, cudaMemcpyHostToDevice, e->st), "expert upload") ||
+                (sb && ck(e, cudaMemcpyAsync(dm[k]->scale, hm[k]->scale, sb, cudaMemcpyHostToDevice, e->st),
+                          "expert upload"))) {
+                v4_slot_pool_forget(e->xpool, e->x_slot[i]);
+                v4_slot_pool_release(e->xpool, layer, e->x_ids, n);
+                *nx = 0;
+                return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "uploading expert %d of layer %d failed: %s",
+                                  e->x_ids[i], layer, cudaGetErrorString(e->fail));
+            }
+            v4_slot_pool_add_uploaded(e->xpool, wb + sb);
+        }
+    }
+    return 0;
+}
+
+static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr, v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
     const dlayer *lw = &e->L[layer];
@@ -503,17 +553,23 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr)
     if (to_dev(e, e->ex_wt, e->h_wt, sizeof(float) * (size_t)off) ||
         to_dev(e, e->rows, e->h_rows, sizeof(int32_t) * (size_t)off))
         return -1;
-    for (int x = 0; x < E; x++) {
+    int nx = 0;
+    if (e->xpool && acquire_experts(e, layer, &nx, err))
+        return -1;
+    int rc = 0;
+    for (int x = 0; x < E && !rc; x++) {
         const int s0 = e->h_start[x], m = e->h_start[x + 1] - s0;
         if (!m)
             continue;
-        for (int r = 0; r < m; r++)
-            if (copy2d(e, e->ex_x + (size_t)r * dim, dim, e->x + (size_t)e->h_rows[s0 + r] * dim, dim, dim, 1))
-                return -1;
-        if (expert_forward(e, &lw->experts[x], m, e->ex_wt + s0) ||
-            ck(e, v4cu_scatter_add(e->y, dim, e->ex_o, e->rows + s0, m, e->st), "moe"))
-            return -1;
+        for (int r = 0; r < m && !rc; r++)
+            rc = copy2d(e, e->ex_x + (size_t)r * dim, dim, e->x + (size_t)e->h_rows[s0 + r] * dim, dim, dim, 1);
+        rc = rc || expert_forward(e, e->xpool ? &e->x_mats[x] : &lw->experts[x], m, e->ex_wt + s0) ||
+             ck(e, v4cu_scatter_add(e->y, dim, e->ex_o, e->rows + s0, m, e->st), "moe");
     }
+    if (e->xpool)   /* later uploads into these slots are stream-ordered after this layer's kernels */
+        v4_slot_pool_release(e->xpool, layer, e->x_ids, nx);
+    if (rc)
+        return -1;
     if (copy2d(e, e->ex_x, dim, e->x, dim, dim, n) || expert_forward(e, &lw->shared, n, NULL))
         return -1;
     return ck(e, v4cu_add_bf16(e->y, e->ex_o, e->out, (long)n * dim, e->st), "moe");
@@ -712,7 +768,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
         const dlayer *lw = &e->L[l];
         rc = hc_pre(e, &lw->hc_attn_fn, lw->hc_attn_scale, lw->hc_attn_base, lw->attn_norm, n) ||
              attention(e, l, S, n, tr) || hc_post(e, n) ||
-             hc_pre(e, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, lw->ffn_norm, n) || moe(e, l, n, tr) ||
+             hc_pre(e, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, lw->ffn_norm, n) || moe(e, l, n, tr, err) ||
              hc_post(e, n);
     }
     if (!rc) {   /* hc_head, final norm, head */
@@ -732,6 +788,8 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
     if (rc) {
         for (int b = 0; b < n; b++)   /* their device state holds part of a position */
             free_dseq(S[b], cfg->n_layers);
+        if (e->fail == cudaSuccess && err->msg[0])
+            return -1;                  /* a precise error from the step (expert budget) */
         if (e->fail != cudaSuccess)
             return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "%s: %s", e->fail_where, cudaGetErrorString(e->fail));
         return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "the step failed");
@@ -744,6 +802,44 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
 }
 
 /* ------------------------------------------------------------ create/free */
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Slot layout, pool and bookkeeping of paged experts (budget > 0); before upload_weights. */
+static int setup_paging(v4_cuda_engine *e, size_t budget, v4_error *err)
+{
+    const v4_config *c = &e->w->cfg;
+    const int L = c->n_layers, E = c->n_routed_experts;
+    const v4_expert_w *x0 = &e->w->layers[0].experts[0];
+    const v4_mat *hm[3] = {&x0->w1, &x0->w3, &x0->w2};
+    size_t off = 0;
+    for (int k = 0; k < 3; k++) {
+        e->xoff[2 * k] = off;
+        off += align256(mat_w_bytes(hm[k]));
+        e->xoff[2 * k + 1] = off;
+        off += align256(mat_s_bytes(hm[k]));
+    }
+    e->xslot_bytes = off;
+    size_t slots = budget / off;
+    if (slots > (size_t)L * E)
+        slots = (size_t)L * E;
+    if (e->count_only) {
+        e->bytes += slots * off;
+        return 0;
+    }
+    if (!(e->xpool = v4_slot_pool_create(L, E, off, budget, err)))
+        return -1;
+    e->x_ids = (int *)calloc((size_t)E, sizeof(int));
+    e->x_slot = (int *)calloc((size_t)E, sizeof(int));
+    e->x_load = (unsigned char *)calloc((size_t)E, 1);
+    e->x_mats = (dexpert *)calloc((size_t)E, sizeof(dexpert));
+    if (!e->x_ids || !e->x_slot || !e->x_load || !e->x_mats)
+        return v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "out of memory");
+    if (!(e->xslots = (uint8_t *)dalloc(e, (size_t)v4_slot_pool_slots(e->xpool) * off)))
+        return v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "no device memory for %d expert slots of %zu bytes",
+                          v4_slot_pool_slots(e->xpool), off);
+    return 0;
+}
 
 static int alloc_scratch(v4_cuda_engine *e)
 {
@@ -842,7 +938,7 @@ static int upload_weights(v4_cuda_engine *e)
         d->experts = (dexpert *)calloc((size_t)E, sizeof(dexpert));
         if (!d->experts)
             return ck(e, cudaErrorMemoryAllocation, "host memory");
-        for (int x = 0; x < E && e->fail == cudaSuccess; x++)
+        for (int x = 0; x < E && e->fail == cudaSuccess && !e->xslot_bytes; x++)   /* paged: in slots */
             d->experts[x] = upexpert(e, &s->experts[x]);
     }
     if (e->count_only)
@@ -879,13 +975,19 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
     free(e->h_pos);
     free(e->h_nsel);
     free(e->h_start);
+    v4_slot_pool_free(e->xpool);
+    free(e->x_ids);
+    free(e->x_slot);
+    free(e->x_load);
+    free(e->x_mats);
     free(e->h_route_w);
     free(e->h_wt);
     free(e->seqs);
     free(e);
 }
 
-extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, v4_error *err)
+extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs,
+                                                 size_t expert_budget, v4_error *err)
 {
     if (max_batch < 1 || max_batch > 256 || max_seqs < max_batch) {
         v4_err_set(err, V4_ERR_INVALID, "cuda engine", "max_batch %d (1..256) and max_seqs %d (>= max_batch)",
@@ -911,6 +1013,10 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_ba
         return NULL;
     }
 #endif
+    if (expert_budget && setup_paging(e, expert_budget, err)) {
+        v4_cuda_engine_free(e);
+        return NULL;
+    }
     if (upload_weights(e) || alloc_scratch(e)) {
         v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "uploading the weights failed at %s (%s) after %.1f MiB",
                    e->fail_where, cudaGetErrorString(e->fail), (double)e->bytes / (1 << 20));
@@ -920,7 +1026,7 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_ba
     return e;
 }
 
-extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch)
+extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t expert_budget)
 {
     v4_cuda_engine *e = (v4_cuda_engine *)calloc(1, sizeof *e);
     if (!e)
@@ -929,12 +1035,30 @@ extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch)
     e->max_batch = max_batch < 1 ? 1 : max_batch;
     e->max_seqs = e->max_batch;
     e->count_only = 1;
+    v4_error ignore = {};
+    if (expert_budget)
+        setup_paging(e, expert_budget, &ignore);
     upload_weights(e);
     alloc_scratch(e);
     const size_t need = e->bytes;
     e->n_allocs = 0;
     v4_cuda_engine_free(e);
     return need;
+}
+
+extern "C" void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    if (!e || !e->xpool)
+        return;
+    v4_slot_pool_stats ps;
+    v4_slot_pool_stats_get(e->xpool, &ps);
+    st->slots = ps.slots;
+    st->slot_bytes = ps.slot_bytes;
+    st->hits = ps.hits;
+    st->misses = ps.misses;
+    st->evictions = ps.evictions;
+    st->bytes_uploaded = ps.bytes_uploaded;
 }
 
 extern "C" size_t v4_cuda_engine_bytes(const v4_cuda_engine *e) { return e ? e->bytes : 0; }

@@ -14,8 +14,13 @@
  * Sequences: device state is keyed by the v4_seq pointer and created at position 0;
  * up to max_seqs sequences keep state at once (a new one takes the least recently
  * stepped slot that is not in the current step; stepping an evicted sequence at a
- * position > 0 fails with a clear error).  All experts are resident (the GPU expert
- * tier is not wired into this path yet).
+ * position > 0 fails with a clear error).
+ * Experts: all resident (expert_budget 0), or paged within expert_budget bytes of
+ * device slots (slot_pool.h: LRU over the experts not pinned by the current layer);
+ * a layer's missing experts are uploaded from the host weights (the mapped checkpoint)
+ * on the step's stream right before they are used (no overlap yet).  A budget that
+ * cannot hold one layer's experts of a step fails the step with the slot pool's
+ * message (how many slots are needed).
  *
  * Ownership: the engine owns every device allocation (weights, scratch, sequence
  * state) and frees them in v4_cuda_engine_free; it borrows w (must outlive it).
@@ -25,6 +30,7 @@
 #define V4_CUDA_STEP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,12 +42,21 @@ extern "C" {
 typedef struct v4_cuda_engine v4_cuda_engine;
 
 /* Upload w to the current CUDA device (cudaSetDevice before); NULL + err on failure
- * (out of device memory: the bytes it needed). */
-v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, v4_error *err);
+ * (out of device memory: the bytes it needed).  expert_budget: 0 = every routed expert
+ * resident, else the bytes of device slots for paged experts. */
+v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, size_t expert_budget,
+                                      v4_error *err);
 void v4_cuda_engine_free(v4_cuda_engine *e);
 /* Device bytes v4_cuda_engine_create would allocate for w (weights + scratch; the
  * sequences' state comes on top, per sequence); nothing is allocated. */
-size_t v4_cuda_engine_need(const v4_weights *w, int max_batch);
+size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t expert_budget);
+/* Paged experts' counters (all 0 when every expert is resident). */
+typedef struct v4_cuda_expert_stats {
+    int slots;
+    size_t slot_bytes;
+    uint64_t hits, misses, evictions, bytes_uploaded;
+} v4_cuda_expert_stats;
+void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st);
 /* Bytes of device memory held (weights + scratch + sequence state). */
 size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
 /* The step implementation to give v4_ctx_set_step_impl (ud = e). */

@@ -8,7 +8,10 @@
  *   2. three sequences stepped together in one batch, joining at different steps and
  *      leaving early: every row equals the single-sequence CPU run of its tokens; a
  *      reset sequence starts over; a fourth sequence takes the least recently used of
- *      the 3 device slots and the evicted sequence is then refused with a clear error.
+ *      the 3 device slots and the evicted sequence is then refused with a clear error;
+ *   3. paged experts: an engine with device slots for a quarter of the routed experts
+ *      gives the same numbers (hits, misses and evictions all happen), and a budget
+ *      below one token's experts fails the step with the slot pool's reason.
  * Linked twice: with the CPU emulation of the kernels (emulate_step.cpp:
  * test_cuda_step_emulated, every CUDA build) and with the real CUDA library
  * (step_check_gpu.cpp: test_cuda_step, SKIPPED without a GPU).
@@ -125,7 +128,7 @@ int v4_step_check(const char *data, int P)
     v4_backend *be = v4_cpu_backend_create(1, "scalar", &err);
     v4_ctx *cpu = be ? v4_ctx_create(w, be, 3, &err) : NULL;
     v4_ctx *dev = be ? v4_ctx_create(w, be, 3, &err) : NULL;
-    v4_cuda_engine *eng = dev ? v4_cuda_engine_create(w, 3, 3, &err) : NULL;
+    v4_cuda_engine *eng = dev ? v4_cuda_engine_create(w, 3, 3, 0, &err) : NULL;
     if (!eng) {
         printf("setup: %s: %s\n", err.where, err.msg);
         return 1;
@@ -218,6 +221,57 @@ int v4_step_check(const char *data, int P)
     printf("a fourth sequence takes the LRU slot: %s; the evicted one is refused: %s (%s)\n", late_ok ? "ok" : "FAIL",
            stale ? "ok" : "FAIL", err.msg);
     bad_total += !late_ok + !stale;
+
+    /* 3. paged experts: device slots for a quarter of the routed experts (every layer's
+     * experts of a step still fit); the same positions give the same numbers */
+    {
+        const int before3 = bad_total, P3 = P < 48 ? P : 48;
+        const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
+        const size_t budget = xb * (size_t)w->cfg.n_layers * w->cfg.n_routed_experts / 4 + xb / 2;
+        v4_ctx *dev2 = v4_ctx_create(w, be, 3, &err);
+        v4_cuda_engine *eng2 = dev2 ? v4_cuda_engine_create(w, 3, 3, budget, &err) : NULL;
+        if (!eng2) {
+            printf("paged engine: %s: %s\n", err.where, err.msg);
+            return 1;
+        }
+        v4_step_impl impl2 = v4_cuda_engine_impl(eng2);
+        v4_ctx_set_step_impl(dev2, &impl2);
+        std::vector<int> t3(seq.begin(), seq.begin() + P3);
+        std::vector<obs> c3;
+        if (run_one(dev2, w, t3, c3))
+            return 1;
+        for (int p = 0; p < P3; p++)
+            compare("paged", a[p], c3[p], p);
+        v4_cuda_expert_stats xs;
+        v4_cuda_engine_expert_stats(eng2, &xs);
+        const int ok3 = bad_total == before3 && xs.misses > 0 && xs.evictions > 0 && xs.hits > 0 &&
+                        xs.slots == w->cfg.n_layers * w->cfg.n_routed_experts / 4;
+        printf("paged experts (%d slots of %zu bytes), %d positions: %s (%d mismatches; hits %llu, misses %llu, "
+               "evictions %llu, %.1f MiB uploaded)\n",
+               xs.slots, xs.slot_bytes, P3, ok3 ? "ok" : "FAIL", bad_total - before3, (unsigned long long)xs.hits,
+               (unsigned long long)xs.misses, (unsigned long long)xs.evictions, xs.bytes_uploaded / 1048576.0);
+        bad_total += !ok3 && bad_total == before3;
+        /* a budget below one layer's experts of a step fails the step with the pool's reason */
+        v4_ctx *dev3 = v4_ctx_create(w, be, 3, &err);
+        v4_cuda_engine *eng3 = dev3 ? v4_cuda_engine_create(w, 3, 3, 2 * xb + xb / 2, &err) : NULL;
+        int refused = 0;
+        if (eng3) {
+            v4_step_impl impl3 = v4_cuda_engine_impl(eng3);
+            v4_ctx_set_step_impl(dev3, &impl3);
+            v4_seq *s3 = v4_seq_create(w, 8, &err);
+            int32_t tk3 = seq[0];
+            v4_error e3 = {};
+            refused = v4_step(dev3, &s3, &tk3, 1, NULL, NULL, &e3) != 0 && strstr(e3.msg, "slot") != NULL;
+            printf("a budget of 2 slots for %d experts per token: %s (%s)\n", w->cfg.n_act_experts,
+                   refused ? "refused" : "FAIL", e3.msg);
+            v4_seq_free(s3);
+        }
+        bad_total += !refused;
+        v4_cuda_engine_free(eng3);
+        v4_ctx_free(dev3);
+        v4_cuda_engine_free(eng2);
+        v4_ctx_free(dev2);
+    }
 
     for (int r = 0; r < 3; r++)
         v4_seq_free(ss[r]);
