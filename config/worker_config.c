@@ -3,6 +3,7 @@
  * See worker_config.h.  Thread: any; reads getenv only. */
 #include "worker_config.h"
 
+#include "byte_suffix.h"
 #include "config_file.h"
 
 #include <ctype.h>
@@ -139,16 +140,7 @@ int v4_parse_bytes(const char *v, long long *out)
     errno = 0;
     double x = strtod(v, &end);
     const int no_digits = end == v;
-    double mul = 1;
-    switch (*end) {
-    case 'K': case 'k': mul = 1024.0; end++; break;
-    case 'M': case 'm': mul = 1048576.0; end++; break;
-    case 'G': case 'g': mul = 1073741824.0; end++; break;
-    case 'T': case 't': mul = 1099511627776.0; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
+    const double mul = v4_byte_suffix(&end);
     if (errno || no_digits || *end || !(x >= 0) || x * mul > 9.0e18)
         return -1;
     *out = (long long)(x * mul);

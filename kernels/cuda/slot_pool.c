@@ -13,6 +13,8 @@
  */
 #include "slot_pool.h"
 
+#include "../../config/byte_suffix.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -321,16 +323,7 @@ int v4_slot_pool_budget_parse(const char *s, uint64_t total_bytes, const char *w
             goto bad;
         bytes = (double)total_bytes * x / 100.0;
     } else {
-        double mul = 1;
-        switch (*end) {
-        case 'K': case 'k': mul = 1024.0; end++; break;
-        case 'M': case 'm': mul = 1048576.0; end++; break;
-        case 'G': case 'g': mul = 1073741824.0; end++; break;
-        case 'T': case 't': mul = 1099511627776.0; end++; break;
-        default: break;
-        }
-        if (*end == 'B' || *end == 'b')
-            end++;
+        const double mul = v4_byte_suffix(&end);
         if (*end)
             goto bad;
         bytes = x * mul;
