@@ -593,17 +593,11 @@ static void free_dseq(dseq *s, int n_layers)
     memset(s, 0, sizeof *s);
 }
 
-static int cstate_init(v4_cuda_engine *e, dcstate *st, const dcomp *c, size_t *bytes)
+/* Compressor state to its start (compressor.c comp_state_reset): kv = 0, sc = -inf. */
+static int cstate_reset(v4_cuda_engine *e, dcstate *st)
 {
-    const int k = c->overlap ? 2 : 1;
-    st->rows = k * c->ratio;
-    st->width = k * c->dim;
     const size_t n = (size_t)st->rows * st->width;
-    if (ck(e, cudaMalloc((void **)&st->kv, n * sizeof(float)), "cudaMalloc") ||
-        ck(e, cudaMalloc((void **)&st->sc, n * sizeof(float)), "cudaMalloc"))
-        return -1;
-    *bytes += 2 * n * sizeof(float);
-    /* sc = -inf (compressor.c comp_state_reset): a fill kernel would do; the host copy is simple */
+    /* sc = -inf: a fill kernel would do; the host copy is simple (once per sequence) */
     float *h = (float *)malloc(n * sizeof(float));
     if (!h)
         return ck(e, cudaErrorMemoryAllocation, "host memory");
@@ -612,6 +606,18 @@ static int cstate_init(v4_cuda_engine *e, dcstate *st, const dcomp *c, size_t *b
     int rc = to_dev(e, st->sc, h, n * sizeof(float));
     free(h);
     return rc || ck(e, cudaMemsetAsync(st->kv, 0, n * sizeof(float), e->st), "memset") ? -1 : 0;
+}
+
+static int cstate_init(v4_cuda_engine *e, dcstate *st, const dcomp *c)
+{
+    const int k = c->overlap ? 2 : 1;
+    st->rows = k * c->ratio;
+    st->width = k * c->dim;
+    const size_t n = (size_t)st->rows * st->width;
+    if (ck(e, cudaMalloc((void **)&st->kv, n * sizeof(float)), "cudaMalloc") ||
+        ck(e, cudaMalloc((void **)&st->sc, n * sizeof(float)), "cudaMalloc"))
+        return -1;
+    return cstate_reset(e, st);
 }
 
 /* The device state of view v (created at position 0), or NULL + err. */
@@ -657,22 +663,13 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
             if (ck(e, cudaMemsetAsync(L->win, 0, sizeof(float) * (size_t)cfg->window * cfg->head_dim, e->st),
                    "memset"))
                 return NULL;
-            dcstate *cs[2] = {&L->cs, &L->ics};
-            for (int k = 0; k < 2; k++) {
-                if (!cs[k]->kv)
-                    continue;
-                cudaFree(cs[k]->kv);
-                cudaFree(cs[k]->sc);
-                size_t ignore = 0;
-                if (cstate_init(e, cs[k], k ? &e->L[l].idx_comp : &e->L[l].comp, &ignore))
-                    return NULL;
-            }
+            if ((L->cs.kv && cstate_reset(e, &L->cs)) || (L->ics.kv && cstate_reset(e, &L->ics)))
+                return NULL;
         }
     } else {
         if (s->key)
             free_dseq(s, cfg->n_layers);
         s->L = (dlstate *)calloc((size_t)cfg->n_layers, sizeof *s->L);
-        size_t bytes = 0;
         for (int l = 0; s->L && l < cfg->n_layers; l++) {
             dlstate *L = &s->L[l];
             const dlayer *lw = &e->L[l];
@@ -684,12 +681,12 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
                 continue;
             L->cap = v->max_len / lw->ratio + 1;
             if (ck(e, cudaMalloc((void **)&L->comp, sizeof(float) * (size_t)L->cap * cfg->head_dim), "cudaMalloc") ||
-                cstate_init(e, &L->cs, &lw->comp, &bytes))
+                cstate_init(e, &L->cs, &lw->comp))
                 break;
             if (lw->ratio == 4 &&
                 (ck(e, cudaMalloc((void **)&L->idx_keys, sizeof(float) * (size_t)L->cap * cfg->index_head_dim),
                     "cudaMalloc") ||
-                 cstate_init(e, &L->ics, &lw->idx_comp, &bytes)))
+                 cstate_init(e, &L->ics, &lw->idx_comp)))
                 break;
         }
         if (!s->L || e->fail != cudaSuccess) {
