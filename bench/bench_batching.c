@@ -174,7 +174,7 @@ int main(int argc, char **argv)
     if (ensure_model(o.model))
         return 1;
     v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, NULL, NULL, NULL};
     v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
     if (!r) {
         fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);

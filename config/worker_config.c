@@ -100,6 +100,36 @@ static int check_name(const char *var, const char *v, v4_error *err)
     return 0;
 }
 
+/* V4_DEVICE cpu | cuda | cuda:N (N 0..255); V4_CUDA_MODE auto | resident | hybrid;
+ * V4_GPU_EXPERT_MEM "" | a byte count | P% (0 < P <= 100).  The syntax only: whether
+ * the device exists is known when the worker opens it. */
+static int check_gpu(const v4_worker_config *c, v4_error *err)
+{
+    const char *d = c->device;
+    char *end = NULL;
+    int ok = !strcmp(d, "cpu") || !strcmp(d, "cuda");
+    if (!ok && !strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {
+        long n = strtol(d + 5, &end, 10);
+        ok = !*end && n <= 255;
+    }
+    if (!ok)
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_DEVICE", "'%s' is not cpu, cuda or cuda:N", d);
+    if (strcmp(c->cuda_mode, "auto") && strcmp(c->cuda_mode, "resident") && strcmp(c->cuda_mode, "hybrid"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", c->cuda_mode);
+    const char *g = c->gpu_expert_mem;
+    const size_t n = strlen(g);
+    long long bytes;
+    if (n && g[n - 1] == '%') {
+        double pct = strtod(g, &end);
+        if (end != g + n - 1 || !(pct > 0 && pct <= 100))
+            return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_EXPERT_MEM", "'%s': a percentage must be in (0, 100]", g);
+    } else if (n && (v4_parse_bytes(g, &bytes) || bytes <= 0)) {
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_EXPERT_MEM",
+                          "'%s' is not a byte count (12G, 512M) or a percentage of the routed experts (85%%)", g);
+    }
+    return 0;
+}
+
 /* V4_MODEL_NAME: "name[,alias...]", each 1..127 bytes of [A-Za-z0-9._:/-]; the first
  * is the served name. */
 static int check_model_names(v4_worker_config *c, v4_error *err)
@@ -131,7 +161,8 @@ static const char *const KNOWN[] = {
     "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
     "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
     "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
-    "V4_IO_THREADS", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT",
+    "V4_IO_THREADS", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
+    "V4_GPU_EXPERT_MEM",
 };
 
 int v4_parse_bytes(const char *v, long long *out)
@@ -208,7 +239,11 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_int(src, "V4_IO_THREADS", 4, 1, 64, &c->io_threads, err) ||
         get_int(src, "V4_HTTP_PORT", 9090, 0, 65535, &c->http_port, err) ||
         get_str(src, "V4_HTTP_ADDR", "0.0.0.0", c->http_addr, sizeof c->http_addr, err) ||
-        get_str(src, "V4_LOG_FORMAT", "auto", c->log_format, sizeof c->log_format, err))
+        get_str(src, "V4_LOG_FORMAT", "auto", c->log_format, sizeof c->log_format, err) ||
+        get_str(src, "V4_DEVICE", "cpu", c->device, sizeof c->device, err) ||
+        get_str(src, "V4_CUDA_MODE", "auto", c->cuda_mode, sizeof c->cuda_mode, err) ||
+        get_str(src, "V4_GPU_EXPERT_MEM", "", c->gpu_expert_mem, sizeof c->gpu_expert_mem, err) ||
+        check_gpu(c, err))
         return -1;
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CACHE_POLICY", "'%s' is not lru, slru or lfru", c->cache_policy);

@@ -19,7 +19,9 @@
  * whether it was given: the worker treats a busy default port as a warning, a busy
  * explicit one as an error), V4_HTTP_ADDR (its
  * listen address, default 0.0.0.0), V4_LOG_FORMAT (json | text | auto = JSON unless
- * stderr is a terminal), and the test hook V4_FAULT_EXIT_BEFORE_ACK.
+ * stderr is a terminal), V4_DEVICE (cpu | cuda | cuda:N), V4_CUDA_MODE (auto | resident |
+ * hybrid), V4_GPU_EXPERT_MEM (GPU budget of routed experts: bytes or P%), and the test
+ * hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
  * URLs may be logged.
  *
@@ -75,6 +77,10 @@ typedef struct v4_worker_config {
     int http_port_set;              /* V4_HTTP_PORT was given (env, _FILE or file), not the default */
     char http_addr[64];             /* V4_HTTP_ADDR: IPv4/IPv6 literal to listen on */
     char log_format[8];             /* V4_LOG_FORMAT: json | text | auto */
+    /* the device (README "CUDA"); the worker's engine takes them from here */
+    char device[16];                /* V4_DEVICE: cpu | cuda | cuda:N */
+    char cuda_mode[16];             /* V4_CUDA_MODE: auto | resident | hybrid */
+    char gpu_expert_mem[32];        /* V4_GPU_EXPERT_MEM: "" (all resident) | bytes | P% */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

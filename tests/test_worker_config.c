@@ -165,6 +165,42 @@ int main(void)
     unsetenv("V4_CONFIG_FILE");
     remove(path);
 
+    /* GPU settings: defaults, good values (env and file), precise errors */
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.device, "cpu") && !strcmp(c.cuda_mode, "auto") &&
+              !c.gpu_expert_mem[0], "gpu defaults: %s %s '%s'", c.device, c.cuda_mode, c.gpu_expert_mem);
+    static const char *const goodgpu[][3] = {{"cuda", "resident", "85%"}, {"cuda:3", "hybrid", "12G"},
+                                             {"cpu", "auto", "100%"}, {"cuda:255", "auto", "512M"}};
+    for (size_t i = 0; i < sizeof goodgpu / sizeof goodgpu[0]; i++) {
+        setenv("V4_DEVICE", goodgpu[i][0], 1);
+        setenv("V4_CUDA_MODE", goodgpu[i][1], 1);
+        setenv("V4_GPU_EXPERT_MEM", goodgpu[i][2], 1);
+        CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.device, goodgpu[i][0]) &&
+                  !strcmp(c.cuda_mode, goodgpu[i][1]) && !strcmp(c.gpu_expert_mem, goodgpu[i][2]),
+              "gpu %s %s %s: %s", goodgpu[i][0], goodgpu[i][1], goodgpu[i][2], err.msg);
+    }
+    unsetenv("V4_DEVICE");
+    unsetenv("V4_CUDA_MODE");
+    unsetenv("V4_GPU_EXPERT_MEM");
+    static const char *const badgpu[][2] = {
+        {"V4_DEVICE", "gpu"},         {"V4_DEVICE", "cuda:"},      {"V4_DEVICE", "cuda:256"},
+        {"V4_DEVICE", "cuda:1x"},     {"V4_DEVICE", "cuda:-1"},    {"V4_CUDA_MODE", "fastest"},
+        {"V4_CUDA_MODE", "Resident"}, {"V4_GPU_EXPERT_MEM", "0%"}, {"V4_GPU_EXPERT_MEM", "101%"},
+        {"V4_GPU_EXPERT_MEM", "12Q"}, {"V4_GPU_EXPERT_MEM", "0"},  {"V4_GPU_EXPERT_MEM", "x%"}};
+    for (size_t i = 0; i < sizeof badgpu / sizeof badgpu[0]; i++) {
+        setenv(badgpu[i][0], badgpu[i][1], 1);
+        CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, badgpu[i][0]) &&
+                  strstr(err.msg, badgpu[i][1]), "bad %s=%s: %s %s", badgpu[i][0], badgpu[i][1], err.where, err.msg);
+        unsetenv(badgpu[i][0]);
+    }
+    f = fopen(path, "w");
+    fputs("V4_DEVICE=cuda:1\nV4_CUDA_MODE=hybrid\nV4_GPU_EXPERT_MEM=85%\n", f);
+    fclose(f);
+    setenv("V4_CONFIG_FILE", path, 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.device, "cuda:1") && !strcmp(c.cuda_mode, "hybrid") &&
+              !strcmp(c.gpu_expert_mem, "85%"), "gpu settings from the config file: %s", err.msg);
+    unsetenv("V4_CONFIG_FILE");
+    remove(path);
+
     /* the shipped example parses (its secret files are overridden by the environment) */
     char example[4200];
     snprintf(example, sizeof example, "%s/../../config/worker.conf.example", t_env("V4_TEST_DATA", "tests/data"));

@@ -22,6 +22,10 @@ typedef struct v4_engine_opts {
     /* --device cpu|cuda|cuda:N (NULL: the V4_DEVICE environment variable, else cpu).
      * cuda runs the weight products on the GPU ("hybrid" mode, kernels/cuda/). */
     const char *device;
+    /* The CUDA mode (auto|resident|hybrid) and the GPU expert budget (bytes or P%);
+     * NULL or "": the V4_CUDA_MODE / V4_GPU_EXPERT_MEM environment variables. */
+    const char *cuda_mode;
+    const char *gpu_expert_mem;
 } v4_engine_opts;
 
 /* The usage line of the device flag, for the commands' --help. */

@@ -56,7 +56,12 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     snprintf(r->names, sizeof r->names, "%s", model_names);
     snprintf(r->name, sizeof r->name, "%.*s", (int)strcspn(model_names, ","), model_names);
     describe_names(r);
-    v4_engine_opts eo = {.model = model_dir, .threads = ex ? ex->threads : 0, .isa = ex ? ex->isa : NULL};
+    v4_engine_opts eo = {.model = model_dir,
+                         .threads = ex ? ex->threads : 0,
+                         .isa = ex ? ex->isa : NULL,
+                         .device = ex ? ex->device : NULL,
+                         .cuda_mode = ex ? ex->cuda_mode : NULL,
+                         .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL};
     if (v4_model_open(model_dir, &r->m, &err))
         goto fail;
     r->m_open = 1;

@@ -52,7 +52,8 @@ typedef struct v4_run_output {
  * mapped checkpoint), or paged through a host cache of host_cache_bytes filled from
  * the expert pack pack_dir ("" or NULL: from the safetensors) - cache/expert_provider.h.
  * Compute: threads (0 = one per core) and isa (NULL = auto / V4_CPU_ISA) of the CPU
- * backend; the device comes from V4_DEVICE (cli_util.h). */
+ * backend; device / cuda_mode / gpu_expert_mem as the worker settings V4_DEVICE,
+ * V4_CUDA_MODE, V4_GPU_EXPERT_MEM (NULL or "": the environment variable, cli_util.h). */
 typedef struct v4_runner_opts {
     const char *pack_dir;
     long long host_cache_bytes;
@@ -62,6 +63,9 @@ typedef struct v4_runner_opts {
     const char *isa;
     int max_batch;                  /* sequences one forward step may carry (0: 1) */
     long max_context;               /* prompt + max_tokens limit per task (0: the model's) */
+    const char *device;             /* cpu | cuda | cuda:N */
+    const char *cuda_mode;          /* auto | resident | hybrid */
+    const char *gpu_expert_mem;     /* GPU expert budget: bytes or P% */
 } v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model

@@ -16,8 +16,8 @@
 int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner **out)
 {
     v4_task_error te = {0};
-    v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, 0, NULL, c->concurrency,
-                         c->max_context};
+    v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, 0, NULL,
+                         c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -141,6 +141,9 @@ static void reload(worker *w, const char *why)
     memcpy(w->cfg.cache_policy, nc.cache_policy, sizeof nc.cache_policy);
     w->cfg.host_cache_bytes = nc.host_cache_bytes;
     w->cfg.io_threads = nc.io_threads;
+    memcpy(w->cfg.device, nc.device, sizeof nc.device);
+    memcpy(w->cfg.cuda_mode, nc.cuda_mode, sizeof nc.cuda_mode);
+    memcpy(w->cfg.gpu_expert_mem, nc.gpu_expert_mem, sizeof nc.gpu_expert_mem);
     w->cfg.max_context = nc.max_context;
     w->cfg.deadline_ms = nc.deadline_ms;
     w->cfg.warmup_tokens = nc.warmup_tokens;
