@@ -15,8 +15,14 @@
  * range: the machine may be shared), speed-up
  * vs N = 1, mean rows per step, weight bytes read per position (per step: trunk + the
  * union of the rows' routed experts, divided by the rows), the achieved GB/s of weight
- * reads and that as a % of the measured bandwidth.  Not a test: prints, never fails
- * on speed.
+ * reads and that as a % of the measured bandwidth, the multiply-adds of the weight
+ * products per position (trunk + the rows' routed experts), and a roofline: the
+ * machine's measured FP32 multiply-add rate (fmapeak.h) and read bandwidth bound each
+ * run at max(weight bytes / bandwidth, multiply-adds / rate) seconds, so "roofline
+ * tok/s" is the most any kernel doing FP32 multiply-adds could reach for that N and
+ * "roofline speed-up" the most batching could gain over N = 1 on this machine (a
+ * compute-bound N = 8 against a memory-bound N = 1 caps it).  Not a test: prints,
+ * never fails on speed.
  *
  * Thread: main thread (the runner's CPU pool does the work).
  */
@@ -25,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bench/fmapeak.h"
 #include "bench/membw.h"
 #include "config/model_config.h"
 #include "worker/batch_exec.h"
@@ -43,8 +50,14 @@ static int ensure_model(const char *dir)
     char cfg[4200], cmd[9000];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     struct stat st;
-    if (stat(cfg, &st) == 0)
-        return 0;
+    if (stat(cfg, &st) == 0) {
+        snprintf(cfg, sizeof cfg, "%s/tokenizer.json", dir);
+        if (stat(cfg, &st) == 0)
+            return 0;
+        fprintf(stderr, "bench_batching: %s has a checkpoint but no tokenizer.json (an older mkmodel): regenerate it "
+                        "with `v4fleet mkmodel --out %s --preset small --seed 1 --force`\n", dir, dir);
+        return -1;
+    }
     snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --out '%s' --preset small --seed 1 --force", dir,
              V4_BIN_PATH, dir);
     fprintf(stderr, "bench_batching: generating the small model: %s\n", cmd);
@@ -61,7 +74,7 @@ static void page_in(const char *dir)
 }
 
 typedef struct run_figs {
-    double tps, rows_per_step, bytes_per_row, gbs;
+    double tps, rows_per_step, bytes_per_row, gbs, macs_per_row, bytes, macs, tokens;
 } run_figs;
 
 static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs *rf)
@@ -118,6 +131,10 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
     rf->rows_per_step = f.steps ? (double)f.rows / (double)f.steps : 0;
     rf->bytes_per_row = f.rows ? f.weight_bytes / (double)f.rows : 0;
     rf->gbs = f.weight_bytes / dt / 1e9;
+    rf->macs_per_row = f.rows ? f.macs / (double)f.rows : 0;
+    rf->bytes = f.weight_bytes;
+    rf->macs = f.macs;
+    rf->tokens = (double)tokens;
     return failed ? -1 : 0;
 }
 
@@ -185,14 +202,18 @@ int main(int argc, char **argv)
     char cpu[256];
     v4_bench_cpu_name(cpu, sizeof cpu);
     double bw = v4_bench_read_bandwidth((size_t)2 << 30, o.threads, 5);
+    const char *fisa = "";
+    double peak = v4_bench_fma_peak(o.threads, 5, &fisa);
     printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", bw, o.threads);
+    printf("measured FP32 multiply-add rate: %.1f G/s (%d threads, %s, median of 5)\n", peak / 1e9, o.threads, fisa);
     printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n\n",
            o.k, o.prompt, o.tokens, o.runs);
-    printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW "
+           "| MACs/position | roofline tok/s | %% of roofline | roofline speed-up |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
     unsigned rng = 12345;
-    double base = 0;
+    double base = 0, roof_base = 0;
     int rc = 0;
     for (int t = 0; t < nn; t++) {
         run_figs rf[32], med = {0};
@@ -211,14 +232,19 @@ int main(int argc, char **argv)
         for (int k = 0; k < o.runs; k++)   /* the figures of the median run */
             if (rf[k].tps == med.tps)
                 med = rf[k];
+        const double bound_s = med.bytes / (bw * 1e9) > med.macs / peak ? med.bytes / (bw * 1e9) : med.macs / peak;
+        const double roof = bound_s > 0 ? med.tokens / bound_s : 0;
         if (ns[t] == 1 || !base)
             base = ns[t] == 1 ? med.tps : base;
+        if (ns[t] == 1)
+            roof_base = roof;
         printf("| %s | small (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %.2f-%.2f | %s%.2fx | %.2f | "
-               "%.3e | %.2f | %.1f%% |\n",
+               "%.3e | %.2f | %.1f%% | %.3e | %.1f | %.0f%% | %s%.2fx |\n",
                cpu, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o.threads, o.isa, ns[t], med.tps,
                v[0], v[o.runs - 1],
                base ? "" : "n/a ", base ? med.tps / base : 0, med.rows_per_step, med.bytes_per_row, med.gbs,
-               100.0 * med.gbs / bw);
+               100.0 * med.gbs / bw, med.macs_per_row, roof, roof > 0 ? 100.0 * med.tps / roof : 0,
+               roof_base ? "" : "n/a ", roof_base ? roof / roof_base : 0);
         fflush(stdout);
     }
     v4_runner_free(r);

@@ -42,10 +42,11 @@ typedef struct v4_batch_exec v4_batch_exec;
 /* What a continuous executor's forward steps did (cumulative): steps, rows (sequence
  * positions carried: rows / steps = mean batch), and the weight bytes they read: per
  * step the trunk (attention, shared experts, head, ...) plus the distinct routed
- * experts its rows used, per layer (the union the provider loads once). */
+ * experts its rows used, per layer (the union the provider loads once); and the
+ * multiply-adds of their weight products (every row: the trunk and its routed experts). */
 typedef struct v4_batch_exec_figs {
     long steps, rows;
-    double weight_bytes;
+    double weight_bytes, macs;
 } v4_batch_exec_figs;
 
 typedef struct v4_batch_exec_ops {

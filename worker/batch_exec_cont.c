@@ -45,7 +45,7 @@ typedef struct cont_exec {
     cslot *slots;
     long steps;
     v4_batch_exec_figs figs;
-    double trunk_bytes, expert_bytes;
+    double trunk_bytes, expert_bytes, trunk_macs, expert_macs;
     unsigned char *seen;        /* [n_routed_experts]: union of one layer's experts */
     float *logits;              /* [n][vocab] */
     v4_seq **seqs;
@@ -79,14 +79,17 @@ static void count_step(cont_exec *c, int rows)
 {
     const v4_config *cfg = &c->r->m.cfg;
     const int K = cfg->n_act_experts, E = cfg->n_routed_experts;
-    long distinct = 0;
+    long distinct = 0, uses = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
         memset(c->seen, 0, (size_t)E);
         for (int k = 0; k < rows; k++) {
             const v4_trace *t = c->trs[k];
             for (int i = 0; t && i < K; i++) {
                 int32_t id = t->route_ids[l * K + i];
-                if (id >= 0 && id < E && !c->seen[id]) {
+                if (id < 0 || id >= E)
+                    continue;
+                uses++;
+                if (!c->seen[id]) {
                     c->seen[id] = 1;
                     distinct++;
                 }
@@ -96,6 +99,7 @@ static void count_step(cont_exec *c, int rows)
     c->figs.steps++;
     c->figs.rows += rows;
     c->figs.weight_bytes += c->trunk_bytes + (double)distinct * c->expert_bytes;
+    c->figs.macs += c->trunk_macs * rows + (double)uses * c->expert_macs;
 }
 
 /* A summarize slot: prepare its next generation (active), or, when the tree is
@@ -305,6 +309,8 @@ v4_batch_exec *v4_batch_exec_continuous(v4_runner *r, int n, int (*abort_fn)(voi
         c->seen = malloc((size_t)r->m.cfg.n_routed_experts + 1);
         c->trunk_bytes = (double)v4_step_trunk_bytes(&r->m.w);
         c->expert_bytes = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_bytes(&r->m.w.layers[0].experts[0]) : 0;
+        c->trunk_macs = (double)v4_step_trunk_macs(&r->m.w);
+        c->expert_macs = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_macs(&r->m.w.layers[0].experts[0]) : 0;
     }
     if (!c || !c->seen || !c->slots || !c->logits || !c->seqs || !c->toks || !c->trs || !c->row_slot || !c->row_want) {
         snprintf(err, err_cap, "out of memory");

@@ -61,26 +61,35 @@ uint64_t v4_expert_bytes(const v4_expert_w *e)
     return v4_mat_bytes(&e->w1) + v4_mat_bytes(&e->w3) + v4_mat_bytes(&e->w2);
 }
 
-uint64_t v4_step_trunk_bytes(const v4_weights *w)
+static uint64_t mat_elems(const v4_mat *m) { return (uint64_t)m->rows * (uint64_t)m->cols; }
+
+/* The trunk's matrices of one step (all but the routed experts), summed by f. */
+static uint64_t trunk_sum(const v4_weights *w, uint64_t (*f)(const v4_mat *))
 {
     const v4_config *cfg = &w->cfg;
-    uint64_t b = 2ull * (uint64_t)cfg->dim;               /* one embedding row */
-    b += v4_mat_bytes(&w->head) + v4_mat_bytes(&w->hc_head_fn);
+    uint64_t b = f(&w->head) + f(&w->hc_head_fn);
     for (int l = 0; l < cfg->n_layers; l++) {
         const v4_layer_w *lw = &w->layers[l];
         const v4_mat *mats[] = {&lw->hc_attn_fn, &lw->hc_ffn_fn, &lw->wq_a, &lw->wq_b, &lw->wkv,
-                                &lw->wo_a, &lw->wo_b, &lw->gate};
+                                &lw->wo_a, &lw->wo_b, &lw->gate, &lw->shared.w1, &lw->shared.w3, &lw->shared.w2};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            b += v4_mat_bytes(mats[i]);
-        b += v4_expert_bytes(&lw->shared);
+            b += f(mats[i]);
         if (lw->ratio)
-            b += v4_mat_bytes(&lw->comp.wkv) + v4_mat_bytes(&lw->comp.wgate);
+            b += f(&lw->comp.wkv) + f(&lw->comp.wgate);
         if (lw->ratio == 4)
-            b += v4_mat_bytes(&lw->idx_wq_b) + v4_mat_bytes(&lw->idx_weights_proj) +
-                 v4_mat_bytes(&lw->idx_comp.wkv) + v4_mat_bytes(&lw->idx_comp.wgate);
+            b += f(&lw->idx_wq_b) + f(&lw->idx_weights_proj) + f(&lw->idx_comp.wkv) + f(&lw->idx_comp.wgate);
     }
     return b;
 }
+
+uint64_t v4_step_trunk_bytes(const v4_weights *w)
+{
+    return 2ull * (uint64_t)w->cfg.dim + trunk_sum(w, v4_mat_bytes);   /* + one embedding row */
+}
+
+uint64_t v4_step_trunk_macs(const v4_weights *w) { return trunk_sum(w, mat_elems); }
+
+uint64_t v4_expert_macs(const v4_expert_w *e) { return mat_elems(&e->w1) + mat_elems(&e->w3) + mat_elems(&e->w2); }
 
 /* ------------------------------------------------------------- R8 packing -- */
 

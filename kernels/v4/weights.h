@@ -104,5 +104,10 @@ void v4_mat_pack_r8(const v4_mat *src, void *dst, int g0, int g1);
 uint64_t v4_mat_bytes(const v4_mat *m);
 uint64_t v4_expert_bytes(const v4_expert_w *e);
 uint64_t v4_step_trunk_bytes(const v4_weights *w);
+/* Multiply-adds of one position's weight products: the trunk's (every matrix above but
+ * the routed experts) and one routed expert's (rows * cols summed; attention over the
+ * cached keys is not counted). */
+uint64_t v4_step_trunk_macs(const v4_weights *w);
+uint64_t v4_expert_macs(const v4_expert_w *e);
 
 #endif
