@@ -3,6 +3,7 @@
  *
  *   bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]
  *                  [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]
+ *                  [--device cpu|cuda|cuda:N]
  *
  * The model (default models/bench/small; generated with `v4fleet mkmodel --preset small`
  * when DIR/config.json is missing) is opened once through the task runner (max_batch =
@@ -22,7 +23,9 @@
  * tok/s" is the most any kernel doing FP32 multiply-adds could reach for that N and
  * "roofline speed-up" the most batching could gain over N = 1 on this machine (a
  * compute-bound N = 8 against a memory-bound N = 1 caps it).  Not a test: prints,
- * never fails on speed.
+ * never fails on speed.  With --device cuda the engine runs on the GPU (the resident
+ * step batches the same way), % of BW is against 4.8 TB/s and the roofline columns
+ * are n/a.
  *
  * Thread: main thread (the runner's CPU pool does the work).
  */
@@ -34,14 +37,19 @@
 #include "bench/fmapeak.h"
 #include "bench/membw.h"
 #include "config/model_config.h"
+#ifdef V4_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 #include "worker/batch_exec.h"
+
+#define HBM_GBS 4800.0   /* the 100% line with --device cuda: H200 HBM3e, nominal */
 
 #ifndef V4_BIN_PATH
 #define V4_BIN_PATH "build/v4fleet"
 #endif
 
 typedef struct opts {
-    const char *model, *isa, *ns;
+    const char *model, *isa, *ns, *device;
     int k, tokens, prompt, runs, threads;
 } opts;
 
@@ -146,12 +154,13 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    opts o = {"models/bench/small", "auto", "1,2,4,8,16", 2, 64, 4, 3, 2};
+    opts o = {"models/bench/small", "auto", "1,2,4,8,16", "cpu", 2, 64, 4, 3, 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
             printf("usage: bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]\n"
-                   "                      [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]\n");
+                   "                      [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]\n"
+                   "                      [--device cpu|cuda|cuda:N]\n");
             return 0;
         }
         if (!v) {
@@ -166,6 +175,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--prompt")) o.prompt = atoi(v);
         else if (!strcmp(a, "--runs")) o.runs = atoi(v);
         else if (!strcmp(a, "--threads")) o.threads = atoi(v);
+        else if (!strcmp(a, "--device")) o.device = v;
         else {
             fprintf(stderr, "bench_batching: unknown option %s\n", a);
             return 2;
@@ -188,10 +198,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_batching: bad --tasks-per-slot / --tokens / --prompt / --runs\n");
         return 2;
     }
+    if (strncmp(o.device, "cpu", 3)) {   /* the GPU row: skipped, not failed, without a GPU */
+#ifdef V4_HAVE_CUDA
+        char why[256] = "";
+        if (v4_cuda_device_count(why, sizeof why) <= 0) {
+            printf("bench_batching: %s: no GPU: skipped (%s)\n", o.device, why);
+            return 0;
+        }
+#else
+        printf("bench_batching: %s: no GPU: skipped (built without the CUDA backend)\n", o.device);
+        return 0;
+#endif
+    }
     if (ensure_model(o.model))
         return 1;
     v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, NULL, NULL, NULL};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, o.device, NULL, NULL};
+    const int gpu = strncmp(o.device, "cpu", 3) != 0;
     v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
     if (!r) {
         fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);
@@ -201,11 +224,18 @@ int main(int argc, char **argv)
     const v4_config *cfg = v4_runner_config(r);
     char cpu[256];
     v4_bench_cpu_name(cpu, sizeof cpu);
-    double bw = v4_bench_read_bandwidth((size_t)2 << 30, o.threads, 5);
-    const char *fisa = "";
-    double peak = v4_bench_fma_peak(o.threads, 5, &fisa);
-    printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", bw, o.threads);
-    printf("measured FP32 multiply-add rate: %.1f G/s (%d threads, %s, median of 5)\n", peak / 1e9, o.threads, fisa);
+    double bw = HBM_GBS, peak = 0;
+    if (gpu) {
+        printf("device %s: %% of BW against %.0f GB/s (H200 HBM3e nominal); no roofline (CPU figures only)\n",
+               o.device, bw);
+        snprintf(cpu, sizeof cpu, "GPU %s", o.device);
+    } else {
+        const char *fisa = "";
+        bw = v4_bench_read_bandwidth((size_t)2 << 30, o.threads, 5);
+        peak = v4_bench_fma_peak(o.threads, 5, &fisa);
+        printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", bw, o.threads);
+        printf("measured FP32 multiply-add rate: %.1f G/s (%d threads, %s, median of 5)\n", peak / 1e9, o.threads, fisa);
+    }
     printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n\n",
            o.k, o.prompt, o.tokens, o.runs);
     printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW "
@@ -232,19 +262,23 @@ int main(int argc, char **argv)
         for (int k = 0; k < o.runs; k++)   /* the figures of the median run */
             if (rf[k].tps == med.tps)
                 med = rf[k];
-        const double bound_s = med.bytes / (bw * 1e9) > med.macs / peak ? med.bytes / (bw * 1e9) : med.macs / peak;
+        const double mac_s = peak > 0 ? med.macs / peak : 0;
+        const double bound_s = gpu ? 0 : med.bytes / (bw * 1e9) > mac_s ? med.bytes / (bw * 1e9) : mac_s;
         const double roof = bound_s > 0 ? med.tokens / bound_s : 0;
         if (ns[t] == 1 || !base)
             base = ns[t] == 1 ? med.tps : base;
         if (ns[t] == 1)
             roof_base = roof;
-        printf("| %s | small (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %.2f-%.2f | %s%.2fx | %.2f | "
-               "%.3e | %.2f | %.1f%% | %.3e | %.1f | %.0f%% | %s%.2fx |\n",
-               cpu, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o.threads, o.isa, ns[t], med.tps,
-               v[0], v[o.runs - 1],
-               base ? "" : "n/a ", base ? med.tps / base : 0, med.rows_per_step, med.bytes_per_row, med.gbs,
-               100.0 * med.gbs / bw, med.macs_per_row, roof, roof > 0 ? 100.0 * med.tps / roof : 0,
-               roof_base ? "" : "n/a ", roof_base ? roof / roof_base : 0);
+        char rcell[160] = "n/a | n/a | n/a";
+        if (roof > 0)
+            snprintf(rcell, sizeof rcell, "%.1f | %.0f%% | %s%.2fx", roof, 100.0 * med.tps / roof, roof_base ? "" : "n/a ",
+                     roof_base ? roof / roof_base : 0);
+        const char *mname = strrchr(o.model, '/') && strrchr(o.model, '/')[1] ? strrchr(o.model, '/') + 1 : o.model;
+        printf("| %s | %s (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %.2f-%.2f | %s%.2fx | %.2f | "
+               "%.3e | %.2f | %.1f%% | %.3e | %s |\n",
+               cpu, mname, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o.threads,
+               gpu ? o.device : o.isa, ns[t], med.tps, v[0], v[o.runs - 1], base ? "" : "n/a ", base ? med.tps / base : 0,
+               med.rows_per_step, med.bytes_per_row, med.gbs, 100.0 * med.gbs / bw, med.macs_per_row, rcell);
         fflush(stdout);
     }
     v4_runner_free(r);

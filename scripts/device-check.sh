@@ -23,8 +23,10 @@
 #      `v4fleet mkmodel --preset flash` to build-gpu/flash-L<N>/ (kept and reused by the
 #      next run); then bench_flash on it with --device cuda: greedy decode ms/token,
 #      tokens/s, bytes/token, GB/s and % of 4.8 TB/s, with every expert resident (the
-#      device-resident step, V4_CUDA_MODE=auto) and with V4_GPU_EXPERT_MEM=85% (hybrid
-#      mode + the GPU expert cache) (build-gpu/bench_flash.txt).
+#      device-resident step, V4_CUDA_MODE=auto) and with V4_GPU_EXPERT_MEM=85% (the
+#      resident step paging experts) (build-gpu/bench_flash.txt); then bench_batching on
+#      it with --device cuda: aggregate tokens/s of continuous batching at N = 1, 4, 8, 16
+#      (build-gpu/bench_batching.txt).
 #   6. (full build) divergence: greedy ids of --device cpu vs --device cuda, first
 #      position where they differ, on the golden tiny sequence (32 tokens, also vs the
 #      golden ids) and on the flash model (16 tokens) (build-gpu/diverge.txt).
@@ -57,6 +59,7 @@ run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to lo
     local name=$1 to=$2
     shift 2
     local t0
+    t0=$(date +%s)
     local cmd="$*"
     say "=== $name: ${cmd:0:160}"
     set -o pipefail
@@ -73,7 +76,7 @@ summary() {
     for l in "${SUMMARY[@]}"; do say "$l"; done
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
         cp "$LOG" "$OUT/device-check.log" 2>/dev/null
-        for f in bench.txt bench_flash.txt diverge.txt; do
+        for f in bench.txt bench_flash.txt bench_batching.txt diverge.txt; do
             [ -f "$BUILD/$f" ] && cp "$BUILD/$f" "$OUT/$f"
         done
     fi
@@ -131,7 +134,7 @@ if [ $MODE = full ]; then
         summary; exit 1
     fi
     step_result configure ok $STEP_S "release, V4_CUDA=ON, build-gpu/"
-    run_step build 165 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden test_cuda_tier cuda_step_check bench_cuda_linear v4fleet bench_flash
+    run_step build 165 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden test_cuda_tier cuda_step_check bench_cuda_linear v4fleet bench_flash bench_batching
     if [ $STEP_RC -ne 0 ]; then step_result build "$([ $STEP_RC -eq 124 ] && echo TIMEOUT || echo FAIL)" $STEP_S "see log"; summary; exit 1; fi
     step_result build ok $STEP_S "full CMake build"
     TEST_LINEAR=$BUILD/tests/test_cuda_linear
@@ -236,6 +239,19 @@ if [ $MODE = full ]; then
             SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "experts $(trim "${cfg##*experts }")" "" "" \
                 "ms/token $(trim "$ms"), tokens/s $(trim "$tps"), $(trim "$gbs") GB/s = $(trim "$pct")")")
         done < <(grep -E '^\| .*experts (all resident|[0-9])' "$BUILD/bench_flash.txt")
+        # Continuous batching on the GPU (issue 8's GPU row): aggregate tokens/s at N.
+        run_step bench-batching 75 "$BUILD/bench/bench_batching" --model "$FLASH" --device cuda --ns 1,4,8,16 \
+            --tokens 16 --tasks-per-slot 1 --runs 1
+        grep -E '^\|' "$BUILD/step.out" >"$BUILD/bench_batching.txt"
+        r=ok
+        [ $STEP_RC -ne 0 ] && r=FAIL
+        [ $STEP_RC -eq 124 ] && r=TIMEOUT
+        [ $STEP_RC -eq 0 ] && grep -q "no GPU: skipped" "$BUILD/step.out" && r=SKIPPED
+        step_result bench_batching $r $STEP_S "build-gpu/bench_batching.txt (N = 1,4,8,16; 16 tokens)"
+        while IFS='|' read -r _ _ _ n tps _ sp _; do
+            SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "batch N = $(trim "$n")" "" "" \
+                "tokens/s $(trim "$tps"), speed-up $(trim "$sp")")")
+        done < <(grep -E '^\| GPU' "$BUILD/bench_batching.txt")
     else
         step_result bench_flash SKIPPED 0 "no flash model"
     fi
@@ -283,7 +299,7 @@ else
 fi
 
 summary
-for f in bench.txt bench_flash.txt diverge.txt; do
+for f in bench.txt bench_flash.txt bench_batching.txt diverge.txt; do
     if [ -s "$BUILD/$f" ]; then
         say ""
         say "build-gpu/$f:"
