@@ -8,7 +8,7 @@
  * Activation quantization (v4_act_quant) is done once per input vector before the
  * row kernels run: xq holds the e4m3 values as floats and xs the per-128 scales.
  *
- * SIMD variants (linear_avx2.c, linear_avx512.c) have the same signatures and give
+ * SIMD variants (linear_avx2.c, linear_avx512.c + linear_exact_avx512.c) have the same signatures and give
  * bit-identical results; they may only be called when the CPU supports the ISA (the
  * backend checks at run time).  V4_CPU_X86 tells whether they are compiled in.
  *

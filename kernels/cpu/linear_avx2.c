@@ -551,7 +551,7 @@ static void exact_tile(const v4_mat *W, int n, const float *x, int ldx, float *y
 
 /* ------------------------------------------------------------- EXACT, R8 -- */
 
-/* The R8 kernels of linear_avx512.c (read its comment) at 256-bit width: a group of
+/* The R8 kernels of linear_exact_avx512.c (read its comment) at 256-bit width: a group of
  * 8 rows is two ymm of doubles (rows 0-3, 4-7); micro-kernels of G groups x V vectors
  * with 2*G*V <= 8 accumulators (16 ymm registers); the same FP8 block scan and
  * BIAS / MUL / exact-dequantization decodes (simd_x86.h). */
@@ -570,7 +570,7 @@ V4_INLINE __m256i r8_e4m3_bits(__m128i b)
 }
 
 /* 8 weights (one column of one group) as doubles: lo = rows 0-3, hi = rows 4-7 (x
- * carries the matching factor, see linear_avx512.c r8_load). */
+ * carries the matching factor, see linear_exact_avx512.c r8_load). */
 V4_INLINE void r8_load(const int T, const uint8_t *p, __m256d S, __m256 sw, __m256d *lo, __m256d *hi)
 {
     if (T == R8_F32) {
@@ -599,7 +599,7 @@ V4_INLINE void r8_load(const int T, const uint8_t *p, __m256d S, __m256 sw, __m2
     }
 }
 
-/* G groups x V vectors, nj columns from column j0 (see linear_avx512.c r8_mk);
+/* G groups x V vectors, nj columns from column j0 (see linear_exact_avx512.c r8_mk);
  * acc: [v][R8G][8]. */
 V4_INLINE void r8_mk(const int T, const uint8_t *const *gp, int j0, int nj, const double *xd,
                      const __m256d *S, const __m256 *sw, double *acc, const int G, const int V, int pf)
@@ -684,7 +684,7 @@ V4_INLINE void r8_pass_v(const int T, const uint8_t *const *gp, int ng, int j0, 
     }
 }
 
-/* FP8 block scan (see linear_avx512.c): bit 0 = a NaN code, bit 1 = an exponent-0 code. */
+/* FP8 block scan (see linear_exact_avx512.c): bit 0 = a NaN code, bit 1 = an exponent-0 code. */
 static int r8_fp8_scan(const uint8_t *const *gp, int ng, int j0, int nj)
 {
     const __m256i m7f = _mm256_set1_epi8(0x7f), m78 = _mm256_set1_epi8(0x78), z = _mm256_setzero_si256();

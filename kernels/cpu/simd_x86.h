@@ -1,4 +1,5 @@
-/* simd_x86.h - AVX2-level helpers shared by linear_avx2.c and linear_avx512.c.
+/* simd_x86.h - AVX2-level helpers shared by linear_avx2.c and the AVX-512 kernels
+ * (linear_avx512.c, linear_exact_avx512.c).
  *
  * Include only from translation units compiled with -mavx2 -mfma (the *_avx2.c and
  * *_avx512.c files); everything here is static inline and bit-exact with the scalar
