@@ -156,7 +156,9 @@ else
                  kernels/v4/weights.c kernels/v4/ops.c kernels/cuda/slot_pool.c config/error.c; do
             gcc $CF -I"$CUDA_INC" -c "$f" -o "$M/$(basename "$f").o" &
         done
-        gcc $CF -mavx2 -mfma -mf16c -c kernels/cpu/linear_avx2.c -o "$M/linear_avx2.o" &
+        for f in linear_avx2 linear_exact_avx2; do
+            gcc $CF -mavx2 -mfma -mf16c -c "kernels/cpu/$f.c" -o "$M/$f.o" &
+        done
         for f in linear_avx512 linear_exact_avx512; do
             gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -c "kernels/cpu/$f.c" -o "$M/$f.o" &
         done
@@ -166,7 +168,7 @@ else
         for pid in $(jobs -p); do wait "$pid" || bad=1; done
         [ $bad -eq 0 ] || { echo "minimal build: a compilation failed"; return 1; }
         local objs=("$M"/*.cu.o "$M"/codec.c.o "$M"/backend_cpu.c.o "$M"/linear_scalar.c.o "$M"/threadpool.c.o \
-                    "$M"/weights.c.o "$M"/ops.c.o "$M"/slot_pool.c.o "$M"/error.c.o "$M"/linear_avx2.o \
+                    "$M"/weights.c.o "$M"/ops.c.o "$M"/slot_pool.c.o "$M"/error.c.o "$M"/linear_avx2.o "$M"/linear_exact_avx2.o \
                     "$M"/linear_avx512.o "$M"/linear_exact_avx512.o)
         for t in test_cuda_linear bench_cuda_linear; do
             g++ -o "$M/$t" "$M/$t.o" "${objs[@]}" -L"$CUDA_LIB" -lcudart_static -ldl -lrt -lpthread -lm

@@ -8,9 +8,9 @@
  * Activation quantization (v4_act_quant) is done once per input vector before the
  * row kernels run: xq holds the e4m3 values as floats and xs the per-128 scales.
  *
- * SIMD variants (linear_avx2.c, linear_avx512.c + linear_exact_avx512.c) have the same signatures and give
- * bit-identical results; they may only be called when the CPU supports the ISA (the
- * backend checks at run time).  V4_CPU_X86 tells whether they are compiled in.
+ * SIMD variants (QUANT: linear_avx2.c, linear_avx512.c; EXACT: linear_exact_avx2.c,
+ * linear_exact_avx512.c) have the same signatures and give bit-identical results; they
+ * may only be called when the CPU supports the ISA (the backend checks at run time).  V4_CPU_X86 tells whether they are compiled in.
  *
  * Layouts: the EXACT kernels accept row-major and R8 weights (backend.h) and any
  * [r0, r1) (R8: rows outside the range in a partial group are computed and dropped);
