@@ -10,7 +10,8 @@
  *
  * SIMD variants (QUANT: linear_avx2.c, linear_avx512.c; EXACT: linear_exact_avx2.c,
  * linear_exact_avx512.c) have the same signatures and give bit-identical results; they
- * may only be called when the CPU supports the ISA (the backend checks at run time).  V4_CPU_X86 tells whether they are compiled in.
+ * may only be called when the CPU supports the ISA (the backend checks at run time).
+ * V4_CPU_X86 tells whether they are compiled in.
  *
  * Layouts: the EXACT kernels accept row-major and R8 weights (backend.h) and any
  * [r0, r1) (R8: rows outside the range in a partial group are computed and dropped);
