@@ -10,8 +10,11 @@
  * sequence's window slot and compressor rows are, when a compressed block completes,
  * the candidate lists' window and HCA parts, and which experts run (the routing is
  * computed on the device and copied back once per MoE layer, like the reference's
- * gather by expert).  Everything stays on the one stream of the engine; host copies
- * of results are synchronous.
+ * gather by expert).  Everything stays on the one stream of the engine, except the
+ * uploads of paged experts: those run on the copy stream of xslots.cu, and each expert
+ * makes the engine's stream wait for its slot's ready event before reading it
+ * (routed_experts: hits first, misses as their copies are enqueued, the sum over
+ * experts in ascending id).  Host copies of results are synchronous.
  *
  * Ownership: see cuda_step.h.  Thread: one at a time.
  */

@@ -107,6 +107,33 @@ static void compare(const char *what, const obs &a, const obs &b, int pos)
     bad_total += bad;
 }
 
+/* A paged engine (budget bytes of slots, misses from inner or the weights) on a new
+ * context *ctx of be: the first P tokens of seq, compared with ref (labelled what).
+ * NULL when it cannot be set up or a step fails (printed). */
+static v4_cuda_engine *run_paged(v4_backend *be, const v4_weights *w, size_t budget, const v4_expert_provider *inner,
+                                 const std::vector<int> &seq, int P, const std::vector<obs> &ref, const char *what,
+                                 v4_ctx **ctx)
+{
+    v4_error err = {};
+    *ctx = v4_ctx_create(w, be, 3, &err);
+    v4_cuda_engine *eng = *ctx ? v4_cuda_engine_create_paged(w, 3, 3, budget, inner, &err) : NULL;
+    if (!eng) {
+        printf("%s engine: %s: %s\n", what, err.where, err.msg);
+        return NULL;
+    }
+    v4_step_impl impl = v4_cuda_engine_impl(eng);
+    v4_ctx_set_step_impl(*ctx, &impl);
+    std::vector<int> toks(seq.begin(), seq.begin() + P);
+    std::vector<obs> out;
+    if (run_one(*ctx, w, toks, out)) {
+        v4_cuda_engine_free(eng);
+        return NULL;
+    }
+    for (int p = 0; p < P; p++)
+        compare(what, ref[(size_t)p], out[(size_t)p], p);
+    return eng;
+}
+
 int v4_step_check(const char *data, int P)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -236,20 +263,10 @@ int v4_step_check(const char *data, int P)
         const int before3 = bad_total, P3 = P < 48 ? P : 48;
         const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
         const size_t budget = xb * (size_t)w->cfg.n_layers * w->cfg.n_routed_experts / 4 + xb / 2;
-        v4_ctx *dev2 = v4_ctx_create(w, be, 3, &err);
-        v4_cuda_engine *eng2 = dev2 ? v4_cuda_engine_create(w, 3, 3, budget, &err) : NULL;
-        if (!eng2) {
-            printf("paged engine: %s: %s\n", err.where, err.msg);
+        v4_ctx *dev2 = NULL;
+        v4_cuda_engine *eng2 = run_paged(be, w, budget, NULL, seq, P3, a, "paged", &dev2);
+        if (!eng2)
             return 1;
-        }
-        v4_step_impl impl2 = v4_cuda_engine_impl(eng2);
-        v4_ctx_set_step_impl(dev2, &impl2);
-        std::vector<int> t3(seq.begin(), seq.begin() + P3);
-        std::vector<obs> c3;
-        if (run_one(dev2, w, t3, c3))
-            return 1;
-        for (int p = 0; p < P3; p++)
-            compare("paged", a[p], c3[p], p);
         v4_cuda_expert_stats xs;
         v4_cuda_engine_expert_stats(eng2, &xs);
         const int ok3 = bad_total == before3 && xs.misses > 0 && xs.evictions > 0 && xs.hits > 0 &&
@@ -291,23 +308,15 @@ int v4_step_check(const char *data, int P)
         snprintf(path, sizeof path, "%s/model", dir);
         v4_xprov_opts xo = {path, NULL, (size_t)c->n_layers * c->n_routed_experts * lo.bytes / 2, "lru", 2, 0};
         v4_xprov *hx = v4_xprov_open(c, m.ck, &xo, &err);
-        v4_ctx *dev4 = hx ? v4_ctx_create(w, be, 3, &err) : NULL;
-        v4_cuda_engine *eng4 =
-            dev4 ? v4_cuda_engine_create_paged(w, 3, 3, xb * (size_t)c->n_layers * c->n_routed_experts / 4 + xb / 2,
-                                               v4_xprov_provider(hx), &err)
-                 : NULL;
-        if (!eng4) {
-            printf("host-cache paged engine: %s: %s\n", err.where, err.msg);
+        if (!hx) {
+            printf("host expert cache: %s: %s\n", err.where, err.msg);
             return 1;
         }
-        v4_step_impl impl4 = v4_cuda_engine_impl(eng4);
-        v4_ctx_set_step_impl(dev4, &impl4);
-        std::vector<int> t4(seq.begin(), seq.begin() + P4);
-        std::vector<obs> c4;
-        if (run_one(dev4, w, t4, c4))
+        v4_ctx *dev4 = NULL;
+        v4_cuda_engine *eng4 = run_paged(be, w, xb * (size_t)c->n_layers * c->n_routed_experts / 4 + xb / 2,
+                                         v4_xprov_provider(hx), seq, P4, a, "host-cache paged", &dev4);
+        if (!eng4)
             return 1;
-        for (int p = 0; p < P4; p++)
-            compare("host-cache paged", a[p], c4[p], p);
         v4_cuda_expert_stats xs;
         v4_cuda_engine_expert_stats(eng4, &xs);
         v4_xcache_stats hs;
