@@ -10,8 +10,11 @@
  * sequence's window slot and compressor rows are, when a compressed block completes,
  * the candidate lists' window and HCA parts, and which experts run (the routing is
  * computed on the device and copied back once per MoE layer, like the reference's
- * gather by expert).  Everything stays on the one stream of the engine; host copies
- * of results are synchronous.
+ * gather by expert).  Everything stays on the one stream of the engine, except the
+ * uploads of paged experts: those run on the copy stream of xslots.cu, and each expert
+ * makes the engine's stream wait for its slot's ready event before reading it
+ * (routed_experts: hits first, misses as their copies are enqueued, the sum over
+ * experts in ascending id).  Host copies of results are synchronous.
  *
  * Ownership: see cuda_step.h.  Thread: one at a time.
  */
@@ -30,6 +33,7 @@
 #endif
 #include "cuda_step.h"
 #include "slot_pool.h"
+#include "xslots.h"
 
 extern "C" {
 #include "../v4/ops.h"
@@ -97,13 +101,13 @@ struct v4_cuda_engine {
     char fail_where[64];
 
     dlayer *L;
-    /* paged experts (expert_budget > 0): slots of one device pool, LRU bookkeeping in
-     * slot_pool.c; host matrices to upload from */
-    v4_slot_pool *xpool;
-    uint8_t *xslots;
-    size_t xslot_bytes, xoff[6];    /* slot layout: w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale */
-    int *x_ids, *x_slot;
-    unsigned char *x_load;
+    /* paged experts (expert_budget > 0): device slots with uploads on a copy stream
+     * (xslots.h; LRU bookkeeping in slot_pool.c) */
+    int paged;
+    v4cu_xslots *xsl;
+    size_t xoff[6];                 /* slot layout: w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale */
+    int *x_ids;                     /* [n_routed]: the layer's experts with rows, ascending */
+    unsigned char *x_miss;          /* [n_routed]: x_ids[i] is being uploaded this layer */
     dexpert *x_mats;                /* [n_routed]: the layer's acquired experts by id */
     uint16_t *embed;
     dmat head, hc_head_fn;
@@ -467,56 +471,84 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
 
 /* ----------------------------------------------------------------- MoE */
 
-static int expert_forward(v4_cuda_engine *e, const dexpert *x, int m, const float *wt)
+/* Expert x on rows [s0, s0+m) of the gathered buffers (ex_x in, ex_o out); the
+ * shared expert runs on rows [0, n). */
+static int expert_forward(v4_cuda_engine *e, const dexpert *x, int s0, int m, const float *wt)
 {
     const v4_config *cfg = &e->w->cfg;
-    return lin(e, &x->w1, 1, m, e->ex_x, e->ex_g) || lin(e, &x->w3, 1, m, e->ex_x, e->ex_u) ||
-                   ck(e, v4cu_swiglu(e->ex_g, e->ex_u, cfg->moe_inter, cfg->swiglu_limit, wt, e->ex_h, m, e->st),
-                      "swiglu") ||
-                   lin(e, &x->w2, 1, m, e->ex_h, e->ex_o)
+    const size_t I = (size_t)cfg->moe_inter, d = (size_t)cfg->dim;
+    float *ex_x = e->ex_x + s0 * d, *g = e->ex_g + s0 * I, *u = e->ex_u + s0 * I, *h = e->ex_h + s0 * I;
+    return lin(e, &x->w1, 1, m, ex_x, g) || lin(e, &x->w3, 1, m, ex_x, u) ||
+                   ck(e, v4cu_swiglu(g, u, cfg->moe_inter, cfg->swiglu_limit, wt, h, m, e->st), "swiglu") ||
+                   lin(e, &x->w2, 1, m, h, e->ex_o + s0 * d)
                ? -1
                : 0;
 }
 
-/* Paged experts: pin the layer's experts (those with rows: h_start), upload the misses
- * from the host weights into their slots (on the step's stream, so before any kernel that
- * reads them), and point x_mats at the slots.  *nx = experts pinned. */
-static int acquire_experts(v4_cuda_engine *e, int layer, int *nx, v4_error *err)
+/* Routed expert x_ids[i] of the layer on its rows (h_start), into its own part of the
+ * gathered buffers; a paged expert first makes the stream wait for its slot's copy. */
+static int routed_expert(v4_cuda_engine *e, const dlayer *lw, int i, v4_error *err)
+{
+    const int dim = e->w->cfg.dim, x = e->x_ids[i], s0 = e->h_start[x], m = e->h_start[x + 1] - s0;
+    if (e->xsl && v4cu_xslots_wait(e->xsl, v4cu_xslots_slot_of(e->xsl, i), err))
+        return -1;
+    for (int r = 0; r < m; r++)
+        if (copy2d(e, e->ex_x + (size_t)(s0 + r) * dim, dim, e->x + (size_t)e->h_rows[s0 + r] * dim, dim, dim, 1))
+            return -1;
+    return expert_forward(e, e->xsl ? &e->x_mats[x] : &lw->experts[x], s0, m, e->ex_wt + s0);
+}
+
+/* Paged experts: pin the layer's experts x_ids[0..nx) (all or nothing; nothing
+ * pinned on failure), point x_mats at the slots and mark the misses (x_miss). */
+static int acquire_experts(v4_cuda_engine *e, int layer, int nx, v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
-    const int E = cfg->n_routed_experts;
-    int n = 0;
-    for (int x = 0; x < E; x++)
-        if (e->h_start[x + 1] > e->h_start[x])
-            e->x_ids[n++] = x;
-    *nx = 0;
-    if (v4_slot_pool_acquire(e->xpool, layer, e->x_ids, n, e->x_slot, e->x_load, err))
+    if (v4cu_xslots_begin(e->xsl, layer, e->x_ids, nx, err))
         return -1;
-    *nx = n;
-    for (int i = 0; i < n; i++) {
-        const v4_expert_w *hx = &e->w->layers[layer].experts[e->x_ids[i]];
-        uint8_t *base = e->xslots + (size_t)e->x_slot[i] * e->xslot_bytes;
-        const v4_mat *hm[3] = {&hx->w1, &hx->w3, &hx->w2};
+    const int type = cfg->expert_fp4 ? V4_W_FP4 : V4_W_FP8, I = cfg->moe_inter, d = cfg->dim;
+    for (int i = 0; i < nx; i++) {
+        uint8_t *base = v4cu_xslots_at(e->xsl, v4cu_xslots_slot_of(e->xsl, i));
         dmat *dm[3] = {&e->x_mats[e->x_ids[i]].w1, &e->x_mats[e->x_ids[i]].w3, &e->x_mats[e->x_ids[i]].w2};
-        for (int k = 0; k < 3; k++) {
-            *dm[k] = dmat{(int)hm[k]->type, hm[k]->rows, hm[k]->cols, 0, base + e->xoff[2 * k],
-                          hm[k]->scale ? base + e->xoff[2 * k + 1] : NULL};
-            if (!e->x_load[i])
-                continue;
-            const size_t wb = mat_w_bytes(hm[k]), sb = mat_s_bytes(hm[k]);
-            if (ck(e, cudaMemcpyAsync(dm[k]->w, hm[k]->w, wb, cudaMemcpyHostToDevice, e->st), "expert upload") ||
-                (sb && ck(e, cudaMemcpyAsync(dm[k]->scale, hm[k]->scale, sb, cudaMemcpyHostToDevice, e->st),
-                          "expert upload"))) {
-                v4_slot_pool_forget(e->xpool, e->x_slot[i]);
-                v4_slot_pool_release(e->xpool, layer, e->x_ids, n);
-                *nx = 0;
-                return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "uploading expert %d of layer %d failed: %s",
-                                  e->x_ids[i], layer, cudaGetErrorString(e->fail));
-            }
-            v4_slot_pool_add_uploaded(e->xpool, wb + sb);
-        }
+        for (int k = 0; k < 3; k++)
+            *dm[k] = dmat{type, k == 2 ? d : I, k == 2 ? I : d, 0, base + e->xoff[2 * k], base + e->xoff[2 * k + 1]};
+        e->x_miss[i] = 0;
     }
+    for (int k = 0; k < v4cu_xslots_nmiss(e->xsl); k++)
+        e->x_miss[v4cu_xslots_miss_at(e->xsl, k)] = 1;
     return 0;
+}
+
+/* The routed experts of a layer.  Resident ones (hits; every expert when none is
+ * paged) are enqueued first; then the misses' host bytes are fetched (the host expert
+ * cache may load them meanwhile) and each miss is enqueued right after its upload on
+ * the copy stream, so its copy overlaps the kernels before it and the next miss's copy
+ * overlaps its kernels.  Every expert writes its own rows of ex_o; the scatter-adds
+ * into y then run in ascending expert id, the order of the C reference (moe.c), so
+ * the sum is bit-identical whatever order the experts ran in. */
+static int routed_experts(v4_cuda_engine *e, int layer, int nx, v4_error *err)
+{
+    const dlayer *lw = &e->L[layer];
+    const int dim = e->w->cfg.dim;
+    if (e->xsl && acquire_experts(e, layer, nx, err))
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < nx && !rc; i++)
+        if (!e->xsl || !e->x_miss[i])
+            rc = routed_expert(e, lw, i, err);
+    const int nmiss = e->xsl ? v4cu_xslots_nmiss(e->xsl) : 0;
+    if (nmiss && !rc)
+        rc = v4cu_xslots_fetch(e->xsl, err);
+    for (int k = 0; k < nmiss && !rc; k++)
+        rc = v4cu_xslots_upload(e->xsl, k, err) || routed_expert(e, lw, v4cu_xslots_miss_at(e->xsl, k), err);
+    if (e->xsl)
+        v4cu_xslots_end(e->xsl, rc == 0);
+    for (int i = 0; i < nx && !rc; i++) {
+        const int s0 = e->h_start[e->x_ids[i]], m = e->h_start[e->x_ids[i] + 1] - s0;
+        rc = ck(e, v4cu_scatter_add(e->y, dim, e->ex_o + (size_t)s0 * dim, e->rows + s0, m, e->st), "moe");
+    }
+    if (e->xsl)   /* records the slots' used events after this layer's kernels, unpins */
+        v4cu_xslots_release(e->xsl, layer, e->x_ids, nx);
+    return rc ? -1 : 0;
 }
 
 static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr, v4_error *err)
@@ -539,7 +571,7 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr, v4_erro
     if (ck(e, cudaMemsetAsync(e->y, 0, sizeof(float) * (size_t)n * dim, e->st), "moe"))
         return -1;
     /* rows and weights of every expert of the layer, in ascending expert id: one upload */
-    int off = 0;
+    int off = 0, nx = 0;
     for (int x = 0; x < E; x++) {
         e->h_start[x] = off;
         for (int b = 0; b < n; b++)
@@ -548,29 +580,14 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr, v4_erro
                     e->h_rows[off] = b;
                     e->h_wt[off++] = e->h_route_w[b * K + k];
                 }
+        if (off > e->h_start[x])
+            e->x_ids[nx++] = x;
     }
     e->h_start[E] = off;
     if (to_dev(e, e->ex_wt, e->h_wt, sizeof(float) * (size_t)off) ||
-        to_dev(e, e->rows, e->h_rows, sizeof(int32_t) * (size_t)off))
+        to_dev(e, e->rows, e->h_rows, sizeof(int32_t) * (size_t)off) || routed_experts(e, layer, nx, err))
         return -1;
-    int nx = 0;
-    if (e->xpool && acquire_experts(e, layer, &nx, err))
-        return -1;
-    int rc = 0;
-    for (int x = 0; x < E && !rc; x++) {
-        const int s0 = e->h_start[x], m = e->h_start[x + 1] - s0;
-        if (!m)
-            continue;
-        for (int r = 0; r < m && !rc; r++)
-            rc = copy2d(e, e->ex_x + (size_t)r * dim, dim, e->x + (size_t)e->h_rows[s0 + r] * dim, dim, dim, 1);
-        rc = rc || expert_forward(e, e->xpool ? &e->x_mats[x] : &lw->experts[x], m, e->ex_wt + s0) ||
-             ck(e, v4cu_scatter_add(e->y, dim, e->ex_o, e->rows + s0, m, e->st), "moe");
-    }
-    if (e->xpool)   /* later uploads into these slots are stream-ordered after this layer's kernels */
-        v4_slot_pool_release(e->xpool, layer, e->x_ids, nx);
-    if (rc)
-        return -1;
-    if (copy2d(e, e->ex_x, dim, e->x, dim, dim, n) || expert_forward(e, &lw->shared, n, NULL))
+    if (copy2d(e, e->ex_x, dim, e->x, dim, dim, n) || expert_forward(e, &lw->shared, 0, n, NULL))
         return -1;
     return ck(e, v4cu_add_bf16(e->y, e->ex_o, e->out, (long)n * dim, e->st), "moe");
 }
@@ -800,41 +817,27 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
 
 /* ------------------------------------------------------------ create/free */
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-/* Slot layout, pool and bookkeeping of paged experts (budget > 0); before upload_weights. */
-static int setup_paging(v4_cuda_engine *e, size_t budget, v4_error *err)
+/* Paged experts (budget > 0): device slots, copy stream and staging (xslots.h), the
+ * misses coming from inner (the host expert cache) or, inner NULL, the weights. */
+static int setup_paging(v4_cuda_engine *e, size_t budget, const v4_expert_provider *inner, v4_error *err)
 {
     const v4_config *c = &e->w->cfg;
-    const int L = c->n_layers, E = c->n_routed_experts;
-    const v4_expert_w *x0 = &e->w->layers[0].experts[0];
-    const v4_mat *hm[3] = {&x0->w1, &x0->w3, &x0->w2};
-    size_t off = 0;
-    for (int k = 0; k < 3; k++) {
-        e->xoff[2 * k] = off;
-        off += align256(mat_w_bytes(hm[k]));
-        e->xoff[2 * k + 1] = off;
-        off += align256(mat_s_bytes(hm[k]));
-    }
-    e->xslot_bytes = off;
-    size_t slots = budget / off;
-    if (slots > (size_t)L * E)
-        slots = (size_t)L * E;
-    if (e->count_only) {
-        e->bytes += slots * off;
+    const size_t slot_bytes = v4cu_xslots_layout(c, e->xoff, NULL);
+    e->paged = 1;
+    e->bytes += (size_t)v4cu_xslots_count(c, budget) * slot_bytes;
+    if (e->count_only)
         return 0;
-    }
-    if (!(e->xpool = v4_slot_pool_create(L, E, off, budget, err)))
+    int device = 0;
+#ifndef V4CU_HOST_EMULATION
+    cudaGetDevice(&device);
+#endif
+    if (!(e->xsl = v4cu_xslots_create(e->w, inner, budget, e->st, device, "cuda step", err)))
         return -1;
-    e->x_ids = (int *)calloc((size_t)E, sizeof(int));
-    e->x_slot = (int *)calloc((size_t)E, sizeof(int));
-    e->x_load = (unsigned char *)calloc((size_t)E, 1);
-    e->x_mats = (dexpert *)calloc((size_t)E, sizeof(dexpert));
-    if (!e->x_ids || !e->x_slot || !e->x_load || !e->x_mats)
+    const size_t E = (size_t)c->n_routed_experts;
+    e->x_miss = (unsigned char *)calloc(E, 1);
+    e->x_mats = (dexpert *)calloc(E, sizeof(dexpert));
+    if (!e->x_miss || !e->x_mats)
         return v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "out of memory");
-    if (!(e->xslots = (uint8_t *)dalloc(e, (size_t)v4_slot_pool_slots(e->xpool) * off)))
-        return v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "no device memory for %d expert slots of %zu bytes",
-                          v4_slot_pool_slots(e->xpool), off);
     return 0;
 }
 
@@ -873,7 +876,8 @@ static int alloc_scratch(v4_cuda_engine *e)
     e->h_route_w = (float *)calloc(B * K, sizeof(float));
     e->h_wt = (float *)calloc(B * K, sizeof(float));
     e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
-    if (!e->h_route || !e->h_len || !e->h_rows || !e->h_csel || !e->h_pos || !e->h_nsel || !e->h_start ||
+    e->x_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
+    if (!e->x_ids || !e->h_route || !e->h_len || !e->h_rows || !e->h_csel || !e->h_pos || !e->h_nsel || !e->h_start ||
         !e->h_route_w || !e->h_wt || !e->seqs)
         return ck(e, cudaErrorMemoryAllocation, "host memory");
     return e->fail == cudaSuccess ? 0 : -1;
@@ -935,7 +939,7 @@ static int upload_weights(v4_cuda_engine *e)
         d->experts = (dexpert *)calloc((size_t)E, sizeof(dexpert));
         if (!d->experts)
             return ck(e, cudaErrorMemoryAllocation, "host memory");
-        for (int x = 0; x < E && e->fail == cudaSuccess && !e->xslot_bytes; x++)   /* paged: in slots */
+        for (int x = 0; x < E && e->fail == cudaSuccess && !e->paged; x++)   /* paged: in slots */
             d->experts[x] = upexpert(e, &s->experts[x]);
     }
     if (e->count_only)
@@ -949,6 +953,7 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
         return;
     if (e->st)
         cudaStreamSynchronize(e->st);
+    v4cu_xslots_free(e->xsl);   /* waits for its copies */
     for (int i = 0; e->seqs && i < e->max_seqs; i++)
         if (e->seqs[i].key || e->seqs[i].L)
             free_dseq(&e->seqs[i], e->w->cfg.n_layers);
@@ -972,10 +977,8 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
     free(e->h_pos);
     free(e->h_nsel);
     free(e->h_start);
-    v4_slot_pool_free(e->xpool);
     free(e->x_ids);
-    free(e->x_slot);
-    free(e->x_load);
+    free(e->x_miss);
     free(e->x_mats);
     free(e->h_route_w);
     free(e->h_wt);
@@ -985,6 +988,13 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
 
 extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs,
                                                  size_t expert_budget, v4_error *err)
+{
+    return v4_cuda_engine_create_paged(w, max_batch, max_seqs, expert_budget, NULL, err);
+}
+
+extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int max_batch, int max_seqs,
+                                                       size_t expert_budget, const v4_expert_provider *inner,
+                                                       v4_error *err)
 {
     if (max_batch < 1 || max_batch > 256 || max_seqs < max_batch) {
         v4_err_set(err, V4_ERR_INVALID, "cuda engine", "max_batch %d (1..256) and max_seqs %d (>= max_batch)",
@@ -1010,7 +1020,7 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_ba
         return NULL;
     }
 #endif
-    if (expert_budget && setup_paging(e, expert_budget, err)) {
+    if (expert_budget && setup_paging(e, expert_budget, inner, err)) {
         v4_cuda_engine_free(e);
         return NULL;
     }
@@ -1034,7 +1044,7 @@ extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t
     e->count_only = 1;
     v4_error ignore = {};
     if (expert_budget)
-        setup_paging(e, expert_budget, &ignore);
+        setup_paging(e, expert_budget, NULL, &ignore);
     upload_weights(e);
     alloc_scratch(e);
     const size_t need = e->bytes;
@@ -1046,10 +1056,10 @@ extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t
 extern "C" void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st)
 {
     memset(st, 0, sizeof *st);
-    if (!e || !e->xpool)
+    if (!e || !e->xsl)
         return;
     v4_slot_pool_stats ps;
-    v4_slot_pool_stats_get(e->xpool, &ps);
+    v4_slot_pool_stats_get(v4cu_xslots_pool(e->xsl), &ps);
     st->slots = ps.slots;
     st->slot_bytes = ps.slot_bytes;
     st->hits = ps.hits;

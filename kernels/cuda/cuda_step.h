@@ -16,14 +16,19 @@
  * stepped slot that is not in the current step; stepping an evicted sequence at a
  * position > 0 fails with a clear error).
  * Experts: all resident (expert_budget 0), or paged within expert_budget bytes of
- * device slots (slot_pool.h: LRU over the experts not pinned by the current layer);
- * a layer's missing experts are uploaded from the host weights (the mapped checkpoint)
- * on the step's stream right before they are used (no overlap yet).  A budget that
- * cannot hold one layer's experts of a step fails the step with the slot pool's
- * message (how many slots are needed).
+ * device slots (xslots.h, slot_pool.h: LRU over the experts not pinned by the current
+ * layer).  A layer's missing experts come from the mapped checkpoint or, with
+ * v4_cuda_engine_create_paged, from an inner provider (the host expert cache); they
+ * are staged through pinned host buffers and copied on a copy stream while the step's
+ * stream computes the layer's resident experts; each expert waits for its slot's copy
+ * (an event) before its kernels read it, and the sum over experts keeps ascending id
+ * order (results are bit-identical to the all-resident step).  A budget that cannot
+ * hold one layer's experts of a step fails the step with the slot pool's message (how
+ * many slots are needed).
  *
  * Ownership: the engine owns every device allocation (weights, scratch, sequence
- * state) and frees them in v4_cuda_engine_free; it borrows w (must outlive it).
+ * state, expert slots) and frees them in v4_cuda_engine_free; it borrows w and the
+ * inner provider (must outlive it).
  * Thread: one thread at a time (the v4_ctx's).
  */
 #ifndef V4_CUDA_STEP_H
@@ -46,6 +51,10 @@ typedef struct v4_cuda_engine v4_cuda_engine;
  * resident, else the bytes of device slots for paged experts. */
 v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, size_t expert_budget,
                                       v4_error *err);
+/* The same, the paged experts' bytes coming from inner (acquired per layer for the
+ * misses only, released once staged; NULL: the weights' own experts, as create). */
+v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int max_batch, int max_seqs, size_t expert_budget,
+                                            const v4_expert_provider *inner, v4_error *err);
 void v4_cuda_engine_free(v4_cuda_engine *e);
 /* Device bytes v4_cuda_engine_create would allocate for w (weights + scratch; the
  * sequences' state comes on top, per sequence); nothing is allocated. */

@@ -17,6 +17,7 @@
 #include "cuda_ops.cu"
 #include "cuda_attn.cu"
 static const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated CUDA error" : "no error"; }
+#include "xslots.cu"
 #include "cuda_step.cu"
 #include "step_check.h"
 

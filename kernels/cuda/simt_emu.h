@@ -259,7 +259,8 @@ static void launch(unsigned gx, unsigned gy, unsigned nt, const std::function<vo
 }
 
 /* The CUDA runtime calls the launchers and the device step use, on host memory
- * ("device" pointers are host pointers here; every call completes at once). */
+ * ("device" pointers are host pointers here; the default stream's calls complete at
+ * once, a created stream's copies wait in its queue: see emu_stream below). */
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
@@ -271,10 +272,130 @@ static inline cudaError_t cudaFree(void *p)
     std::free(p);
     return cudaSuccess;
 }
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t)
+/* Streams and events.  The default stream (0) runs every call at once, kernels
+ * included (V4CU_LAUNCH ignores its stream).  A stream made by cudaStreamCreate* is a
+ * "copy stream": its cudaMemcpyAsync / cudaMemsetAsync calls are DEFERRED (queued) and
+ * run only when something waits for them: cudaStreamWaitEvent or cudaEventSynchronize
+ * on an event recorded on that stream after them (runs the queue up to the event),
+ * cudaStreamSynchronize / cudaStreamDestroy of that stream, cudaDeviceSynchronize.  A
+ * kernel that reads a copy's destination without such a wait sees the old bytes, and
+ * a host buffer refilled before the wait for its copy is copied with the new bytes:
+ * both bugs make a check fail instead of passing by luck.  An event recorded on the
+ * default stream (or never recorded) is complete.  Streams live until exit (a destroyed
+ * one is drained and marked dead), so an event never points at freed memory. */
+struct emu_stream {
+    std::vector<std::function<void()>> q;   /* q[i] is op number i (run: i < done) */
+    size_t done = 0;
+    bool dead = false;
+};
+struct emu_event {
+    emu_stream *s = nullptr;                /* nullptr: complete */
+    size_t upto = 0;                        /* ops of s before the record */
+};
+typedef emu_event *cudaEvent_t;
+static std::vector<std::unique_ptr<emu_stream>> g_emu_streams;
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1, cudaEventDefault = 0, cudaEventDisableTiming = 2,
+       cudaHostAllocDefault = 0 };
+
+static inline void emu_drain(emu_stream *s, size_t upto)
 {
-    std::memset(p, v, bytes);
+    while (s && s->done < upto && s->done < s->q.size()) {
+        auto op = std::move(s->q[s->done]);
+        s->q[s->done++] = nullptr;
+        op();
+    }
+}
+/* Run op now on the default stream, or queue it on a copy stream. */
+static inline cudaError_t emu_enqueue(cudaStream_t st, std::function<void()> op)
+{
+    emu_stream *s = (emu_stream *)st;
+    if (!s) {
+        op();
+        return cudaSuccess;
+    }
+    if (s->dead)
+        return cudaErrorInvalidValue;
+    s->q.push_back(std::move(op));
     return cudaSuccess;
+}
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned)
+{
+    g_emu_streams.emplace_back(new emu_stream);
+    *st = g_emu_streams.back().get();
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamCreate(cudaStream_t *st) { return cudaStreamCreateWithFlags(st, 0); }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t st)
+{
+    emu_stream *s = (emu_stream *)st;
+    if (s)
+        emu_drain(s, s->q.size());
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamDestroy(cudaStream_t st)
+{
+    cudaStreamSynchronize(st);
+    if (st)
+        ((emu_stream *)st)->dead = true;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceSynchronize()
+{
+    for (auto &s : g_emu_streams)
+        emu_drain(s.get(), s->q.size());
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned)
+{
+    *ev = new emu_event;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, 0); }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t ev)
+{
+    delete ev;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st = 0)
+{
+    emu_stream *s = (emu_stream *)st;
+    if (!ev || (s && s->dead))
+        return cudaErrorInvalidValue;
+    ev->s = s;
+    ev->upto = s ? s->q.size() : 0;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev)
+{
+    if (!ev)
+        return cudaErrorInvalidValue;
+    emu_drain(ev->s, ev->upto);
+    return cudaSuccess;
+}
+/* The waiting stream's later work is ordered after the event's: run the event's ops now. */
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t ev, unsigned = 0)
+{
+    return cudaEventSynchronize(ev);
+}
+static inline cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned)
+{
+    *p = std::malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
+static inline cudaError_t cudaFreeHost(void *p)
+{
+    std::free(p);
+    return cudaSuccess;
+}
+static inline const char *cudaGetErrorName(cudaError_t e)
+{
+    return e == cudaSuccess ? "cudaSuccess" : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
+                                                                             : "cudaErrorInvalidValue";
+}
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t st)
+{
+    return emu_enqueue(st, [p, v, bytes] { std::memset(p, v, bytes); });
 }
 static inline cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t width, size_t height, cudaStream_t)
 {
@@ -282,11 +403,11 @@ static inline cudaError_t cudaMemset2DAsync(void *p, size_t pitch, int v, size_t
         std::memset((char *)p + r * pitch, v, width);
     return cudaSuccess;
 }
-static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind, cudaStream_t)
+static inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t bytes, cudaMemcpyKind, cudaStream_t st)
 {
-    if (bytes)
-        std::memmove(d, s, bytes);
-    return cudaSuccess;
+    if (!bytes)
+        return cudaSuccess;
+    return emu_enqueue(st, [d, s, bytes] { std::memmove(d, s, bytes); });
 }
 static inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width,
                                             size_t height, cudaMemcpyKind, cudaStream_t)
@@ -295,7 +416,6 @@ static inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *
         std::memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
     return cudaSuccess;
 }
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 
 /* V4CU_LAUNCH (cu_launch.h) in emulation. */
 static inline void v4emu_launch(dim3 grid, dim3 block, const std::function<void()> &fn)

@@ -11,7 +11,13 @@
  *      the 3 device slots and the evicted sequence is then refused with a clear error;
  *   3. paged experts: an engine with device slots for a quarter of the routed experts
  *      gives the same numbers (hits, misses and evictions all happen), and a budget
- *      below one token's experts fails the step with the slot pool's reason.
+ *      below one token's experts fails the step with the slot pool's reason;
+ *   4. paged experts whose bytes come from the host expert cache (cache/
+ *      expert_provider.h, source: the safetensors, half the experts' bytes) instead
+ *      of the mapped weights: the same numbers, the misses loaded through the cache.
+ * The misses are copied on a copy stream; in the emulation (simt_emu.h) such copies
+ * run only when waited for, so a kernel that read a slot before its ready event
+ * would see stale bytes and this check would fail.
  * Linked twice: with the CPU emulation of the kernels (emulate_step.cpp:
  * test_cuda_step_emulated, every CUDA build) and with the real CUDA library
  * (step_check_gpu.cpp: test_cuda_step, SKIPPED without a GPU).
@@ -28,6 +34,8 @@
 extern "C" {
 #include <jansson.h>
 
+#include "cache/expert_block.h"
+#include "cache/expert_provider.h"
 #include "cache/model_files.h"
 #include "kernels/cpu/cpu_backend.h"
 }
@@ -97,6 +105,33 @@ static void compare(const char *what, const obs &a, const obs &b, int pos)
             printf("  %s pos %d index count L%zu: cpu %d device %d\n", what, pos, i, a.index_count[i],
                    b.index_count[i]);
     bad_total += bad;
+}
+
+/* A paged engine (budget bytes of slots, misses from inner or the weights) on a new
+ * context *ctx of be: the first P tokens of seq, compared with ref (labelled what).
+ * NULL when it cannot be set up or a step fails (printed). */
+static v4_cuda_engine *run_paged(v4_backend *be, const v4_weights *w, size_t budget, const v4_expert_provider *inner,
+                                 const std::vector<int> &seq, int P, const std::vector<obs> &ref, const char *what,
+                                 v4_ctx **ctx)
+{
+    v4_error err = {};
+    *ctx = v4_ctx_create(w, be, 3, &err);
+    v4_cuda_engine *eng = *ctx ? v4_cuda_engine_create_paged(w, 3, 3, budget, inner, &err) : NULL;
+    if (!eng) {
+        printf("%s engine: %s: %s\n", what, err.where, err.msg);
+        return NULL;
+    }
+    v4_step_impl impl = v4_cuda_engine_impl(eng);
+    v4_ctx_set_step_impl(*ctx, &impl);
+    std::vector<int> toks(seq.begin(), seq.begin() + P);
+    std::vector<obs> out;
+    if (run_one(*ctx, w, toks, out)) {
+        v4_cuda_engine_free(eng);
+        return NULL;
+    }
+    for (int p = 0; p < P; p++)
+        compare(what, ref[(size_t)p], out[(size_t)p], p);
+    return eng;
 }
 
 int v4_step_check(const char *data, int P)
@@ -228,20 +263,10 @@ int v4_step_check(const char *data, int P)
         const int before3 = bad_total, P3 = P < 48 ? P : 48;
         const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
         const size_t budget = xb * (size_t)w->cfg.n_layers * w->cfg.n_routed_experts / 4 + xb / 2;
-        v4_ctx *dev2 = v4_ctx_create(w, be, 3, &err);
-        v4_cuda_engine *eng2 = dev2 ? v4_cuda_engine_create(w, 3, 3, budget, &err) : NULL;
-        if (!eng2) {
-            printf("paged engine: %s: %s\n", err.where, err.msg);
+        v4_ctx *dev2 = NULL;
+        v4_cuda_engine *eng2 = run_paged(be, w, budget, NULL, seq, P3, a, "paged", &dev2);
+        if (!eng2)
             return 1;
-        }
-        v4_step_impl impl2 = v4_cuda_engine_impl(eng2);
-        v4_ctx_set_step_impl(dev2, &impl2);
-        std::vector<int> t3(seq.begin(), seq.begin() + P3);
-        std::vector<obs> c3;
-        if (run_one(dev2, w, t3, c3))
-            return 1;
-        for (int p = 0; p < P3; p++)
-            compare("paged", a[p], c3[p], p);
         v4_cuda_expert_stats xs;
         v4_cuda_engine_expert_stats(eng2, &xs);
         const int ok3 = bad_total == before3 && xs.misses > 0 && xs.evictions > 0 && xs.hits > 0 &&
@@ -271,6 +296,41 @@ int v4_step_check(const char *data, int P)
         v4_ctx_free(dev3);
         v4_cuda_engine_free(eng2);
         v4_ctx_free(dev2);
+    }
+
+    /* 4. the host expert cache as the source of the paged experts */
+    {
+        const int before4 = bad_total, P4 = P < 24 ? P : 24;
+        const v4_config *c = &w->cfg;
+        const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
+        v4_xblock_layout lo;
+        v4_xblock_layout_of(c, &lo);
+        snprintf(path, sizeof path, "%s/model", dir);
+        v4_xprov_opts xo = {path, NULL, (size_t)c->n_layers * c->n_routed_experts * lo.bytes / 2, "lru", 2, 0};
+        v4_xprov *hx = v4_xprov_open(c, m.ck, &xo, &err);
+        if (!hx) {
+            printf("host expert cache: %s: %s\n", err.where, err.msg);
+            return 1;
+        }
+        v4_ctx *dev4 = NULL;
+        v4_cuda_engine *eng4 = run_paged(be, w, xb * (size_t)c->n_layers * c->n_routed_experts / 4 + xb / 2,
+                                         v4_xprov_provider(hx), seq, P4, a, "host-cache paged", &dev4);
+        if (!eng4)
+            return 1;
+        v4_cuda_expert_stats xs;
+        v4_cuda_engine_expert_stats(eng4, &xs);
+        v4_xcache_stats hs;
+        v4_xprov_stats(hx, &hs);
+        const int ok4 = bad_total == before4 && xs.misses > 0 && xs.evictions > 0 && hs.misses > 0 &&
+                        hs.hits + hs.misses >= xs.misses;
+        printf("paged experts from the host expert cache, %d positions: %s (%d mismatches; GPU hits %llu, misses "
+               "%llu; host cache hits %llu, misses %llu)\n",
+               P4, ok4 ? "ok" : "FAIL", bad_total - before4, (unsigned long long)xs.hits,
+               (unsigned long long)xs.misses, (unsigned long long)hs.hits, (unsigned long long)hs.misses);
+        bad_total += !ok4 && bad_total == before4;
+        v4_cuda_engine_free(eng4);
+        v4_ctx_free(dev4);
+        v4_xprov_close(hx);
     }
 
     for (int r = 0; r < 3; r++)
