@@ -213,7 +213,7 @@ int main(void)
     setenv("V4_GPU_EXPERT_MEM", "85%", 1);
     be = cuda();
     c = v4_ctx_create(&m.w, be, 3, &err);
-    CHECK(v4_attach_gpu_experts(be, &m, c, NULL, &err) == 0, "v4_attach_gpu_experts: %s", err.msg);
+    CHECK(v4_attach_gpu_experts(be, &m, c, NULL, NULL, &err) == 0, "v4_attach_gpu_experts: %s", err.msg);
     CHECK(v4_gpu_experts_stats_get(be, &st) == 0 && st.budget_bytes == (size_t)((double)total * 85 / 100.0) &&
               st.slots == (int)(st.budget_bytes / slot),
           "85%%: budget %zu of %llu, %d slots", st.budget_bytes, (unsigned long long)total, st.slots);
@@ -223,7 +223,7 @@ int main(void)
     setenv("V4_GPU_EXPERT_MEM", "12Q", 1);
     be = cuda();
     c = v4_ctx_create(&m.w, be, 1, &err);
-    CHECK(v4_attach_gpu_experts(be, &m, c, NULL, &err) == -1 && err.code == V4_ERR_CONFIG &&
+    CHECK(v4_attach_gpu_experts(be, &m, c, NULL, NULL, &err) == -1 && err.code == V4_ERR_CONFIG &&
               strstr(err.msg, "12Q"), "bad V4_GPU_EXPERT_MEM refused: %s", err.msg);
     v4_ctx_free(c);
     be->ops->destroy(be);

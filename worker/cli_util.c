@@ -172,22 +172,19 @@ int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_f
         if (o->pack || o->cache_policy || o->io_threads)
             return v4_err_set(err, V4_ERR_INVALID, "--host-cache-bytes",
                               "--pack, --cache-policy and --io-threads need --host-cache-bytes");
-        const int r = v4_attach_device_step(be, m, ctx, 1, 0, err);
-        return r < 0 ? -1 : r ? 0 : v4_attach_gpu_experts(be, m, ctx, NULL, err);
+        return v4_attach_gpu(be, m, ctx, 1, NULL, o->cuda_mode, o->gpu_expert_mem, err);
     }
     v4_xprov_opts xo = {o->model, o->pack, (size_t)o->host_cache_bytes, o->cache_policy, o->io_threads, 0};
     if (!(*out = v4_xprov_open(&m->cfg, m->ck, &xo, err)))
         return -1;
     v4_ctx_set_expert_provider(ctx, v4_xprov_provider(*out));
-    if (v4_attach_device_step(be, m, ctx, 1, 1, err) < 0)
-        return -1;
-    return v4_attach_gpu_experts(be, m, ctx, *out, err);
+    return v4_attach_gpu(be, m, ctx, 1, *out, o->cuda_mode, o->gpu_expert_mem, err);
 }
 
 int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
-                          v4_error *err)
+                          const char *gpu_mem, v4_error *err)
 {
-    const char *spec = getenv("V4_GPU_EXPERT_MEM");
+    const char *spec = gpu_mem && *gpu_mem ? gpu_mem : getenv("V4_GPU_EXPERT_MEM");
     if (!spec || !*spec)
         return 0;
     if (strcmp(be->ops->name, "cuda")) {

@@ -57,30 +57,36 @@ struct v4_ctx;
 struct v4_xprov;
 /* When o asks for paged experts: open the expert cache for the model m opened from
  * o->model and attach it to ctx; *out = the provider to close after ctx is freed
- * (NULL when all experts stay resident).  Then v4_attach_device_step (max_batch 1),
- * and v4_attach_gpu_experts when it did not choose the resident step.  0 or -1 with err. */
+ * (NULL when all experts stay resident).  Then v4_attach_gpu (max_batch 1, o's CUDA
+ * mode and GPU expert budget).  0 or -1 with err. */
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
                       struct v4_xprov **out, v4_error *err);
-/* The GPU expert cache (kernels/cuda/gpu_experts.h) when the environment variable
- * V4_GPU_EXPERT_MEM is set (bytes with a K/M/G/T suffix, or a percentage of the
- * model's routed-expert bytes) and be is the CUDA backend: attached to be (which owns
- * it: freed with be), between ctx and its experts (the host cache xp, or with xp NULL
- * the weights' own); logs one line (budget, slot size, slots) on stderr.  Unset: no-op;
- * set with a CPU backend: ignored with a notice.  0 or -1 with err (bad value, budget
- * below one slot, CUDA failure). */
+/* The GPU expert cache of the hybrid mode (kernels/cuda/gpu_experts.h) when gpu_mem
+ * (NULL or "": the environment variable V4_GPU_EXPERT_MEM) is set (bytes with a
+ * K/M/G/T suffix, or a percentage of the model's routed-expert bytes) and be is the
+ * CUDA backend: attached to be (which owns it: freed with be), between ctx and its
+ * experts (the host cache xp, or with xp NULL the weights' own); logs one line (budget,
+ * slot size, slots) on stderr.  Unset: no-op; set with a CPU backend: ignored with a
+ * notice.  0 or -1 with err (bad value, budget below one slot, CUDA failure). */
 int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
-                          v4_error *err);
+                          const char *gpu_mem, v4_error *err);
 
-/* For a CUDA backend: the decode mode (worker/device_step.c), from V4_CUDA_MODE =
- * auto (default) | resident | hybrid.  resident: the whole step on the GPU
- * (kernels/cuda/cuda_step.h, owned by be), set as ctx's step implementation for up
- * to max_batch sequences per step, every expert resident or, with V4_GPU_EXPERT_MEM,
- * paged within that budget; hybrid: only the weight products on the GPU (the GPU
+/* For a CUDA backend: the decode mode (worker/device_step.c), from cuda_mode (NULL or
+ * "": V4_CUDA_MODE) = auto (default) | resident | hybrid.  resident: the whole step on
+ * the GPU (kernels/cuda/cuda_step.h, owned by be), set as ctx's step implementation for
+ * up to max_batch sequences per step, every expert resident or paged within the GPU
+ * expert budget gpu_mem (NULL or "": V4_GPU_EXPERT_MEM), the misses coming from the
+ * host expert cache xp (its provider is ctx's already) or, with xp NULL, from the
+ * mapped checkpoint; with xp and no budget, the budget is the device's free memory
+ * after the trunk and 1 GiB.  hybrid: only the weight products on the GPU (the GPU
  * expert cache of v4_attach_gpu_experts serves that mode).  auto picks resident unless
- * the host expert cache is used (host_paged) or the step does not fit the device's
- * free memory with 1 GiB to spare.  Logs the choice on stderr.  Returns 1 (resident),
- * 0 (hybrid, or a CPU backend: a bad V4_CUDA_MODE is still an error), -1 with err. */
+ * the step does not fit the device's free memory with 1 GiB to spare.  Logs the choice
+ * on stderr.  Returns 1 (resident), 0 (hybrid, or a CPU backend: a bad mode is still an
+ * error), -1 with err. */
 int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
-                          int host_paged, v4_error *err);
+                          struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err);
+/* v4_attach_device_step, then v4_attach_gpu_experts when it chose hybrid.  0 or -1. */
+int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, struct v4_xprov *xp,
+                  const char *cuda_mode, const char *gpu_mem, v4_error *err);
 
 #endif

@@ -1,16 +1,18 @@
 /* device_step.c - choosing the GPU decode mode for a CUDA backend (cli_util.h
- * v4_attach_device_step): "resident" runs the whole step on the GPU
+ * v4_attach_device_step, v4_attach_gpu): "resident" runs the whole step on the GPU
  * (kernels/cuda/cuda_step.h: weights uploaded once, sequence state on the device);
  * "hybrid" keeps the step on the CPU and runs only the weight products on the GPU
- * (kernels/cuda/cuda_backend.h), the mode that works with the host expert cache.  With
- * V4_GPU_EXPERT_MEM the resident step pages experts within that budget; the choice is
- * logged.
+ * (kernels/cuda/cuda_backend.h).  With a GPU expert budget (V4_GPU_EXPERT_MEM) the
+ * resident step pages routed experts within it, from the mapped checkpoint or from
+ * the host expert cache; with the host cache and no budget, the budget is what the
+ * device has free after the trunk and 1 GiB of headroom.  The choice is logged.
  * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cache/expert_provider.h"
 #include "../cache/model_files.h"
 #include "cli_util.h"
 #ifdef V4_HAVE_CUDA
@@ -20,50 +22,69 @@
 #endif
 
 #define HEADROOM ((size_t)1 << 30)      /* device bytes left for sequences and the runtime */
+#define GIB(x) ((double)(x) / 1073741824.0)
+
+/* The argument, else the environment variable name ("" when neither is set). */
+static const char *setting(const char *v, const char *name)
+{
+    if (v && *v)
+        return v;
+    v = getenv(name);
+    return v ? v : "";
+}
 
 int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
-                          int host_paged, v4_error *err)
+                          struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err)
 {
-    const char *mode = getenv("V4_CUDA_MODE");
-    if (mode && *mode && strcmp(mode, "auto") && strcmp(mode, "resident") && strcmp(mode, "hybrid"))
+    const char *mode = setting(cuda_mode, "V4_CUDA_MODE");
+    if (*mode && strcmp(mode, "auto") && strcmp(mode, "resident") && strcmp(mode, "hybrid"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", mode);
     if (strcmp(be->ops->name, "cuda"))
         return 0;   /* the CPU path: nothing to choose */
 #ifdef V4_HAVE_CUDA
-    const int want_resident = mode && !strcmp(mode, "resident"), want_hybrid = mode && !strcmp(mode, "hybrid");
+    const int want_resident = !strcmp(mode, "resident");
     const char *dev = v4_cuda_backend_device_name(be);
-    if (want_hybrid) {
+    if (!strcmp(mode, "hybrid")) {
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (V4_CUDA_MODE=hybrid): weight products on the GPU\n", dev);
         return 0;
     }
-    if (host_paged) {
-        if (want_resident)
-            return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE",
-                              "resident pages experts from the mapped checkpoint within V4_GPU_EXPERT_MEM; it does "
-                              "not combine with the host expert cache (--host-cache-bytes) yet: use hybrid");
-        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (host expert cache): weight products on the GPU\n", dev);
-        return 0;
-    }
     const v4_config *cfg = &m->cfg;
-    const char *spec = getenv("V4_GPU_EXPERT_MEM");
+    const char *spec = setting(gpu_mem, "V4_GPU_EXPERT_MEM");
+    const size_t xbytes = v4_expert_bytes(&m->w.layers[0].experts[0]);
+    const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * xbytes;
     size_t budget = 0;
-    if (spec && *spec) {
-        const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts *
-                               v4_expert_bytes(&m->w.layers[0].experts[0]);
-        if (v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err))
-            return -1;
-    }
-    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget);
+    if (*spec && v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err))
+        return -1;
     size_t free_b = 0, total_b = 0;
     if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
+    if (xp && !budget) {
+        /* host cache, no budget given: page within what the device has free */
+        const size_t base = v4_cuda_engine_need(&m->w, max_batch, 1);   /* trunk + scratch, no slot */
+        const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
+                                                                                  : cfg->n_routed_experts;
+        budget = free_b > base + HEADROOM ? free_b - base - HEADROOM : 0;
+        if (budget > total)
+            budget = (size_t)total;
+        if (budget < (size_t)step_x * (xbytes + 6 * 256)) {
+            if (want_resident)
+                return v4_err_set(err, V4_ERR_NOMEM, "V4_CUDA_MODE",
+                                  "resident: %s has %.2f GiB free, the trunk needs %.2f GiB and one step's experts "
+                                  "%.2f GiB more (with 1 GiB headroom): use hybrid",
+                                  dev, GIB(free_b), GIB(base), GIB((size_t)step_x * xbytes));
+            fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: no room for the resident step with paged experts "
+                            "(%.2f GiB free, trunk %.2f GiB)\n", dev, GIB(free_b), GIB(base));
+            return 0;
+        }
+    }
+    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget);
     if (!want_resident && need + HEADROOM > free_b) {
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: the resident step needs %.2f GiB, %.2f GiB free "
-                        "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n",
-                dev, need / 1073741824.0, free_b / 1073741824.0);
+                        "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n", dev, GIB(need), GIB(free_b));
         return 0;
     }
-    v4_cuda_engine *e = v4_cuda_engine_create(&m->w, max_batch, 2 * max_batch + 2, budget, err);
+    v4_cuda_engine *e = v4_cuda_engine_create_paged(&m->w, max_batch, 2 * max_batch + 2, budget,
+                                                    xp ? v4_xprov_provider(xp) : NULL, err);
     if (!e)
         return -1;
     v4_cuda_backend_own_engine(be, e);
@@ -71,19 +92,28 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     v4_ctx_set_step_impl(ctx, &impl);
     v4_cuda_expert_stats xs;
     v4_cuda_engine_expert_stats(e, &xs);
-    char paged[200] = "every expert resident";
+    char paged[240] = "every expert resident";
     if (budget)
-        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (V4_GPU_EXPERT_MEM=%s)", xs.slots,
-                 xs.slot_bytes / 1048576.0, spec);
+        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (%s) from the %s", xs.slots,
+                 xs.slot_bytes / 1048576.0, *spec ? spec : "the free device memory",
+                 xp ? "host expert cache" : "mapped checkpoint");
     fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %s; %.2f GiB held "
                     "(%.2f GiB free of %.2f)\n",
-            dev, paged, v4_cuda_engine_bytes(e) / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+            dev, paged, GIB(v4_cuda_engine_bytes(e)), GIB(free_b), GIB(total_b));
     return 1;
 #else
     (void)m;
     (void)ctx;
     (void)max_batch;
-    (void)host_paged;
+    (void)xp;
+    (void)gpu_mem;
     return v4_err_set(err, V4_ERR_INTERNAL, "cuda", "a CUDA device in a build without CUDA");
 #endif
+}
+
+int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, struct v4_xprov *xp,
+                  const char *cuda_mode, const char *gpu_mem, v4_error *err)
+{
+    const int r = v4_attach_device_step(be, m, ctx, max_batch, xp, cuda_mode, gpu_mem, err);
+    return r < 0 ? -1 : r ? 0 : v4_attach_gpu_experts(be, m, ctx, xp, gpu_mem, err);
 }

@@ -78,9 +78,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
             goto fail;
         v4_ctx_set_expert_provider(r->ctx, v4_xprov_provider(r->xp));
     }
-    const int resident = v4_attach_device_step(r->be, &r->m, r->ctx, r->max_batch, r->xp != NULL, &err);
-    if (resident < 0 || (!resident && v4_attach_gpu_experts(r->be, &r->m, r->ctx, r->xp, &err)))
-        goto fail;      /* V4_CUDA_MODE, V4_GPU_EXPERT_MEM */
+    if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, eo.cuda_mode, eo.gpu_expert_mem, &err))
+        goto fail;
     return r;
 fail:
     from_v4(e, &err);
