@@ -68,6 +68,17 @@ run_step() {      # name timeout_s cmd...  -> sets STEP_RC, STEP_S; output to lo
     set +o pipefail
     STEP_S=$(($(date +%s) - t0))
 }
+bench_rc() {      # FILE -> the step's result word from STEP_RC and a "no GPU: skipped" line in FILE
+    local r=ok
+    [ $STEP_RC -ne 0 ] && r=FAIL
+    [ $STEP_RC -eq 124 ] && r=TIMEOUT
+    [ $STEP_RC -eq 0 ] && grep -q "no GPU: skipped" "$1" && r=SKIPPED
+    echo "$r"
+}
+trim() { echo "$*" | sed -e 's/^ *//' -e 's/ *$//'; }
+summary_row() {   # label text -> an indented line under the last step of the summary
+    SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "$1" "" "" "$2")")
+}
 summary() {
     say ""
     say "================ device-check summary ($(($(date +%s) - T_START)) s total) ================"
@@ -232,28 +243,20 @@ if [ $MODE = full ]; then
         run_step bench-flash 90 "$BUILD/bench/bench_flash" --model "$FLASH" --device cuda --tokens 32 --runs 3 \
             --budgets "all,85%"
         grep -vE '^(mkmodel|===)' "$BUILD/step.out" >"$BUILD/bench_flash.txt"
-        r=ok
-        [ $STEP_RC -ne 0 ] && r=FAIL
-        [ $STEP_RC -eq 124 ] && r=TIMEOUT
-        [ $STEP_RC -eq 0 ] && grep -q "no GPU: skipped" "$BUILD/bench_flash.txt" && r=SKIPPED
-        step_result bench_flash $r $STEP_S "build-gpu/bench_flash.txt ($FLASH_L layers, 32 tokens x 3 runs)"
-        trim() { echo "$*" | sed -e 's/^ *//' -e 's/ *$//'; }
+        step_result bench_flash "$(bench_rc "$BUILD/bench_flash.txt")" $STEP_S \
+            "build-gpu/bench_flash.txt ($FLASH_L layers, 32 tokens x 3 runs)"
         while IFS='|' read -r _ _ cfg _ ms tps _ gbs pct _; do
-            SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "experts $(trim "${cfg##*experts }")" "" "" \
-                "ms/token $(trim "$ms"), tokens/s $(trim "$tps"), $(trim "$gbs") GB/s = $(trim "$pct")")")
+            summary_row "experts $(trim "${cfg##*experts }")" \
+                "ms/token $(trim "$ms"), tokens/s $(trim "$tps"), $(trim "$gbs") GB/s = $(trim "$pct")"
         done < <(grep -E '^\| .*experts (all resident|[0-9])' "$BUILD/bench_flash.txt")
         # Continuous batching on the GPU (issue 8's GPU row): aggregate tokens/s at N.
         run_step bench-batching 75 "$BUILD/bench/bench_batching" --model "$FLASH" --device cuda --ns 1,4,8,16 \
             --tokens 16 --tasks-per-slot 1 --runs 1
         grep -E '^\|' "$BUILD/step.out" >"$BUILD/bench_batching.txt"
-        r=ok
-        [ $STEP_RC -ne 0 ] && r=FAIL
-        [ $STEP_RC -eq 124 ] && r=TIMEOUT
-        [ $STEP_RC -eq 0 ] && grep -q "no GPU: skipped" "$BUILD/step.out" && r=SKIPPED
-        step_result bench_batching $r $STEP_S "build-gpu/bench_batching.txt (N = 1,4,8,16; 16 tokens)"
+        step_result bench_batching "$(bench_rc "$BUILD/step.out")" $STEP_S \
+            "build-gpu/bench_batching.txt (N = 1,4,8,16; 16 tokens)"
         while IFS='|' read -r _ _ _ n tps _ sp _; do
-            SUMMARY+=("$(printf '  %-22s %-12s %7s  %s' "batch N = $(trim "$n")" "" "" \
-                "tokens/s $(trim "$tps"), speed-up $(trim "$sp")")")
+            summary_row "batch N = $(trim "$n")" "tokens/s $(trim "$tps"), speed-up $(trim "$sp")"
         done < <(grep -E '^\| GPU' "$BUILD/bench_batching.txt")
     else
         step_result bench_flash SKIPPED 0 "no flash model"
