@@ -17,6 +17,9 @@ constexpr int AT = 128;         /* threads per attention / head-RMS block */
 constexpr int CHUNK = 64;       /* candidates per softmax chunk (the reference's) */
 constexpr int DMAX = 1024 / AT; /* head dims per thread */
 constexpr int POOL_MAX = 512;   /* compressor candidates per channel */
+constexpr int KT = 32;          /* head dims per staged tile of the attention's key rows */
+constexpr int IS_T = 64;        /* keys per index-score block (one per thread) */
+constexpr int IS_DMAX = 128;    /* index head dims staged in shared memory (larger: unstaged) */
 
 /* x . y accumulated in double left to right, rounded to f32 (ops.c v4_dot). */
 __device__ float dot_lr(const float *x, const float *y, int n)
@@ -51,13 +54,16 @@ __global__ void k_head_rms_bf16(float *q, int hd, float eps)
 }
 
 /* v4_sparse_attn_head; one block of AT threads per (head, row).  Per chunk, thread
- * t < 64 scores candidate c0 + t; thread 0 compacts the valid ones in order and does
- * the order-sensitive softmax bookkeeping; every thread then accumulates its head
- * dims over the valid candidates in order. */
+ * t < 64 scores candidate c0 + t: the block stages the chunk's key rows KT dims at a
+ * time in shared memory (a warp reads 128-byte runs of one row) and thread t adds its
+ * products in dim order, the dot_lr sum unchanged.  Thread 0 compacts the valid ones
+ * in order and does the order-sensitive softmax bookkeeping; every thread then
+ * accumulates its head dims over the valid candidates in order. */
 __global__ void k_sparse_attn(const float *q, const float *const *cand, const int32_t *len, int lmax, int H, int hd,
                               float scale, const float *sink, float *o)
 {
     __shared__ float sc_all[CHUNK], s_sc[CHUNK], pb[CHUNK];
+    __shared__ float kt[CHUNK][KT + 1];   /* +1: thread t reads row t without bank conflicts */
     __shared__ int ok_all[CHUNK], s_idx[CHUNK];
     __shared__ float s_m, s_l, s_f;
     __shared__ int s_nv, s_skip;
@@ -74,11 +80,26 @@ __global__ void k_sparse_attn(const float *q, const float *const *cand, const in
     }
     __syncthreads();
     for (int c0 = 0; c0 < L; c0 += CHUNK) {
-        const int c1 = c0 + CHUNK < L ? c0 + CHUNK : L;
-        if (t < c1 - c0) {
-            const float *kv = cb[c0 + t];
-            ok_all[t] = kv != nullptr;
-            sc_all[t] = kv ? dot_lr(qh, kv, hd) * scale : 0.0f;
+        const int c1 = c0 + CHUNK < L ? c0 + CHUNK : L, nc = c1 - c0;
+        const float *kvt = t < nc ? cb[c0 + t] : nullptr;
+        double dsum = 0.0;   /* dot_lr(qh, kvt, hd), tile by tile */
+        for (int i0 = 0; i0 < hd; i0 += KT) {
+            const int ie = hd - i0 < KT ? hd - i0 : KT;
+            for (int e = t; e < CHUNK * KT; e += AT) {
+                const int c = e / KT, i = e % KT;
+                const float *r = c < nc ? cb[c0 + c] : nullptr;
+                if (r && i < ie)
+                    kt[c][i] = r[i0 + i];
+            }
+            __syncthreads();
+            if (kvt)
+                for (int i = 0; i < ie; i++)
+                    dsum += (double)qh[i0 + i] * (double)kt[t][i];
+            __syncthreads();
+        }
+        if (t < nc) {
+            ok_all[t] = kvt != nullptr;
+            sc_all[t] = kvt ? (float)dsum * scale : 0.0f;
         }
         __syncthreads();
         if (t == 0) {
@@ -167,7 +188,36 @@ __global__ void k_comp_pool(const float *kv, const float *sc, int W, int r, int 
     e[ch] = v4d_bf16((float)acc);
 }
 
-/* v4_index_head_weights + v4_index_scores; one thread per key. */
+/* v4_index_head_weights + v4_index_scores; one thread per key, IS_T keys per block:
+ * the block first copies its keys' rows (contiguous in `keys`) into shared memory with
+ * coalesced reads, then each thread runs the same sums in the same order on its row. */
+__global__ void k_index_scores_staged(const float *q, const float *keys, int n, const float *iw, int ih, int id,
+                                      float wscale, float *score)
+{
+    __shared__ float wh[1024];
+    __shared__ float ks[IS_T * (IS_DMAX + 1)];   /* row stride id + 1: no bank conflicts for even id */
+    const int t = threadIdx.x, j0 = blockIdx.x * IS_T, rows = n - j0 < IS_T ? n - j0 : IS_T;
+    for (int h = t; h < ih; h += IS_T)
+        wh[h] = v4d_bf16(v4d_bf16(iw[h]) * wscale);
+    const float *src = keys + (size_t)j0 * id;
+    for (int r = 0; r < rows; r++)
+        for (int i = t; i < id; i += IS_T)
+            ks[r * (id + 1) + i] = src[(size_t)r * id + i];
+    __syncthreads();
+    if (t >= rows)
+        return;
+    const float *K = ks + t * (id + 1);
+    double acc = 0.0;
+    for (int h = 0; h < ih; h++) {
+        float dd = v4d_bf16(dot_lr(q + (size_t)h * id, K, id));
+        if (dd < 0.0f)
+            dd = 0.0f;
+        acc += (double)v4d_bf16(dd * wh[h]);
+    }
+    score[j0 + t] = v4d_bf16((float)acc);
+}
+
+/* The same for id > IS_DMAX (no model: 128), reading each row from global memory. */
 __global__ void k_index_scores(const float *q, const float *keys, int n, const float *iw, int ih, int id,
                                float wscale, float *score)
 {
@@ -469,7 +519,11 @@ extern "C" cudaError_t v4cu_index_scores(const float *q, const float *keys, int 
     if (n <= 0)
         return cudaSuccess;
     const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
-    V4CU_LAUNCH(k_index_scores, v4cu_cdiv(n, 128), 128, st, q, keys, n, iw, ih, id, wscale, score);
+    if (id <= IS_DMAX) {
+        V4CU_LAUNCH(k_index_scores_staged, v4cu_cdiv(n, IS_T), IS_T, st, q, keys, n, iw, ih, id, wscale, score);
+    } else {
+        V4CU_LAUNCH(k_index_scores, v4cu_cdiv(n, 128), 128, st, q, keys, n, iw, ih, id, wscale, score);
+    }
     return cudaGetLastError();
 }
 

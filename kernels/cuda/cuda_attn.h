@@ -6,7 +6,8 @@
  * Exactness: every per-element sum that the reference does left to right in double
  * (dot products, the attention's value accumulation, the pooling, the indexer's head
  * sum, the softmax sums) is done left to right by one thread here, so results are
- * bit-identical; only the head-RMS sum of bf16 squares is a tree (exact in double for
+ * bit-identical (the indexer's key rows and the attention's candidate rows are first
+ * staged in shared memory with coalesced reads; the sums stay per thread, in order); only the head-RMS sum of bf16 squares is a tree (exact in double for
  * realistic heads: 512 bf16 squares spanning < 36 binades).  The top-k returns exactly
  * v4_topk's list (score desc, ties to the lower index, -0 == +0, and v4_topk's
  * placement of NaN scores, see cuda_attn.cu) by a one-block radix select: O(n) work,
