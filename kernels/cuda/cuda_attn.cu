@@ -17,6 +17,9 @@ constexpr int AT = 128;         /* threads per attention / head-RMS block */
 constexpr int CHUNK = 64;       /* candidates per softmax chunk (the reference's) */
 constexpr int DMAX = 1024 / AT; /* head dims per thread */
 constexpr int POOL_MAX = 512;   /* compressor candidates per channel */
+constexpr int KT = 32;          /* head dims per staged tile of the attention's key rows */
+constexpr int IS_T = 64;        /* keys per index-score block (one per thread) */
+constexpr int IS_DMAX = 128;    /* index head dims staged in shared memory (larger: unstaged) */
 
 /* x . y accumulated in double left to right, rounded to f32 (ops.c v4_dot). */
 __device__ float dot_lr(const float *x, const float *y, int n)
@@ -51,13 +54,16 @@ __global__ void k_head_rms_bf16(float *q, int hd, float eps)
 }
 
 /* v4_sparse_attn_head; one block of AT threads per (head, row).  Per chunk, thread
- * t < 64 scores candidate c0 + t; thread 0 compacts the valid ones in order and does
- * the order-sensitive softmax bookkeeping; every thread then accumulates its head
- * dims over the valid candidates in order. */
+ * t < 64 scores candidate c0 + t: the block stages the chunk's key rows KT dims at a
+ * time in shared memory (a warp reads 128-byte runs of one row) and thread t adds its
+ * products in dim order, the dot_lr sum unchanged.  Thread 0 compacts the valid ones
+ * in order and does the order-sensitive softmax bookkeeping; every thread then
+ * accumulates its head dims over the valid candidates in order. */
 __global__ void k_sparse_attn(const float *q, const float *const *cand, const int32_t *len, int lmax, int H, int hd,
                               float scale, const float *sink, float *o)
 {
     __shared__ float sc_all[CHUNK], s_sc[CHUNK], pb[CHUNK];
+    __shared__ float kt[CHUNK][KT + 1];   /* +1: thread t reads row t without bank conflicts */
     __shared__ int ok_all[CHUNK], s_idx[CHUNK];
     __shared__ float s_m, s_l, s_f;
     __shared__ int s_nv, s_skip;
@@ -74,11 +80,26 @@ __global__ void k_sparse_attn(const float *q, const float *const *cand, const in
     }
     __syncthreads();
     for (int c0 = 0; c0 < L; c0 += CHUNK) {
-        const int c1 = c0 + CHUNK < L ? c0 + CHUNK : L;
-        if (t < c1 - c0) {
-            const float *kv = cb[c0 + t];
-            ok_all[t] = kv != nullptr;
-            sc_all[t] = kv ? dot_lr(qh, kv, hd) * scale : 0.0f;
+        const int c1 = c0 + CHUNK < L ? c0 + CHUNK : L, nc = c1 - c0;
+        const float *kvt = t < nc ? cb[c0 + t] : nullptr;
+        double dsum = 0.0;   /* dot_lr(qh, kvt, hd), tile by tile */
+        for (int i0 = 0; i0 < hd; i0 += KT) {
+            const int ie = hd - i0 < KT ? hd - i0 : KT;
+            for (int e = t; e < CHUNK * KT; e += AT) {
+                const int c = e / KT, i = e % KT;
+                const float *r = c < nc ? cb[c0 + c] : nullptr;
+                if (r && i < ie)
+                    kt[c][i] = r[i0 + i];
+            }
+            __syncthreads();
+            if (kvt)
+                for (int i = 0; i < ie; i++)
+                    dsum += (double)qh[i0 + i] * (double)kt[t][i];
+            __syncthreads();
+        }
+        if (t < nc) {
+            ok_all[t] = kvt != nullptr;
+            sc_all[t] = kvt ? (float)dsum * scale : 0.0f;
         }
         __syncthreads();
         if (t == 0) {
@@ -167,7 +188,36 @@ __global__ void k_comp_pool(const float *kv, const float *sc, int W, int r, int 
     e[ch] = v4d_bf16((float)acc);
 }
 
-/* v4_index_head_weights + v4_index_scores; one thread per key. */
+/* v4_index_head_weights + v4_index_scores; one thread per key, IS_T keys per block:
+ * the block first copies its keys' rows (contiguous in `keys`) into shared memory with
+ * coalesced reads, then each thread runs the same sums in the same order on its row. */
+__global__ void k_index_scores_staged(const float *q, const float *keys, int n, const float *iw, int ih, int id,
+                                      float wscale, float *score)
+{
+    __shared__ float wh[1024];
+    __shared__ float ks[IS_T * (IS_DMAX + 1)];   /* row stride id + 1: no bank conflicts for even id */
+    const int t = threadIdx.x, j0 = blockIdx.x * IS_T, rows = n - j0 < IS_T ? n - j0 : IS_T;
+    for (int h = t; h < ih; h += IS_T)
+        wh[h] = v4d_bf16(v4d_bf16(iw[h]) * wscale);
+    const float *src = keys + (size_t)j0 * id;
+    for (int r = 0; r < rows; r++)
+        for (int i = t; i < id; i += IS_T)
+            ks[r * (id + 1) + i] = src[(size_t)r * id + i];
+    __syncthreads();
+    if (t >= rows)
+        return;
+    const float *K = ks + t * (id + 1);
+    double acc = 0.0;
+    for (int h = 0; h < ih; h++) {
+        float dd = v4d_bf16(dot_lr(q + (size_t)h * id, K, id));
+        if (dd < 0.0f)
+            dd = 0.0f;
+        acc += (double)v4d_bf16(dd * wh[h]);
+    }
+    score[j0 + t] = v4d_bf16((float)acc);
+}
+
+/* The same for id > IS_DMAX (no model: 128), reading each row from global memory. */
 __global__ void k_index_scores(const float *q, const float *keys, int n, const float *iw, int ih, int id,
                                float wscale, float *score)
 {
@@ -189,7 +239,237 @@ __global__ void k_index_scores(const float *q, const float *keys, int n, const f
     score[j] = v4d_bf16((float)acc);
 }
 
-/* v4_topk by ranks: element j goes to slot #{i: s_i > s_j} + #{i < j: s_i == s_j}. */
+/* ---- top-k (ops.c v4_topk).  What the C function returns, derived from its insertion:
+ * it appends every one of the first m = min(k, n) scores (cnt < k), each inserted into
+ * place by "s > score[previous]"; a NaN compares false, so it stays where it was
+ * appended (slot = its index) and no later score moves past it; once the list is full a
+ * score enters only if s > the last one, so a NaN never enters and nothing enters past
+ * a NaN in the last slot.  Hence, with r the last NaN among the first m (t0 = r + 1,
+ * t0 = 0 if none):
+ *   slots [0, t0): the scores [0, t0) themselves, each NaN at its own slot and each run
+ *     between two NaNs sorted in place (score desc, ties to the lower index);
+ *   slots [t0, m): the best m - t0 non-NaN scores of [t0, n), score desc, ties to the
+ *     lower index (-0 == +0 ties too; -inf is an ordinary value).
+ * Without NaN (every real case) t0 = 0 and this is the plain top-k.  The tail is a
+ * radix select on order-preserving keys in one block: OR/AND of the keys (digits equal
+ * in every key need no pass), a 256-bin histogram per remaining 8-bit digit from the top
+ * to find the m-th key's prefix (stopping early when its whole bin is taken), one
+ * sweep that collects everything above the prefix and the lowest-index ones equal to
+ * it (warp ballots + a block prefix, in index order), then a bitonic sort of the
+ * <= TK_KMAX entries (key desc, index asc) in shared memory.  At most 6 sweeps over
+ * the n scores (4 for the indexer's bf16 scores: OR/AND, 2 histograms, collect), each
+ * thread loading TK_U scores per step; see v4cu_topk in cuda_attn.h. */
+constexpr int TK_T = 1024;      /* threads of the top-k block */
+constexpr int TK_W = TK_T / 32; /* its warps: 32, one per lane of the warp scan below */
+constexpr int TK_U = 4;         /* scores per thread per sweep step (loads in flight) */
+constexpr int TK_KMAX = 4096;   /* largest m of the one-block selection (32 KiB of shared entries) */
+static_assert(TK_W == 32, "tk_scan maps one warp count to each lane");
+
+/* a > b <=> key(a) > key(b) for non-NaN floats; -0 and +0 share a key (they are == in
+ * the C function); -inf has the smallest key, 0x00800000 > 0 (0 pads the sort). */
+__device__ __forceinline__ uint32_t tk_key(float f)
+{
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? 0x80000000u - (u & 0x7fffffffu) : 0x80000000u + u;
+}
+__device__ __forceinline__ bool tk_nan(float f) { return (__float_as_uint(f) & 0x7fffffffu) > 0x7f800000u; }
+
+/* f[u] = score[j + u * TK_T], NaN past n (NaN is never a tail candidate). */
+__device__ __forceinline__ void tk_load(const float *score, int j, int n, float *f)
+{
+#pragma unroll
+    for (int u = 0; u < TK_U; u++)
+        f[u] = j + u * TK_T < n ? score[j + u * TK_T] : __uint_as_float(0x7fc00000u);
+}
+
+/* c[0..TK_W): one count per warp -> the sum over the warps before warp w, and the
+ * total (every thread gets both; an inclusive shuffle scan across the lanes). */
+__device__ __forceinline__ void tk_scan(const int *c, int w, int lane, int *before, int *total)
+{
+    const int v = c[lane];
+    int inc = v;
+    for (int d = 1; d < 32; d <<= 1) {
+        const int x = __shfl_sync(0xffffffffu, inc, lane >= d ? lane - d : lane);
+        if (lane >= d)
+            inc += x;
+    }
+    *total = __shfl_sync(0xffffffffu, inc, 31);
+    *before = __shfl_sync(0xffffffffu, inc - v, w);
+}
+
+/* Block-wide max (OP 0), OR (1), AND (2) of v; every thread gets it; red: TK_W words. */
+template <int OP> __device__ uint32_t tk_reduce(uint32_t v, uint32_t *red)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t x = __shfl_xor_sync(0xffffffffu, v, o);
+        v = OP == 0 ? (x > v ? x : v) : OP == 1 ? (v | x) : (v & x);
+    }
+    if ((threadIdx.x & 31) == 0)
+        red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    uint32_t r = red[0];
+    for (int w = 1; w < TK_W; w++)
+        r = OP == 0 ? (red[w] > r ? red[w] : r) : OP == 1 ? (r | red[w]) : (r & red[w]);
+    __syncthreads();   /* red may be rewritten */
+    return r;
+}
+
+/* v4_topk of score[0..n) -> sel[0..m), m = min(k, n) <= TK_KMAX; one block of TK_T. */
+__global__ void __launch_bounds__(TK_T) k_topk_select(const float *score, int n, int m, int32_t *sel)
+{
+    __shared__ uint64_t ent[TK_KMAX];   /* key << 32 | ~index: descending = the output order */
+    __shared__ int hist[256];
+    __shared__ uint32_t red[TK_W];
+    __shared__ int wc[TK_U][TK_W];     /* per sweep step: (equal << 16) + greater, per warp */
+    __shared__ int s_bin, s_need, s_all;
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+
+    /* the last NaN among the first m: t0 = its index + 1 */
+    uint32_t last = 0;
+    for (int j = t; j < m; j += TK_T)
+        if (tk_nan(score[j]))
+            last = (uint32_t)j + 1;
+    const int t0 = (int)tk_reduce<0>(last, red);
+    /* slots [0, t0): NaN in place, each run between NaNs ranked within itself (only
+     * with NaN scores: O(run length) per element) */
+    for (int e = t; e < t0; e += TK_T) {
+        const float f = score[e];
+        if (tk_nan(f)) {
+            sel[e] = e;
+            continue;
+        }
+        int s = e, end = e + 1;
+        while (s > 0 && !tk_nan(score[s - 1]))
+            s--;
+        while (!tk_nan(score[end]))   /* score[t0 - 1] is NaN */
+            end++;
+        const uint32_t ke = tk_key(f);
+        int r = 0;
+        for (int i = s; i < end; i++) {
+            const uint32_t ki = tk_key(score[i]);
+            r += ki > ke || (ki == ke && i < e);
+        }
+        sel[s + r] = e;
+    }
+    const int mt = m - t0;   /* slots [t0, m): the best mt non-NaN scores of [t0, n) */
+    if (mt <= 0)
+        return;
+    uint32_t kor = 0, kand = 0xffffffffu;
+    for (int j = t0 + t; j < n; j += TK_U * TK_T) {
+        float f[TK_U];
+        tk_load(score, j, n, f);
+#pragma unroll
+        for (int u = 0; u < TK_U; u++)
+            if (!tk_nan(f[u])) {
+                kor |= tk_key(f[u]);
+                kand &= tk_key(f[u]);
+            }
+    }
+    kor = tk_reduce<1>(kor, red);
+    kand = tk_reduce<2>(kand, red);
+    /* radix select: the top `mask` bits of the mt-th best key are `prefix`; `need` of
+     * the keys with that prefix are taken (all of them once `all`). Invariant: at least
+     * `need` >= 1 tail keys have the prefix. */
+    uint32_t prefix = 0, mask = 0;
+    int need = mt;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        const uint32_t dm = 0xffu << shift;
+        if (!((kor ^ kand) & dm)) {   /* the same digit in every key */
+            prefix |= kand & dm;
+            mask |= dm;
+            continue;
+        }
+        for (int b = t; b < 256; b += TK_T)
+            hist[b] = 0;
+        __syncthreads();
+        for (int j = t0 + t; j < n; j += TK_U * TK_T) {
+            float f[TK_U];
+            tk_load(score, j, n, f);
+#pragma unroll
+            for (int u = 0; u < TK_U; u++) {
+                const uint32_t kk = tk_key(f[u]);
+                if (!tk_nan(f[u]) && (kk & mask) == prefix)
+                    atomicAdd(&hist[(kk >> shift) & 0xffu], 1);
+            }
+        }
+        __syncthreads();
+        if (t == 0) {
+            int above = 0, b = 255;
+            while (above + hist[b] < need)
+                above += hist[b--];
+            s_bin = b;
+            s_need = need - above;
+            s_all = hist[b] == need - above;
+        }
+        __syncthreads();   /* s_* are rewritten two barriers later at the earliest */
+        prefix |= (uint32_t)s_bin << shift;
+        mask |= dm;
+        need = s_need;
+        if (s_all)
+            break;
+    }
+    /* collect, in index order: every key above the prefix (mt - need of them) at
+     * ent[0..), the first `need` equal to it at ent[mt - need ..).  A step covers
+     * TK_U runs of TK_T scores; thread t holds score t of each run. */
+    const int ngt = mt - need;
+    const unsigned below = (1u << lane) - 1u;
+    int bg = 0, be = 0;   /* taken so far (the same in every thread) */
+    for (int c0 = t0; c0 < n && (bg < ngt || be < need); c0 += TK_U * TK_T) {
+        float f[TK_U];
+        tk_load(score, c0 + t, n, f);
+        unsigned mg[TK_U], me[TK_U];
+#pragma unroll
+        for (int u = 0; u < TK_U; u++) {
+            const uint32_t kk = tk_key(f[u]) & mask;
+            const int ok = !tk_nan(f[u]);
+            mg[u] = __ballot_sync(0xffffffffu, ok && kk > prefix);
+            me[u] = __ballot_sync(0xffffffffu, ok && kk == prefix);
+            if (lane == 0)
+                wc[u][w] = __popc(me[u]) << 16 | __popc(mg[u]);   /* <= 32 each: no carry */
+        }
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < TK_U; u++) {
+            int before, total;   /* packed sums of <= TK_T each: no carry */
+            tk_scan(wc[u], w, lane, &before, &total);
+            const int j = c0 + u * TK_T + t;
+            const uint64_t v64 = (uint64_t)tk_key(f[u]) << 32 | (uint32_t)~(uint32_t)j;
+            if (mg[u] >> lane & 1u)
+                ent[bg + (before & 0xffff) + __popc(mg[u] & below)] = v64;
+            const int r = be + (before >> 16) + __popc(me[u] & below);
+            if ((me[u] >> lane & 1u) && r < need)
+                ent[ngt + r] = v64;
+            bg += total & 0xffff;
+            be += total >> 16;
+        }
+        __syncthreads();   /* wc is rewritten */
+    }
+    /* bitonic sort of ent[0..P), descending; pads (0) sort last */
+    int P = 1;
+    while (P < mt)
+        P <<= 1;
+    for (int q = mt + t; q < P; q += TK_T)
+        ent[q] = 0;
+    __syncthreads();
+    for (int size = 2; size <= P; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int q = t; q < P / 2; q += TK_T) {
+                const int i = 2 * stride * (q / stride) + q % stride, p = i + stride;
+                const uint64_t a = ent[i], b = ent[p];
+                if ((i & size) == 0 ? a < b : a > b) {
+                    ent[i] = b;
+                    ent[p] = a;
+                }
+            }
+            __syncthreads();
+        }
+    for (int q = t; q < mt; q += TK_T)
+        sel[t0 + q] = (int32_t)~(uint32_t)ent[q];
+}
+
+/* v4_topk for m > TK_KMAX (no model has it: index_topk is 512) by ranks: element j goes
+ * to slot #{i: s_i > s_j} + #{i < j: s_i == s_j}; O(n * m), the C function's result
+ * for NaN-free scores. */
 __global__ void k_topk_rank(const float *score, int n, int k, int32_t *sel)
 {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -239,7 +519,11 @@ extern "C" cudaError_t v4cu_index_scores(const float *q, const float *keys, int 
     if (n <= 0)
         return cudaSuccess;
     const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
-    V4CU_LAUNCH(k_index_scores, v4cu_cdiv(n, 128), 128, st, q, keys, n, iw, ih, id, wscale, score);
+    if (id <= IS_DMAX) {
+        V4CU_LAUNCH(k_index_scores_staged, v4cu_cdiv(n, IS_T), IS_T, st, q, keys, n, iw, ih, id, wscale, score);
+    } else {
+        V4CU_LAUNCH(k_index_scores, v4cu_cdiv(n, 128), 128, st, q, keys, n, iw, ih, id, wscale, score);
+    }
     return cudaGetLastError();
 }
 
@@ -247,6 +531,11 @@ extern "C" cudaError_t v4cu_topk(const float *score, int n, int k, int32_t *sel,
 {
     if (n <= 0 || k <= 0)
         return cudaSuccess;
-    V4CU_LAUNCH(k_topk_rank, v4cu_cdiv(n, 128), 128, st, score, n, k, sel);
+    const int m = k < n ? k : n;
+    if (m <= TK_KMAX) {
+        V4CU_LAUNCH(k_topk_select, 1, TK_T, st, score, n, m, sel);
+    } else {
+        V4CU_LAUNCH(k_topk_rank, v4cu_cdiv(n, 128), 128, st, score, n, m, sel);
+    }
     return cudaGetLastError();
 }

@@ -6,10 +6,13 @@
  * Exactness: every per-element sum that the reference does left to right in double
  * (dot products, the attention's value accumulation, the pooling, the indexer's head
  * sum, the softmax sums) is done left to right by one thread here, so results are
- * bit-identical; only the head-RMS sum of bf16 squares is a tree (exact in double for
- * realistic heads: 512 bf16 squares spanning < 36 binades).  The top-k ranks every
- * score against all others (score desc, ties to the lower index): the reference's
- * selection for NaN-free scores, in O(n^2 / threads).
+ * bit-identical (the indexer's key rows and the attention's candidate rows are first
+ * staged in shared memory with coalesced reads; the sums stay per thread, in order); only the head-RMS sum of bf16 squares is a tree (exact in double for
+ * realistic heads: 512 bf16 squares spanning < 36 binades).  The top-k returns exactly
+ * v4_topk's list (score desc, ties to the lower index, -0 == +0, and v4_topk's
+ * placement of NaN scores, see cuda_attn.cu) by a one-block radix select: O(n) work,
+ * at most 6 sweeps over the n scores, one launch; for min(k, n) > 4096 (no model) it falls
+ * back to ranking every score against all others, O(n * k), exact for NaN-free scores.
  * All pointers are device pointers (candidate lists hold device pointers); launchers
  * enqueue on st and return cudaGetLastError().
  * Ownership: kernels touch only their arguments.  Thread: the caller's.
@@ -37,7 +40,7 @@ cudaError_t v4cu_comp_pool(const float *kv, const float *sc, int W, int r, int d
  * iw [ih] (ih <= 1024) -> score [n]. */
 cudaError_t v4cu_index_scores(const float *q, const float *keys, int n, const float *iw, int ih, int id,
                               float *score, cudaStream_t st);
-/* v4_topk of score[0..n) -> sel[0..min(k, n)). */
+/* v4_topk of score[0..n) -> sel[0..min(k, n)) (one block of 1024 threads). */
 cudaError_t v4cu_topk(const float *score, int n, int k, int32_t *sel, cudaStream_t st);
 
 #ifdef __cplusplus

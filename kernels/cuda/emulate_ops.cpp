@@ -5,8 +5,12 @@
  * every output must be bit-identical, except the RMS reductions on inputs whose
  * sum of squares is not exact in double (checked within 1e-6 relative; cuda_ops.h).
  * Cases include NaN/inf/zero/subnormal-range values for the block quantizers, ties
- * for the router's and the indexer's top-k, hash routing, large positions for
- * RoPE/YaRN, masked and all-masked attention chunks, -inf compressor rows, and planted
+ * for the router's top-k, the indexer's top-k on n = 1..6000 (below, at and above k,
+ * ragged against the block) with ties, all-equal, -inf/+-0/inf, NaN (placed as
+ * v4_topk places them) and full-range floats, hash routing, large positions for
+ * RoPE/YaRN, masked and all-masked attention chunks, dot products whose double sums
+ * round (full floats, cancelling pairs: a changed summation order fails), ragged
+ * key tiles, -inf compressor rows, and planted
  * kernel bugs are caught (a self-check at the end flips one value).
  * ctest: test_cuda_ops_emulated (CMakeLists.txt, when V4_CUDA is ON).
  * Ownership/threads: a throwaway program; memory is freed at exit.
@@ -40,6 +44,22 @@ static float rbf(int lo, int hi)
 {
     float v = ldexpf((float)(1.0 + unif()), lo + (int)(rnd() % (uint64_t)(hi - lo + 1)));
     return v4_bf16(rnd() & 1 ? -v : v);
+}
+/* a full-mantissa float with exponent in [lo, hi], random sign: sums of products of
+ * these round in double, so a changed summation order shows */
+static float rfull(int lo, int hi)
+{
+    const float v = ldexpf((float)(1.0 + unif()), lo + (int)(rnd() % (uint64_t)(hi - lo + 1)));
+    return rnd() & 1 ? -v : v;
+}
+/* Full mode of the dot-product cases: x[1] and x[d-2] = +-2^24..2^26 (key: opposite
+ * signs; query: the same), so each dot has two products near 2^50 that cancel
+ * exactly and leave the rounding of every partial sum in between visible. */
+static void cancel_pair(float *x, int d, int key)
+{
+    const float big = rfull(24, 25);
+    x[1] = big;
+    x[d - 2] = key ? -big : big;
 }
 static float rnorm() { return (float)((unif() + unif() + unif() + unif() - 2.0) * 1.7); }
 
@@ -302,16 +322,20 @@ static void case_head_rms(int hd)
     cmp(what, R.data(), G.data(), R.size());
 }
 
-static void case_sparse_attn(int hd)
+static void case_sparse_attn(int hd, int full = 0)
 {
     const int n = 3, H = 3, npool = 300, lmax = 230;
     std::vector<float> pool((size_t)npool * hd), q((size_t)n * H * hd), sink(H);
     for (auto &x : pool)
-        x = rbf(-7, 1);
+        x = full ? rfull(-20, 1) : rbf(-7, 1);
     for (auto &x : q)
-        x = rbf(-6, 0);
+        x = full ? rfull(-20, 0) : rbf(-6, 0);
     for (auto &x : sink)
         x = rnorm();
+    for (int r = 0; full && r < npool; r++)
+        cancel_pair(&pool[(size_t)r * hd], hd, 1);
+    for (int r = 0; full && r < n * H; r++)
+        cancel_pair(&q[(size_t)r * hd], hd, 0);
     std::vector<const float *> cand((size_t)n * lmax, nullptr);
     std::vector<int32_t> len = {lmax, 40, 64 + 30};
     for (int c = 20; c < len[0]; c++)            /* row 0: 20 masked window slots first */
@@ -328,7 +352,7 @@ static void case_sparse_attn(int hd)
                                 &R[((size_t)b * H + h) * hd]);
     CK(v4cu_sparse_attn(q.data(), cand.data(), len.data(), lmax, n, H, hd, scale, sink.data(), G.data(), nullptr));
     char what[96];
-    snprintf(what, sizeof what, "sparse_attn hd=%d (masked, short, masked chunk)", hd);
+    snprintf(what, sizeof what, "sparse_attn hd=%d%s (masked, short, masked chunk)", hd, full ? " full floats" : "");
     cmp(what, R.data(), G.data(), R.size());
 }
 
@@ -352,42 +376,80 @@ static void case_comp_pool(int r, int d, int overlap, int fresh)
     cmp(what, R.data(), G.data(), R.size());
 }
 
-static void case_index(int ih, int id, int n)
+static void case_index(int ih, int id, int n, int full = 0)
 {
     std::vector<float> q((size_t)ih * id), keys((size_t)n * id), iw(ih);
     for (auto &x : q)
-        x = rbf(-4, 1);
+        x = full ? rfull(-24, 1) : rbf(-4, 1);
     for (auto &x : keys)
-        x = rbf(-4, 1);
+        x = full ? rfull(-24, 1) : rbf(-4, 1);
     for (auto &x : iw)
         x = rnorm();
+    for (int j = 0; full && j < n; j++)
+        cancel_pair(&keys[(size_t)j * id], id, 1);
+    for (int h = 0; full && h < ih; h++)
+        cancel_pair(&q[(size_t)h * id], id, 0);
     std::vector<float> wh(ih), R(n), G(n, -1);
     v4_index_head_weights(iw.data(), ih, id, wh.data());
     v4_index_scores(q.data(), keys.data(), n, wh.data(), ih, id, R.data());
     CK(v4cu_index_scores(q.data(), keys.data(), n, iw.data(), ih, id, G.data(), nullptr));
     char what[96];
-    snprintf(what, sizeof what, "index_scores ih=%d id=%d n=%d", ih, id, n);
+    snprintf(what, sizeof what, "index_scores ih=%d id=%d n=%d%s", ih, id, n, full ? " full floats" : "");
     cmp(what, R.data(), G.data(), R.size());
 }
 
-static void case_topk(int n, int k)
+/* Score patterns for the top-k cases. */
+enum { TK_TIES, TK_EQUAL, TK_SPECIAL, TK_NAN, TK_NAN_LATE, TK_SPREAD, TK_FLOAT };
+static const char *const tk_name[] = {"ties", "all equal", "-inf/+-0/inf", "NaN in the first k", "NaN after k",
+                                      "bf16 spread", "full floats"};
+
+static float tk_score(int pat, int i, int n)
+{
+    switch (pat) {
+    case TK_TIES:       /* few distinct values: many ties */
+        return v4_bf16((float)(rnd() % 40) * 0.25f - 3.0f);
+    case TK_EQUAL:
+        return 0.5f;
+    case TK_SPECIAL: {  /* ties of -0/+0, runs of -inf, one +inf, negatives */
+        const uint64_t r = rnd() % 8;
+        return r == 0 ? -0.0f : r == 1 ? 0.0f : r == 2 ? -INFINITY : r == 3 && i == n / 2 ? INFINITY
+                                                                        : v4_bf16(-(float)(rnd() % 5));
+    }
+    case TK_NAN:        /* NaNs of both signs early and late (the C function's slots) */
+    case TK_NAN_LATE: {
+        const int first = pat == TK_NAN ? 0 : 600;
+        if (i >= first && rnd() % 23 == 0)
+            return rnd() & 1 ? NAN : -NAN;
+        return v4_bf16((float)(rnd() % 12) - 4.0f);
+    }
+    case TK_SPREAD:     /* bf16 scores over a few binades (the indexer's): low key bits constant */
+        return v4_bf16(ldexpf((float)(1.0 + unif()), (int)(rnd() % 6) - 3));
+    default:            /* any float: every key digit varies */
+        return ldexpf((float)(unif() * 2.0 - 1.0), (int)(rnd() % 200) - 100);
+    }
+}
+
+static void case_topk(int n, int k, int pat)
 {
     std::vector<float> s(n);
-    for (auto &x : s)   /* few distinct values: many ties */
-        x = v4_bf16((float)(rnd() % 40) * 0.25f - 3.0f);
-    s[n / 2] = -0.0f;
-    s[n / 3] = 0.0f;
+    for (int i = 0; i < n; i++)
+        s[i] = tk_score(pat, i, n);
+    if (pat == TK_TIES && n > 3) {
+        s[n / 2] = -0.0f;
+        s[n / 3] = 0.0f;
+    }
     const int m = k < n ? k : n;
     std::vector<int> R(m);
-    std::vector<int32_t> G(m, -1);
+    std::vector<int32_t> G(m + 1, -1);
     v4_topk(s.data(), n, m, R.data());
-    CK(v4cu_topk(s.data(), n, m, G.data(), nullptr));
-    int bad = 0;
+    CK(v4cu_topk(s.data(), n, k, G.data(), nullptr));   /* the launcher takes any k: min(k, n) come out */
+    int bad = G[m] != -1;                                 /* nothing written past them */
     for (int i = 0; i < m; i++)
         if (R[i] != G[i] && bad++ < 3)
             printf("  topk [%d] ref=%d got=%d\n", i, R[i], G[i]);
-    printf("%-48s %s (%d of %d differ)\n", (std::string("topk n=") + std::to_string(n) + " k=" + std::to_string(k)).c_str(),
-           bad ? "FAIL" : "ok", bad, m);
+    char what[96];
+    snprintf(what, sizeof what, "topk n=%d k=%d %s", n, k, tk_name[pat]);
+    printf("%-48s %s (%d of %d differ)\n", what, bad ? "FAIL" : "ok", bad, m);
     bad_total += bad;
 }
 
@@ -418,14 +480,31 @@ int main()
     case_head_rms(128);
     case_sparse_attn(512);
     case_sparse_attn(128);
+    case_sparse_attn(200);   /* a last key tile of 8 dims */
+    case_sparse_attn(40);
+    case_sparse_attn(512, 1);   /* rounding sums: the dot order matters */
+    case_sparse_attn(200, 1);
     case_comp_pool(4, 128, 1, 1);
     case_comp_pool(4, 128, 1, 0);
     case_comp_pool(128, 512, 0, 0);
     case_index(8, 128, 50);
     case_index(64, 128, 130);
-    case_topk(1000, 64);
-    case_topk(30, 64);
-    case_topk(512, 512);
+    case_index(64, 128, 1000);   /* many blocks, a ragged last one */
+    case_index(16, 96, 65);
+    case_index(3, 200, 70);      /* id > 128: the unstaged kernel */
+    case_index(64, 128, 130, 1); /* rounding sums: the dot order matters */
+    case_index(5, 200, 70, 1);
+    {   /* n below, at and above k, not multiples of the 1024-thread block */
+        const int tn[][2] = {{1, 512},    {2, 1},      {30, 64},    {511, 512},  {512, 512},  {513, 512},
+                             {1000, 64},  {1023, 512}, {1025, 512}, {2049, 512}, {4099, 512}, {3001, 1}};
+        for (const auto &c : tn)
+            for (int pat = 0; pat <= TK_FLOAT; pat++)
+                case_topk(c[0], c[1], pat);
+        case_topk(6000, 2048, TK_FLOAT);
+        case_topk(5000, 4096, TK_TIES);      /* the largest one-block selection */
+        case_topk(5000, 4500, TK_TIES);      /* above it: the rank kernel (NaN-free) */
+        case_topk(40, 40, TK_NAN);           /* a NaN-only structure in every slot */
+    }
     /* self-check: the comparison catches a one-ulp difference */
     const int before = bad_total;
     float a = 1.0f, b = nextafterf(1.0f, 2.0f);

@@ -149,6 +149,26 @@ template <typename T> static T __shfl_sync(unsigned, T v, int src) { return shfl
 template <typename T> static T __shfl_xor_sync(unsigned, T v, int m) { return shfl_idx(v, (int)(threadIdx.x & 31) ^ m); }
 static inline void __syncwarp() { emu_wait(2); }
 static inline void __syncthreads() { emu_wait(1); }
+/* __ballot_sync: bit l = lane l's predicate, exchanged like a shuffle (whole warps). */
+static inline unsigned __ballot_sync(unsigned, int pred)
+{
+    const unsigned me = threadIdx.x, base = me & ~31u;
+    g_emu.slot[me] = pred != 0;
+    emu_wait(2);
+    unsigned r = 0;
+    for (unsigned l = 0; l < 32 && base + l < g_emu.nt; l++)
+        r |= (unsigned)(g_emu.slot[base + l] != 0) << l;
+    emu_wait(2);
+    return r;
+}
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+/* Fibers switch only at barriers, so a plain read-modify-write is atomic here. */
+template <typename T> static T atomicAdd(T *p, T v)
+{
+    const T old = *p;
+    *p = old + v;
+    return old;
+}
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
