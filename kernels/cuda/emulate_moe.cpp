@@ -8,7 +8,9 @@
  *   2. the grouped products + SwiGLU + ordered combination (v4cu_moe_routed and
  *      v4cu_moe_combine) against the per-expert launches of the host-driven path
  *      (act_quant + quant_fp8/fp4 per expert, swiglu, scatter-adds in ascending expert
- *      id from a zeroed y, add_bf16), FP8 and FP4, batch 1 and 5: bit for bit.
+ *      id from a zeroed y, add_bf16), FP8 and FP4, batch 1 and 5: bit for bit;
+ *   3. the combination alone on values whose sums cancel (any other order than the
+ *      scatter-adds' shows).
  * Ownership/threads: a throwaway program; memory is freed at exit.
  */
 #include <cstdio>
@@ -216,6 +218,39 @@ static void grouped_case(int fp4, int n, int K, int E, int d, int I)
     bad_total += bad;
 }
 
+/* The combination alone on order-sensitive values (+-2^25 and small ones, so partial
+ * sums cancel): against the scatter-adds of the host path in ascending expert id. */
+static void combine_case(int n, int K, int E, int d)
+{
+    const int P = n * K;
+    std::vector<int32_t> ids((size_t)P);
+    std::vector<float> w((size_t)P, 1.0f), sh((size_t)n * d), y((size_t)n * d, 0.0f), ref((size_t)n * d);
+    for (auto &v : ids)
+        v = (int32_t)(rnd() % E);
+    for (auto &v : sh)
+        v = rbf((int)(rnd() % 8) - 12);
+    bufs B(P, E, d, 8);
+    int bad = v4cu_moe_lists(ids.data(), w.data(), n, K, E, 4, &B.b, nullptr) != cudaSuccess;
+    for (auto &v : B.go) {   /* (2^25 + x) - 2^25 = 0 but (2^25 - 2^25) + x = x */
+        const int r = (int)(rnd() % 3);
+        v = r == 0 ? 0x1p25f : r == 1 ? -0x1p25f : rbf((int)(rnd() % 4));
+    }
+    for (int e = 0; e < E; e++) {
+        const int s0 = B.start[(size_t)e], m = B.start[(size_t)e + 1] - s0;
+        v4cu_scatter_add(y.data(), d, &B.go[(size_t)s0 * d], &B.rows[(size_t)s0], m, nullptr);
+    }
+    v4cu_add_bf16(y.data(), sh.data(), ref.data(), (long)n * d, nullptr);
+    std::vector<float> out((size_t)n * d, -7.0f);
+    bad += v4cu_moe_combine(B.go.data(), d, B.comb.data(), n, K, sh.data(), out.data(), nullptr) != cudaSuccess;
+    for (size_t i = 0; i < out.size(); i++)
+        if (memcmp(&out[i], &ref[i], 4) && bad++ < 3)
+            printf("  out[%zu]: scatter-adds %a combine %a\n", i, (double)ref[i], (double)out[i]);
+    char what[96];
+    snprintf(what, sizeof what, "combine n=%d K=%d E=%d d=%d, cancelling sums", n, K, E, d);
+    printf("%-58s %s (%d of %zu differ)\n", what, bad ? "FAIL" : "ok", bad, out.size());
+    bad_total += bad;
+}
+
 int main()
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -224,6 +259,8 @@ int main()
     grouped_case(1, 5, 4, 8, 256, 128);
     grouped_case(0, 1, 3, 6, 256, 256);
     grouped_case(0, 5, 3, 6, 256, 128);
+    combine_case(7, 6, 5, 300);
+    combine_case(1, 4, 16, 256);
     printf("%s: %d mismatches\n", bad_total ? "FAILED" : "all equal", bad_total);
     return bad_total != 0;
 }
