@@ -299,6 +299,13 @@ static int to_host(v4_cuda_engine *e, void *h, const void *d, size_t bytes)
     return ck(e, cudaStreamSynchronize(e->st), "synchronize");
 }
 
+/* Enqueued only: h must stay unchanged until the stream has passed the copy (the
+ * step's end synchronizes, on failure too). */
+static int to_dev_async(v4_cuda_engine *e, void *d, const void *h, size_t bytes)
+{
+    return ck(e, cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, e->st), "copy to device");
+}
+
 static int to_dev(v4_cuda_engine *e, void *d, const void *h, size_t bytes)
 {
     if (ck(e, cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, e->st), "copy to device"))
@@ -455,8 +462,9 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
         e->h_len[b] = m;                    /* the window and HCA part; CSA picks follow */
         e->h_nsel[b] = lw->ratio == 4 ? nsel : 0;
     }
-    /* one upload of every row's list, then the indexer's picks appended on the device */
-    if (to_dev(e, e->cand, e->h_cand, sizeof(float *) * (size_t)n * e->lmax))
+    /* one upload of every row's list, then the indexer's picks appended on the device;
+     * one synchronization (after the lengths) before h_cand / h_len may be reused */
+    if (to_dev_async(e, e->cand, e->h_cand, sizeof(float *) * (size_t)n * e->lmax))
         return -1;
     for (int b = 0; b < n; b++) {
         if (e->h_nsel[b] &&
@@ -821,8 +829,8 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
         e->h_pos[b] = views[b].pos;
     }
     e->step_no++;
-    int rc = ensure_cand(e, max_len) || to_dev(e, e->tokens, tokens, sizeof(int32_t) * (size_t)n) ||
-             to_dev(e, e->pos, e->h_pos, sizeof(int32_t) * (size_t)n) ||
+    int rc = ensure_cand(e, max_len) || to_dev_async(e, e->tokens, tokens, sizeof(int32_t) * (size_t)n) ||
+             to_dev_async(e, e->pos, e->h_pos, sizeof(int32_t) * (size_t)n) ||
              ck(e, v4cu_embed(e->embed, e->tokens, n, cfg->dim, cfg->hc_mult, e->X, e->st), "embed");
     for (int l = 0; !rc && l < cfg->n_layers; l++) {
         const dlayer *lw = &e->L[l];
@@ -859,6 +867,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
             fill_route_traces(e, n, tr);
     }
     if (rc) {
+        cudaStreamSynchronize(e->st);   /* the async uploads' host sources (tokens, h_pos, h_cand) */
         for (int b = 0; b < n; b++)   /* their device state holds part of a position */
             free_dseq(S[b], cfg->n_layers);
         if (e->fail == cudaSuccess && err->msg[0])
