@@ -140,7 +140,10 @@ struct v4_cuda_engine {
     /* host mirrors */
     int32_t *h_route_all, *h_route, *h_len, *h_rows, *h_csel, *h_pos, *h_nsel, *h_start;
     float *h_route_w_all, *h_route_w, *h_wt;
-    const float **h_cand;
+    const float **h_cand;           /* pinned [cand_layers][max_batch][lmax] */
+    int cand_layers;                /* n_layers: one staging area per layer, the uploads are
+                                     * not waited for; 1 (too big): a wait per layer */
+    int32_t *h_tok;                 /* pinned [max_batch]: the step's tokens */
     long step_no;
     dseq *seqs;
 };
@@ -404,6 +407,11 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
     const v4_config *cfg = &e->w->cfg;
     const dlayer *lw = &e->L[layer];
     const int H = cfg->n_heads, hd = cfg->head_dim, rd = cfg->rope_head_dim, win = cfg->window;
+    /* this layer's host staging of the candidate lists and lengths (pinned; its own
+     * area per layer unless cand_layers is 1, then reused after a wait) */
+    const size_t slot = e->cand_layers > 1 ? (size_t)layer : 0;
+    const float **h_cand = e->h_cand + slot * e->max_batch * e->lmax;
+    int32_t *h_len = e->h_len + slot * e->max_batch;
     const int ql = cfg->q_lora_rank, G = cfg->o_groups, ol = cfg->o_lora_rank;
     const float eps = cfg->norm_eps;
     const float *freqs = lw->ratio ? e->freqs_comp : e->freqs_swa;
@@ -442,7 +450,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
             L->n_comp += done;
         }
         /* candidates (attention.c candidates()): window oldest -> newest, then compressed */
-        const float **hc = e->h_cand + (size_t)b * e->lmax;
+        const float **hc = h_cand + (size_t)b * e->lmax;
         int m = 0;
         if (pos >= win - 1) {
             const int s = pos % win;
@@ -459,22 +467,22 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
         if (lw->ratio && lw->ratio != 4)
             for (int j = 0; j < L->n_comp; j++)
                 hc[m++] = L->comp + (size_t)j * hd;
-        e->h_len[b] = m;                    /* the window and HCA part; CSA picks follow */
+        h_len[b] = m;                       /* the window and HCA part; CSA picks follow */
         e->h_nsel[b] = lw->ratio == 4 ? nsel : 0;
     }
     /* one upload of every row's list, then the indexer's picks appended on the device;
-     * one synchronization (after the lengths) before h_cand / h_len may be reused */
-    if (to_dev_async(e, e->cand, e->h_cand, sizeof(float *) * (size_t)n * e->lmax))
+     * with one staging area for all layers, a wait (after the lengths) before reuse */
+    if (to_dev_async(e, e->cand, h_cand, sizeof(float *) * (size_t)n * e->lmax))
         return -1;
     for (int b = 0; b < n; b++) {
         if (e->h_nsel[b] &&
-            ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + e->h_len[b], S[b]->L[layer].comp, hd,
+            ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + h_len[b], S[b]->L[layer].comp, hd,
                                      e->csel + (size_t)b * cfg->index_topk, e->h_nsel[b], e->st), "candidates"))
             return -1;
-        e->h_len[b] += e->h_nsel[b];
+        h_len[b] += e->h_nsel[b];
     }
     const float scale = (float)pow((double)hd, -0.5);
-    if (to_dev(e, e->len, e->h_len, sizeof(int32_t) * (size_t)n) ||
+    if ((e->cand_layers > 1 ? to_dev_async : to_dev)(e, e->len, h_len, sizeof(int32_t) * (size_t)n) ||
         ck(e, v4cu_sparse_attn(e->q, e->cand, e->len, (int)e->lmax, n, H, hd, scale, lw->attn_sink, e->o, e->st),
            "attention") ||
         ck(e, v4cu_rope(e->o + hd - rd, n * H, hd, rd / 2, freqs, e->pos, H, 1, e->st), "attention"))
@@ -787,13 +795,15 @@ static int ensure_cand(v4_cuda_engine *e, int max_len)
                 sc = cap;
         }
     need += cfg->window;
-    if (need > e->lmax) {
+    if (need > e->lmax) {   /* (no copy is in flight: the last step ended with a wait) */
         cudaFree(e->cand);
-        free(e->h_cand);
+        cudaFreeHost(e->h_cand);
         e->cand = NULL;
-        e->h_cand = (const float **)calloc((size_t)need * e->max_batch, sizeof(float *));
-        if (!e->h_cand || ck(e, cudaMalloc((void **)&e->cand, sizeof(float *) * (size_t)need * e->max_batch),
-                             "cudaMalloc"))
+        e->h_cand = NULL;
+        const size_t per_layer = sizeof(float *) * (size_t)need * e->max_batch;
+        e->cand_layers = per_layer * cfg->n_layers <= ((size_t)64 << 20) ? cfg->n_layers : 1;
+        if (ck(e, cudaMallocHost((void **)&e->h_cand, per_layer * e->cand_layers), "cudaMallocHost") ||
+            ck(e, cudaMalloc((void **)&e->cand, per_layer), "cudaMalloc"))
             return -1;
         e->lmax = need;
     }
@@ -821,6 +831,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
         return v4_err_set(err, V4_ERR_INVALID, "cuda step", "batch of %d (max %d)", n, e->max_batch);
     dseq *S[256];
     int max_len = 0;
+    memcpy(e->h_tok, tokens, sizeof(int32_t) * (size_t)n);   /* pinned: the upload is not waited for */
     for (int b = 0; b < n; b++) {
         if (!(S[b] = seq_state(e, &views[b], views, n, err)))
             return -1;
@@ -829,7 +840,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
         e->h_pos[b] = views[b].pos;
     }
     e->step_no++;
-    int rc = ensure_cand(e, max_len) || to_dev_async(e, e->tokens, tokens, sizeof(int32_t) * (size_t)n) ||
+    int rc = ensure_cand(e, max_len) || to_dev_async(e, e->tokens, e->h_tok, sizeof(int32_t) * (size_t)n) ||
              to_dev_async(e, e->pos, e->h_pos, sizeof(int32_t) * (size_t)n) ||
              ck(e, v4cu_embed(e->embed, e->tokens, n, cfg->dim, cfg->hc_mult, e->X, e->st), "embed");
     for (int l = 0; !rc && l < cfg->n_layers; l++) {
@@ -867,7 +878,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
             fill_route_traces(e, n, tr);
     }
     if (rc) {
-        cudaStreamSynchronize(e->st);   /* the async uploads' host sources (tokens, h_pos, h_cand) */
+        cudaStreamSynchronize(e->st);   /* the unwaited uploads' host sources (h_tok, h_pos, h_cand, h_len) */
         for (int b = 0; b < n; b++)   /* their device state holds part of a position */
             free_dseq(S[b], cfg->n_layers);
         if (e->fail == cudaSuccess && err->msg[0])
@@ -942,21 +953,25 @@ static int alloc_scratch(v4_cuda_engine *e)
     }
 #undef F
 #undef I32
+    /* pinned: copied without a wait (uploads) or within the step's one wait (routes) */
+    if (!e->count_only &&
+        (ck(e, cudaMallocHost((void **)&e->h_len, sizeof(int32_t) * c->n_layers * B), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_pos, sizeof(int32_t) * B), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_tok, sizeof(int32_t) * B), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_route_all, sizeof(int32_t) * c->n_layers * B * K), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_route_w_all, sizeof(float) * c->n_layers * B * K), "cudaMallocHost")))
+        return -1;
     e->h_route = (int32_t *)calloc(B * K, sizeof(int32_t));
-    e->h_len = (int32_t *)calloc(B, sizeof(int32_t));
     e->h_rows = (int32_t *)calloc(B * K, sizeof(int32_t));
     e->h_csel = (int32_t *)calloc((size_t)c->index_topk + 1, sizeof(int32_t));
-    e->h_pos = (int32_t *)calloc(B, sizeof(int32_t));
     e->h_nsel = (int32_t *)calloc(B, sizeof(int32_t));
     e->h_start = (int32_t *)calloc((size_t)c->n_routed_experts + 1, sizeof(int32_t));
     e->h_route_w = (float *)calloc(B * K, sizeof(float));
-    e->h_route_all = (int32_t *)calloc((size_t)c->n_layers * B * K, sizeof(int32_t));
-    e->h_route_w_all = (float *)calloc((size_t)c->n_layers * B * K, sizeof(float));
     e->h_wt = (float *)calloc(B * K, sizeof(float));
     e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
     e->x_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
-    if (!e->x_ids || !e->h_route || !e->h_len || !e->h_rows || !e->h_csel || !e->h_pos || !e->h_nsel || !e->h_start ||
-        !e->h_route_w || !e->h_wt || !e->seqs || !e->h_route_all || !e->h_route_w_all)
+    if (!e->x_ids || !e->h_route || !e->h_rows || !e->h_csel || !e->h_nsel || !e->h_start || !e->h_route_w ||
+        !e->h_wt || !e->seqs)
         return ck(e, cudaErrorMemoryAllocation, "host memory");
     return e->fail == cudaSuccess ? 0 : -1;
 }
@@ -1099,20 +1114,21 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
 #endif
     free(e->L);
     free(e->allocs);
-    free(e->h_cand);
+    cudaFreeHost(e->h_cand);
+    cudaFreeHost(e->h_len);
+    cudaFreeHost(e->h_pos);
+    cudaFreeHost(e->h_tok);
+    cudaFreeHost(e->h_route_all);
+    cudaFreeHost(e->h_route_w_all);
     free(e->h_route);
-    free(e->h_len);
     free(e->h_rows);
     free(e->h_csel);
-    free(e->h_pos);
     free(e->h_nsel);
     free(e->h_start);
     free(e->x_ids);
     free(e->x_miss);
     free(e->x_mats);
     free(e->h_route_w);
-    free(e->h_route_all);
-    free(e->h_route_w_all);
     free(e->h_xtab);
     free(e->h_wt);
     free(e->seqs);
