@@ -272,6 +272,13 @@ static dexpert upexpert(v4_cuda_engine *e, const v4_expert_w *x)
 
 /* ------------------------------------------------------------------ linear */
 
+/* y [n][W.rows] = W x for the activations already quantized into e->xq / e->xs. */
+static cudaError_t lin_quantized(v4_cuda_engine *e, const dmat *W, int n, float *y)
+{
+    return (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)((const uint8_t *)W->w, W->scale, W->rows, W->cols,
+                                                                   n, e->xq, e->xs, y, e->st);
+}
+
 /* y [n][W.rows] = W x, x [n][W.cols], both compact, in mode (backend.h). */
 static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *x, float *y)
 {
@@ -279,8 +286,7 @@ static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *
     if (quant) {
         rc = v4cu_act_quant(x, n, W->cols, e->xq, e->xs, e->st);
         if (rc == cudaSuccess)
-            rc = (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)((const uint8_t *)W->w, W->scale, W->rows,
-                                                                         W->cols, n, e->xq, e->xs, y, e->st);
+            rc = lin_quantized(e, W, n, y);
     } else {
         rc = v4cu_exact(W->type, W->r8, W->w, W->scale, W->rows, W->cols, n, x, y, e->st);
     }
@@ -582,15 +588,30 @@ static int routed_experts(v4_cuda_engine *e, int layer, int nx, v4_error *err)
     return rc ? -1 : 0;
 }
 
+/* The shared expert on x into ex_o [n][dim], as expert_forward computes it, with x
+ * quantized once for w1 and w3 (act_quant is per row: the values lin() makes twice). */
+static int shared_expert(v4_cuda_engine *e, const dexpert *x, int n)
+{
+    const v4_config *cfg = &e->w->cfg;
+    return ck(e, v4cu_act_quant(e->x, n, cfg->dim, e->xq, e->xs, e->st), "shared expert") ||
+                   ck(e, lin_quantized(e, &x->w1, n, e->ex_g), "linear") ||
+                   ck(e, lin_quantized(e, &x->w3, n, e->ex_u), "linear") ||
+                   ck(e, v4cu_swiglu(e->ex_g, e->ex_u, cfg->moe_inter, cfg->swiglu_limit, NULL, e->ex_h, n, e->st),
+                      "swiglu") ||
+                   lin(e, &x->w2, 1, n, e->ex_h, e->ex_o)
+               ? -1
+               : 0;
+}
+
 /* The routed experts with every expert resident: lists, products and the ordered sum
- * on the device (cuda_moe.h), no copy to the host; the shared expert as before. */
+ * on the device (cuda_moe.h), no copy to the host; then the shared expert. */
 static int moe_grouped(v4_cuda_engine *e, const dlayer *lw, int n, const int32_t *route, const float *route_w)
 {
     const v4_config *cfg = &e->w->cfg;
     const int dim = cfg->dim;
     if (ck(e, v4cu_moe_routed(&e->mb, lw->xtab, lw->xfp4, cfg->n_routed_experts, dim, cfg->moe_inter,
                               cfg->swiglu_limit, route, route_w, e->x, n, cfg->n_act_experts, e->st), "moe") ||
-        copy2d(e, e->ex_x, dim, e->x, dim, dim, n) || expert_forward(e, &lw->shared, 0, n, NULL) ||
+        shared_expert(e, &lw->shared, n) ||
         ck(e, v4cu_moe_combine(e->mb.go, dim, e->mb.comb, n, cfg->n_act_experts, e->ex_o, e->out, e->st), "moe"))
         return -1;
     e->grouped_layers++;
