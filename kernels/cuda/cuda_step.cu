@@ -3,8 +3,9 @@
  * Read it next to kernels/v4/forward.c, mhc.c, attention.c, indexer.c,
  * compressor.c and moe.c: the same sequence of operations, each a kernel launch on
  * device buffers instead of a C loop.  Host code only (the kernels live in
- * cuda_linear.cu, cuda_ops.cu, cuda_attn.cu, cuda_moe.cu); the CPU emulator compiles this file as
- * well (test_cuda_step_emulated runs it against the CPU engine on the golden model).
+ * cuda_linear.cu, cuda_ops.cu, cuda_attn.cu, cuda_moe.cu); the CPU emulator compiles
+ * this file as well (test_cuda_step_emulated runs it against the CPU engine on the
+ * golden model).
  *
  * Host decisions (the same ones the C code makes from host-side state): where each
  * sequence's window slot and compressor rows are, when a compressed block completes,
@@ -18,7 +19,17 @@
  * uploads of paged experts: those run on the copy stream of xslots.cu, and each expert
  * makes the engine's stream wait for its slot's ready event before reading it
  * (routed_experts: hits first, misses as their copies are enqueued, the sum over
- * experts in ascending id).  Host copies of results are synchronous.
+ * experts in ascending id).
+ *
+ * Waits for the stream (host round trips): the host's per-layer data (candidate
+ * lists, lengths) and the step's tokens/positions are staged in pinned host memory,
+ * one area per layer, and uploaded without a wait (an area is rewritten only in the
+ * next step, after its final wait; if n_layers areas exceed 64 MiB, one area is
+ * reused after a wait per layer).  With every expert resident a step therefore waits
+ * only for the logits (the routes for the traces come back in the same wait) and at
+ * its end; traced index selections add a wait per CSA layer; paged experts add the
+ * waits of the host-driven MoE (routes back, row lists up: 4 per layer).  Results
+ * copied to the host are complete when the step returns.
  *
  * Ownership: see cuda_step.h.  Thread: one at a time.
  */
