@@ -121,14 +121,15 @@ __device__ __forceinline__ void load16(const uint8_t *p, bool vec, uint32_t out[
     }
 }
 
+/* The rows [r0, r0+QR) of one FP8 product for nb <= NB vectors, by the calling warp
+ * (the arithmetic of k_quant_fp8 and of its grouped variant k_quant_grouped). */
 template <int NB>
-__global__ void __launch_bounds__(QWARPS * 32)
-k_quant_fp8(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale, int rows, int K, int nb,
-            const double *__restrict__ xq, const float *__restrict__ xs, int nkb_all, float *__restrict__ y,
-            int ldy, bool vec)
+__device__ __forceinline__ void quant_fp8_rows(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale,
+                                               int rows, int K, int nb, const double *__restrict__ xq,
+                                               const float *__restrict__ xs, int nkb_all, float *__restrict__ y,
+                                               int ldy, bool vec, int r0)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = (blockIdx.x * QWARPS + warp) * QR;
+    const int lane = threadIdx.x & 31;
     if (r0 >= rows)
         return;
     const int nkb = K / 128, scols = (K + 127) / 128, grp = lane >> 3, sub = lane & 7;
@@ -193,14 +194,14 @@ k_quant_fp8(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale, in
                     y[(size_t)b * ldy + r0 + r] = v4d_bf16(acc[r][b]);
 }
 
+/* The same for FP4 (the arithmetic of k_quant_fp4 and of k_quant_grouped). */
 template <int NB>
-__global__ void __launch_bounds__(QWARPS * 32)
-k_quant_fp4(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale, int rows, int K, int nb,
-            const double *__restrict__ xq, const float *__restrict__ xs, int nkb_all, float *__restrict__ y,
-            int ldy, bool vec)
+__device__ __forceinline__ void quant_fp4_rows(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale,
+                                               int rows, int K, int nb, const double *__restrict__ xq,
+                                               const float *__restrict__ xs, int nkb_all, float *__restrict__ y,
+                                               int ldy, bool vec, int r0)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = (blockIdx.x * QWARPS + warp) * QR;
+    const int lane = threadIdx.x & 31;
     if (r0 >= rows)
         return;
     const int nsb = K / 32;
@@ -261,6 +262,52 @@ k_quant_fp4(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale, in
             for (int b = 0; b < NB; b++)
                 if (b < nb && r0 + r < rows)
                     y[(size_t)b * ldy + r0 + r] = v4d_bf16(acc[r][b]);
+}
+
+/* The first of the QR rows of this block's warp in the QUANT kernels. */
+__device__ __forceinline__ int quant_r0() { return (int)(blockIdx.x * QWARPS + (threadIdx.x >> 5)) * QR; }
+
+/* The FP4 or FP8 rows of the calling warp (both kernels below call this). */
+template <int NB, int FP4>
+__device__ __forceinline__ void quant_rows(const uint8_t *w, const uint8_t *scale, int rows, int K, int nb,
+                                           const double *xq, const float *xs, int nkb_all, float *y, int ldy,
+                                           bool vec)
+{
+    if (FP4)
+        quant_fp4_rows<NB>(w, scale, rows, K, nb, xq, xs, nkb_all, y, ldy, vec, quant_r0());
+    else
+        quant_fp8_rows<NB>(w, scale, rows, K, nb, xq, xs, nkb_all, y, ldy, vec, quant_r0());
+}
+
+/* y [nb][ldy] = W xq for nb <= NB vectors (v4cu_quant_fp8 / v4cu_quant_fp4). */
+template <int NB, int FP4>
+__global__ void __launch_bounds__(QWARPS * 32)
+k_quant(const uint8_t *__restrict__ w, const uint8_t *__restrict__ scale, int rows, int K, int nb,
+        const double *__restrict__ xq, const float *__restrict__ xs, int nkb_all, float *__restrict__ y, int ldy,
+        bool vec)
+{
+    quant_rows<NB, FP4>(w, scale, rows, K, nb, xq, xs, nkb_all, y, ldy, vec);
+}
+
+/* Grouped products (cuda_moe.cu): blockIdx.y is a slot s of the (expert, row) pairs;
+ * where tile[s] > 0, the tile[s] <= NB pairs from s on belong to expert eid[s], whose
+ * weight and scale are wtab[eid[s]] and stab[eid[s]]; their activations are the rows
+ * s.. of xq/xs (one act_quant over all pairs) and their outputs the rows s.. of y.
+ * Each tile is computed exactly as the plain kernel computes a chunk of nb vectors. */
+template <int NB, int FP4>
+__global__ void __launch_bounds__(QWARPS * 32)
+k_quant_grouped(const uint8_t *const *__restrict__ wtab, const uint8_t *const *__restrict__ stab,
+                const int32_t *__restrict__ eid, const int32_t *__restrict__ tile, int rows, int K,
+                const double *__restrict__ xq, const float *__restrict__ xs, float *__restrict__ y)
+{
+    const int s = blockIdx.y, nb = tile[s];
+    if (nb <= 0)
+        return;
+    const int x = eid[s], nkb = K / 128;
+    const uint8_t *w = wtab[x], *sc = stab[x];
+    const bool vec = ((uintptr_t)w % 16u) == 0 && ((size_t)(FP4 ? K / 2 : K) % 16u) == 0;
+    quant_rows<NB, FP4>(w, sc, rows, K, nb, xq + (size_t)s * K, xs + (size_t)s * nkb, nkb, y + (size_t)s * rows,
+                        rows, vec);
 }
 
 /* Weight (r, j) of an EXACT matrix as the double the reference multiplies with. */
@@ -375,19 +422,21 @@ cudaError_t v4cu_act_quant(const float *x, int n, int K, double *xq, float *xs, 
     return cudaMemsetAsync(xs + (size_t)n * nkb, 0, sizeof(float), st);
 }
 
-#define V4CU_QUANT_LAUNCHER(NAME, KERNEL, PERROW)                                                              \
+#define V4CU_QUANT_LAUNCHER(NAME, FP4, PERROW)                                                                 \
     cudaError_t NAME(const uint8_t *w, const uint8_t *scale, int rows, int K, int n, const double *xq,         \
                      const float *xs, float *y, cudaStream_t st)                                               \
     {                                                                                                          \
         const int blocks = (rows + QR * QWARPS - 1) / (QR * QWARPS), nkb = K / 128;                            \
         const bool vec = ((uintptr_t)w % 16u) == 0 && ((size_t)(PERROW) % 16u) == 0;                          \
+        const auto k1 = k_quant<1, FP4>;                                                                       \
+        const auto k4 = k_quant<4, FP4>;                                                                       \
         for (int b0 = 0; b0 < n;) {                                                                            \
             const int nb = n - b0 < 4 ? n - b0 : 4;                                                            \
             if (nb == 1)                                                                                       \
-                V4CU_LAUNCH(KERNEL<1>, blocks, QWARPS * 32, st, w, scale, rows, K, 1, xq + (size_t)b0 * K,      \
+                V4CU_LAUNCH(k1, blocks, QWARPS * 32, st, w, scale, rows, K, 1, xq + (size_t)b0 * K,             \
                             xs + (size_t)b0 * nkb, nkb, y + (size_t)b0 * rows, rows, vec);                     \
             else                                                                                               \
-                V4CU_LAUNCH(KERNEL<4>, blocks, QWARPS * 32, st, w, scale, rows, K, nb, xq + (size_t)b0 * K,     \
+                V4CU_LAUNCH(k4, blocks, QWARPS * 32, st, w, scale, rows, K, nb, xq + (size_t)b0 * K,            \
                             xs + (size_t)b0 * nkb, nkb, y + (size_t)b0 * rows, rows, vec);                     \
             b0 += nb;                                                                                          \
             cudaError_t e = cudaGetLastError();                                                                \
@@ -397,8 +446,27 @@ cudaError_t v4cu_act_quant(const float *x, int n, int K, double *xq, float *xs, 
         return cudaSuccess;                                                                                    \
     }
 
-V4CU_QUANT_LAUNCHER(v4cu_quant_fp8, k_quant_fp8, K)
-V4CU_QUANT_LAUNCHER(v4cu_quant_fp4, k_quant_fp4, K / 2)
+V4CU_QUANT_LAUNCHER(v4cu_quant_fp8, 0, K)
+V4CU_QUANT_LAUNCHER(v4cu_quant_fp4, 1, K / 2)
+
+cudaError_t v4cu_quant_grouped(int fp4, int nbt, const uint8_t *const *wtab, const uint8_t *const *stab,
+                               const int32_t *eid, const int32_t *tile, int rows, int K, int npairs,
+                               const double *xq, const float *xs, float *y, cudaStream_t st)
+{
+    if (npairs <= 0)
+        return cudaSuccess;
+    const dim3 grid((unsigned)((rows + QR * QWARPS - 1) / (QR * QWARPS)), (unsigned)npairs);
+    void (*kern)(const uint8_t *const *, const uint8_t *const *, const int32_t *, const int32_t *, int, int,
+                 const double *, const float *, float *);
+    if (nbt == 1)
+        kern = fp4 ? k_quant_grouped<1, 1> : k_quant_grouped<1, 0>;
+    else if (nbt == 4)
+        kern = fp4 ? k_quant_grouped<4, 1> : k_quant_grouped<4, 0>;
+    else
+        return cudaErrorInvalidValue;
+    V4CU_LAUNCH(kern, grid, QWARPS * 32, st, wtab, stab, eid, tile, rows, K, xq, xs, y);
+    return cudaGetLastError();
+}
 
 cudaError_t v4cu_exact(int type, int r8, const void *w, const uint8_t *scale, int rows, int K, int n,
                        const float *x, float *y, cudaStream_t st)

@@ -3,18 +3,33 @@
  * Read it next to kernels/v4/forward.c, mhc.c, attention.c, indexer.c,
  * compressor.c and moe.c: the same sequence of operations, each a kernel launch on
  * device buffers instead of a C loop.  Host code only (the kernels live in
- * cuda_linear.cu, cuda_ops.cu, cuda_attn.cu); the CPU emulator compiles this file as
- * well (test_cuda_step_emulated runs it against the CPU engine on the golden model).
+ * cuda_linear.cu, cuda_ops.cu, cuda_attn.cu, cuda_moe.cu); the CPU emulator compiles
+ * this file as well (test_cuda_step_emulated runs it against the CPU engine on the
+ * golden model).
  *
  * Host decisions (the same ones the C code makes from host-side state): where each
  * sequence's window slot and compressor rows are, when a compressed block completes,
- * the candidate lists' window and HCA parts, and which experts run (the routing is
- * computed on the device and copied back once per MoE layer, like the reference's
- * gather by expert).  Everything stays on the one stream of the engine, except the
+ * and the candidate lists' window and HCA parts.  The MoE: with every routed expert
+ * resident, routing, per-expert row lists, the experts' products (one grouped launch
+ * per matrix) and the sum over experts in ascending id stay on the device (cuda_moe.h:
+ * moe_grouped, no host round trip); with paged experts the routing is copied back once
+ * per MoE layer and the host picks the experts (like the reference's gather by expert).
+ * The routes of every layer live in route_all and come back once, at the end of the
+ * step, for the traces.  Everything stays on the one stream of the engine, except the
  * uploads of paged experts: those run on the copy stream of xslots.cu, and each expert
  * makes the engine's stream wait for its slot's ready event before reading it
  * (routed_experts: hits first, misses as their copies are enqueued, the sum over
- * experts in ascending id).  Host copies of results are synchronous.
+ * experts in ascending id).
+ *
+ * Waits for the stream (host round trips): the host's per-layer data (candidate
+ * lists, lengths) and the step's tokens/positions are staged in pinned host memory,
+ * one area per layer, and uploaded without a wait (an area is rewritten only in the
+ * next step, after its final wait; if n_layers areas exceed 64 MiB, one area is
+ * reused after a wait per layer).  With every expert resident a step therefore waits
+ * only for the logits (the routes for the traces come back in the same wait) and at
+ * its end; traced index selections add a wait per CSA layer; paged experts add the
+ * waits of the host-driven MoE (routes back, row lists up: 4 per layer).  Results
+ * copied to the host are complete when the step returns.
  *
  * Ownership: see cuda_step.h.  Thread: one at a time.
  */
@@ -31,6 +46,7 @@
 #include "cuda_linear.h"
 #include "cuda_ops.h"
 #endif
+#include "cuda_moe.h"
 #include "cuda_step.h"
 #include "slot_pool.h"
 #include "xslots.h"
@@ -68,6 +84,9 @@ struct dlayer {
     int32_t *tid2eid;
     dexpert shared;
     dexpert *experts;               /* host array of device matrices */
+    const uint8_t **xtab;           /* device [6][E] pointer table of the routed experts
+                                     * (cuda_moe.h), NULL: the host-driven MoE (paging) */
+    int xfp4;                       /* the routed experts are FP4 (else FP8) */
 };
 
 /* Compressor state of one sequence and layer (compressor.c's v4_comp_state). */
@@ -115,17 +134,27 @@ struct v4_cuda_engine {
 
     /* scratch [max_batch][...] */
     float *X, *mixes, *pre, *post, *comb, *x, *out, *qa, *q, *kv, *o, *z, *ckv, *csc, *iq, *iw, *ikv, *isc;
-    float *gate, *route_w, *ex_x, *ex_g, *ex_u, *ex_h, *ex_o, *ex_wt, *y, *logits, *tin, *tout, *e, *score, *xs;
+    float *gate, *route_w_all, *ex_x, *ex_g, *ex_u, *ex_h, *ex_o, *ex_wt, *y, *logits, *tin, *tout, *e, *score, *xs;
     double *xq;
-    int32_t *route, *tokens, *pos, *csel, *len, *rows;
+    int32_t *route_all, *tokens, *pos, *csel, *len, *rows;
     const float **cand;
     long lmax;                      /* candidate slots per row in cand */
     size_t score_cap;               /* entries in score */
 
+    /* routes of every layer of a step ([n_layers][n][K], one copy back at the end for
+     * the traces) and the grouped MoE's scratch (cuda_moe.h) */
+    v4cu_moe_bufs mb;
+    int grouped;                    /* every layer has xtab */
+    uint64_t grouped_layers;        /* MoE layers run by the grouped path (stats) */
+    const uint8_t **h_xtab;         /* host source of the xtab uploads [n_layers][6][E] */
+
     /* host mirrors */
-    int32_t *h_route, *h_len, *h_rows, *h_csel, *h_pos, *h_nsel, *h_start;
-    float *h_route_w, *h_wt;
-    const float **h_cand;
+    int32_t *h_route_all, *h_route, *h_len, *h_rows, *h_csel, *h_pos, *h_nsel, *h_start;
+    float *h_route_w_all, *h_route_w, *h_wt;
+    const float **h_cand;           /* pinned [cand_layers][max_batch][lmax] */
+    int cand_layers;                /* n_layers: one staging area per layer, the uploads are
+                                     * not waited for; 1 (too big): a wait per layer */
+    int32_t *h_tok;                 /* pinned [max_batch]: the step's tokens */
     long step_no;
     dseq *seqs;
 };
@@ -254,6 +283,13 @@ static dexpert upexpert(v4_cuda_engine *e, const v4_expert_w *x)
 
 /* ------------------------------------------------------------------ linear */
 
+/* y [n][W.rows] = W x for the activations already quantized into e->xq / e->xs. */
+static cudaError_t lin_quantized(v4_cuda_engine *e, const dmat *W, int n, float *y)
+{
+    return (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)((const uint8_t *)W->w, W->scale, W->rows, W->cols,
+                                                                   n, e->xq, e->xs, y, e->st);
+}
+
 /* y [n][W.rows] = W x, x [n][W.cols], both compact, in mode (backend.h). */
 static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *x, float *y)
 {
@@ -261,8 +297,7 @@ static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *
     if (quant) {
         rc = v4cu_act_quant(x, n, W->cols, e->xq, e->xs, e->st);
         if (rc == cudaSuccess)
-            rc = (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)((const uint8_t *)W->w, W->scale, W->rows,
-                                                                         W->cols, n, e->xq, e->xs, y, e->st);
+            rc = lin_quantized(e, W, n, y);
     } else {
         rc = v4cu_exact(W->type, W->r8, W->w, W->scale, W->rows, W->cols, n, x, y, e->st);
     }
@@ -282,6 +317,13 @@ static int to_host(v4_cuda_engine *e, void *h, const void *d, size_t bytes)
     if (ck(e, cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, e->st), "copy to host"))
         return -1;
     return ck(e, cudaStreamSynchronize(e->st), "synchronize");
+}
+
+/* Enqueued only: h must stay unchanged until the stream has passed the copy (the
+ * step's end synchronizes, on failure too). */
+static int to_dev_async(v4_cuda_engine *e, void *d, const void *h, size_t bytes)
+{
+    return ck(e, cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, e->st), "copy to device");
 }
 
 static int to_dev(v4_cuda_engine *e, void *d, const void *h, size_t bytes)
@@ -382,6 +424,11 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
     const v4_config *cfg = &e->w->cfg;
     const dlayer *lw = &e->L[layer];
     const int H = cfg->n_heads, hd = cfg->head_dim, rd = cfg->rope_head_dim, win = cfg->window;
+    /* this layer's host staging of the candidate lists and lengths (pinned; its own
+     * area per layer unless cand_layers is 1, then reused after a wait) */
+    const size_t slot = e->cand_layers > 1 ? (size_t)layer : 0;
+    const float **h_cand = e->h_cand + slot * e->max_batch * e->lmax;
+    int32_t *h_len = e->h_len + slot * e->max_batch;
     const int ql = cfg->q_lora_rank, G = cfg->o_groups, ol = cfg->o_lora_rank;
     const float eps = cfg->norm_eps;
     const float *freqs = lw->ratio ? e->freqs_comp : e->freqs_swa;
@@ -420,7 +467,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
             L->n_comp += done;
         }
         /* candidates (attention.c candidates()): window oldest -> newest, then compressed */
-        const float **hc = e->h_cand + (size_t)b * e->lmax;
+        const float **hc = h_cand + (size_t)b * e->lmax;
         int m = 0;
         if (pos >= win - 1) {
             const int s = pos % win;
@@ -437,21 +484,22 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
         if (lw->ratio && lw->ratio != 4)
             for (int j = 0; j < L->n_comp; j++)
                 hc[m++] = L->comp + (size_t)j * hd;
-        e->h_len[b] = m;                    /* the window and HCA part; CSA picks follow */
+        h_len[b] = m;                       /* the window and HCA part; CSA picks follow */
         e->h_nsel[b] = lw->ratio == 4 ? nsel : 0;
     }
-    /* one upload of every row's list, then the indexer's picks appended on the device */
-    if (to_dev(e, e->cand, e->h_cand, sizeof(float *) * (size_t)n * e->lmax))
+    /* one upload of every row's list, then the indexer's picks appended on the device;
+     * with one staging area for all layers, a wait (after the lengths) before reuse */
+    if (to_dev_async(e, e->cand, h_cand, sizeof(float *) * (size_t)n * e->lmax))
         return -1;
     for (int b = 0; b < n; b++) {
         if (e->h_nsel[b] &&
-            ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + e->h_len[b], S[b]->L[layer].comp, hd,
+            ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + h_len[b], S[b]->L[layer].comp, hd,
                                      e->csel + (size_t)b * cfg->index_topk, e->h_nsel[b], e->st), "candidates"))
             return -1;
-        e->h_len[b] += e->h_nsel[b];
+        h_len[b] += e->h_nsel[b];
     }
     const float scale = (float)pow((double)hd, -0.5);
-    if (to_dev(e, e->len, e->h_len, sizeof(int32_t) * (size_t)n) ||
+    if ((e->cand_layers > 1 ? to_dev_async : to_dev)(e, e->len, h_len, sizeof(int32_t) * (size_t)n) ||
         ck(e, v4cu_sparse_attn(e->q, e->cand, e->len, (int)e->lmax, n, H, hd, scale, lw->attn_sink, e->o, e->st),
            "attention") ||
         ck(e, v4cu_rope(e->o + hd - rd, n * H, hd, rd / 2, freqs, e->pos, H, 1, e->st), "attention"))
@@ -551,23 +599,55 @@ static int routed_experts(v4_cuda_engine *e, int layer, int nx, v4_error *err)
     return rc ? -1 : 0;
 }
 
-static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr, v4_error *err)
+/* The shared expert on x into ex_o [n][dim], as expert_forward computes it, with x
+ * quantized once for w1 and w3 (act_quant is per row: the values lin() makes twice). */
+static int shared_expert(v4_cuda_engine *e, const dexpert *x, int n)
+{
+    const v4_config *cfg = &e->w->cfg;
+    return ck(e, v4cu_act_quant(e->x, n, cfg->dim, e->xq, e->xs, e->st), "shared expert") ||
+                   ck(e, lin_quantized(e, &x->w1, n, e->ex_g), "linear") ||
+                   ck(e, lin_quantized(e, &x->w3, n, e->ex_u), "linear") ||
+                   ck(e, v4cu_swiglu(e->ex_g, e->ex_u, cfg->moe_inter, cfg->swiglu_limit, NULL, e->ex_h, n, e->st),
+                      "swiglu") ||
+                   lin(e, &x->w2, 1, n, e->ex_h, e->ex_o)
+               ? -1
+               : 0;
+}
+
+/* The routed experts with every expert resident: lists, products and the ordered sum
+ * on the device (cuda_moe.h), no copy to the host; then the shared expert. */
+static int moe_grouped(v4_cuda_engine *e, const dlayer *lw, int n, const int32_t *route, const float *route_w)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const int dim = cfg->dim;
+    if (ck(e, v4cu_moe_routed(&e->mb, lw->xtab, lw->xfp4, cfg->n_routed_experts, dim, cfg->moe_inter,
+                              cfg->swiglu_limit, route, route_w, e->x, n, cfg->n_act_experts, e->st), "moe") ||
+        shared_expert(e, &lw->shared, n) ||
+        ck(e, v4cu_moe_combine(e->mb.go, dim, e->mb.comb, n, cfg->n_act_experts, e->ex_o, e->out, e->st), "moe"))
+        return -1;
+    e->grouped_layers++;
+    return 0;
+}
+
+/* The layer's routes go to its part of route_all (copied back for the traces at the
+ * end of the step).  Paged experts: the host picks and uploads the experts, so the
+ * routes come back to the host here (one synchronization per layer). */
+static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
     const dlayer *lw = &e->L[layer];
     const int dim = cfg->dim, E = cfg->n_routed_experts, K = cfg->n_act_experts;
+    int32_t *route = e->route_all + (size_t)layer * n * K;
+    float *route_w = e->route_w_all + (size_t)layer * n * K;
     if (lin(e, &lw->gate, 0, n, e->x, e->gate) ||
-        ck(e, v4cu_route(e->gate, E, K, lw->gate_bias, lw->tid2eid, e->tokens, cfg->route_scale, e->route, e->route_w,
-                         n, e->st), "router") ||
-        to_host(e, e->h_route, e->route, sizeof(int32_t) * (size_t)n * K) ||
-        to_host(e, e->h_route_w, e->route_w, sizeof(float) * (size_t)n * K))
+        ck(e, v4cu_route(e->gate, E, K, lw->gate_bias, lw->tid2eid, e->tokens, cfg->route_scale, route, route_w, n,
+                         e->st), "router"))
         return -1;
-    for (int b = 0; tr && b < n; b++)
-        if (tr[b] && tr[b]->route_ids)
-            for (int k = 0; k < K; k++) {
-                tr[b]->route_ids[layer * K + k] = e->h_route[b * K + k];
-                tr[b]->route_w[layer * K + k] = e->h_route_w[b * K + k];
-            }
+    if (lw->xtab)
+        return moe_grouped(e, lw, n, route, route_w);
+    if (to_host(e, e->h_route, route, sizeof(int32_t) * (size_t)n * K) ||
+        to_host(e, e->h_route_w, route_w, sizeof(float) * (size_t)n * K))
+        return -1;
     if (ck(e, cudaMemsetAsync(e->y, 0, sizeof(float) * (size_t)n * dim, e->st), "moe"))
         return -1;
     /* rows and weights of every expert of the layer, in ascending expert id: one upload */
@@ -590,6 +670,20 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_trace *const *tr, v4_erro
     if (copy2d(e, e->ex_x, dim, e->x, dim, dim, n) || expert_forward(e, &lw->shared, 0, n, NULL))
         return -1;
     return ck(e, v4cu_add_bf16(e->y, e->ex_o, e->out, (long)n * dim, e->st), "moe");
+}
+
+/* The traces' routes of every layer (route_all copied back by the step). */
+static void fill_route_traces(const v4_cuda_engine *e, int n, v4_trace *const *tr)
+{
+    const int K = e->w->cfg.n_act_experts, L = e->w->cfg.n_layers;
+    for (int b = 0; tr && b < n; b++)
+        if (tr[b] && tr[b]->route_ids)
+            for (int l = 0; l < L; l++)
+                for (int k = 0; k < K; k++) {
+                    const size_t src = ((size_t)l * n + b) * K + k;
+                    tr[b]->route_ids[l * K + k] = e->h_route_all[src];
+                    tr[b]->route_w[l * K + k] = e->h_route_w_all[src];
+                }
 }
 
 /* ------------------------------------------------------------ sequences */
@@ -733,13 +827,15 @@ static int ensure_cand(v4_cuda_engine *e, int max_len)
                 sc = cap;
         }
     need += cfg->window;
-    if (need > e->lmax) {
+    if (need > e->lmax) {   /* (no copy is in flight: the last step ended with a wait) */
         cudaFree(e->cand);
-        free(e->h_cand);
+        cudaFreeHost(e->h_cand);
         e->cand = NULL;
-        e->h_cand = (const float **)calloc((size_t)need * e->max_batch, sizeof(float *));
-        if (!e->h_cand || ck(e, cudaMalloc((void **)&e->cand, sizeof(float *) * (size_t)need * e->max_batch),
-                             "cudaMalloc"))
+        e->h_cand = NULL;
+        const size_t per_layer = sizeof(float *) * (size_t)need * e->max_batch;
+        e->cand_layers = per_layer * cfg->n_layers <= ((size_t)64 << 20) ? cfg->n_layers : 1;
+        if (ck(e, cudaMallocHost((void **)&e->h_cand, per_layer * e->cand_layers), "cudaMallocHost") ||
+            ck(e, cudaMalloc((void **)&e->cand, per_layer), "cudaMalloc"))
             return -1;
         e->lmax = need;
     }
@@ -767,6 +863,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
         return v4_err_set(err, V4_ERR_INVALID, "cuda step", "batch of %d (max %d)", n, e->max_batch);
     dseq *S[256];
     int max_len = 0;
+    memcpy(e->h_tok, tokens, sizeof(int32_t) * (size_t)n);   /* pinned: the upload is not waited for */
     for (int b = 0; b < n; b++) {
         if (!(S[b] = seq_state(e, &views[b], views, n, err)))
             return -1;
@@ -775,14 +872,14 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
         e->h_pos[b] = views[b].pos;
     }
     e->step_no++;
-    int rc = ensure_cand(e, max_len) || to_dev(e, e->tokens, tokens, sizeof(int32_t) * (size_t)n) ||
-             to_dev(e, e->pos, e->h_pos, sizeof(int32_t) * (size_t)n) ||
+    int rc = ensure_cand(e, max_len) || to_dev_async(e, e->tokens, e->h_tok, sizeof(int32_t) * (size_t)n) ||
+             to_dev_async(e, e->pos, e->h_pos, sizeof(int32_t) * (size_t)n) ||
              ck(e, v4cu_embed(e->embed, e->tokens, n, cfg->dim, cfg->hc_mult, e->X, e->st), "embed");
     for (int l = 0; !rc && l < cfg->n_layers; l++) {
         const dlayer *lw = &e->L[l];
         rc = hc_pre(e, &lw->hc_attn_fn, lw->hc_attn_scale, lw->hc_attn_base, lw->attn_norm, n) ||
              attention(e, l, S, n, tr) || hc_post(e, n) ||
-             hc_pre(e, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, lw->ffn_norm, n) || moe(e, l, n, tr, err) ||
+             hc_pre(e, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, lw->ffn_norm, n) || moe(e, l, n, err) ||
              hc_post(e, n);
     }
     if (!rc) {   /* hc_head, final norm, head */
@@ -793,13 +890,27 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
                                     e->pre, n, e->st), "hc_head") ||
              ck(e, v4cu_hc_reduce(e->X, e->pre, hc, dim, e->x, n, e->st), "hc_head") ||
              ck(e, v4cu_rmsnorm(e->x, dim, e->norm, dim, cfg->norm_eps, e->x, dim, n, e->st), "norm");
+        /* the traces' routes of every layer: queued before the logits, so that the
+         * step's one synchronization (to_host of the logits, or the final one) covers them */
+        int want_routes = 0;
+        for (int b = 0; tr && b < n; b++)
+            want_routes |= tr[b] && tr[b]->route_ids;
+        const size_t nr = (size_t)cfg->n_layers * n * cfg->n_act_experts;
+        if (!rc && want_routes)
+            rc = ck(e, cudaMemcpyAsync(e->h_route_all, e->route_all, sizeof(int32_t) * nr, cudaMemcpyDeviceToHost,
+                                       e->st), "copy to host") ||
+                 ck(e, cudaMemcpyAsync(e->h_route_w_all, e->route_w_all, sizeof(float) * nr, cudaMemcpyDeviceToHost,
+                                       e->st), "copy to host");
         if (!rc && logits)
             rc = lin(e, &e->head, 0, n, e->x, e->logits) ||
                  to_host(e, logits, e->logits, sizeof(float) * (size_t)n * cfg->vocab_size);
         if (!rc)
             rc = ck(e, cudaStreamSynchronize(e->st), "synchronize");
+        if (!rc && want_routes)
+            fill_route_traces(e, n, tr);
     }
     if (rc) {
+        cudaStreamSynchronize(e->st);   /* the unwaited uploads' host sources (h_tok, h_pos, h_cand, h_len) */
         for (int b = 0; b < n; b++)   /* their device state holds part of a position */
             free_dseq(S[b], cfg->n_layers);
         if (e->fail == cudaSuccess && err->msg[0])
@@ -857,30 +968,94 @@ static int alloc_scratch(v4_cuda_engine *e)
     F(e->x, B * dim); F(e->out, B * dim); F(e->qa, B * c->q_lora_rank); F(e->q, B * H * hd); F(e->kv, B * hd);
     F(e->o, B * H * hd); F(e->z, B * c->o_groups * c->o_lora_rank); F(e->ckv, B * 2 * hd); F(e->csc, B * 2 * hd);
     F(e->iq, B * ih * id); F(e->iw, B * ih); F(e->ikv, B * 2 * id); F(e->isc, B * 2 * id);
-    F(e->gate, B * c->n_routed_experts); F(e->route_w, B * K); F(e->ex_x, B * K * dim); F(e->ex_g, B * K * I);
+    F(e->gate, B * c->n_routed_experts); F(e->route_w_all, (size_t)c->n_layers * B * K); F(e->ex_x, B * K * dim); F(e->ex_g, B * K * I);
     F(e->ex_u, B * K * I); F(e->ex_h, B * K * I); F(e->ex_o, B * K * dim); F(e->ex_wt, B * K); F(e->y, B * dim);
     F(e->logits, B * c->vocab_size); F(e->tin, B * gin); F(e->tout, B * c->o_lora_rank); F(e->e, 2 * hd + id);
     F(e->xs, B * (kmax / 128 + 1) + 1);
     e->xq = (double *)dalloc(e, sizeof(double) * B * kmax);
-    I32(e->route, B * K); I32(e->tokens, B); I32(e->pos, B); I32(e->csel, B * c->index_topk); I32(e->len, B);
+    I32(e->route_all, (size_t)c->n_layers * B * K); I32(e->tokens, B); I32(e->pos, B); I32(e->csel, B * c->index_topk); I32(e->len, B);
     I32(e->rows, B * K);
+    if (e->grouped) {   /* the grouped MoE's scratch (cuda_moe.h) */
+        const size_t P = B * K, E = c->n_routed_experts, wide = dim > I ? dim : I;
+        v4cu_moe_bufs *m = &e->mb;
+        I32(m->rows, P); I32(m->eid, P); I32(m->tile, P); I32(m->comb, P); I32(m->start, E + 1);
+        I32(m->active, E); I32(m->nact, 1); F(m->wt, P); F(m->gx, P * dim); F(m->gg, P * I); F(m->gu, P * I);
+        F(m->gh, P * I); F(m->go, P * dim); F(m->xs, P * (wide / 128 + 1) + 1);
+        m->xq = (double *)dalloc(e, sizeof(double) * P * wide);
+    }
 #undef F
 #undef I32
+    /* pinned: copied without a wait (uploads) or within the step's one wait (routes) */
+    if (!e->count_only &&
+        (ck(e, cudaMallocHost((void **)&e->h_len, sizeof(int32_t) * c->n_layers * B), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_pos, sizeof(int32_t) * B), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_tok, sizeof(int32_t) * B), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_route_all, sizeof(int32_t) * c->n_layers * B * K), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_route_w_all, sizeof(float) * c->n_layers * B * K), "cudaMallocHost")))
+        return -1;
     e->h_route = (int32_t *)calloc(B * K, sizeof(int32_t));
-    e->h_len = (int32_t *)calloc(B, sizeof(int32_t));
     e->h_rows = (int32_t *)calloc(B * K, sizeof(int32_t));
     e->h_csel = (int32_t *)calloc((size_t)c->index_topk + 1, sizeof(int32_t));
-    e->h_pos = (int32_t *)calloc(B, sizeof(int32_t));
     e->h_nsel = (int32_t *)calloc(B, sizeof(int32_t));
     e->h_start = (int32_t *)calloc((size_t)c->n_routed_experts + 1, sizeof(int32_t));
     e->h_route_w = (float *)calloc(B * K, sizeof(float));
     e->h_wt = (float *)calloc(B * K, sizeof(float));
     e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
     e->x_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
-    if (!e->x_ids || !e->h_route || !e->h_len || !e->h_rows || !e->h_csel || !e->h_pos || !e->h_nsel || !e->h_start ||
-        !e->h_route_w || !e->h_wt || !e->seqs)
+    if (!e->x_ids || !e->h_route || !e->h_rows || !e->h_csel || !e->h_nsel || !e->h_start || !e->h_route_w ||
+        !e->h_wt || !e->seqs)
         return ck(e, cudaErrorMemoryAllocation, "host memory");
     return e->fail == cudaSuccess ? 0 : -1;
+}
+
+/* Whether the grouped MoE (cuda_moe.h) can run every layer: all routed experts
+ * resident, one quantized type (FP8 or FP4, row-major) and shape, within its limits. */
+static int grouped_ok(const v4_cuda_engine *e)
+{
+    const v4_config *c = &e->w->cfg;
+    const int E = c->n_routed_experts, K = c->n_act_experts, d = c->dim, I = c->moe_inter;
+    if (e->paged || E > V4CU_MOE_MAX_EXPERTS || (long)e->max_batch * K > V4CU_MOE_MAX_PAIRS)
+        return 0;
+    const int type = e->w->layers[0].experts[0].w1.type;
+    if (type != V4_W_FP8 && type != V4_W_FP4)
+        return 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int x = 0; x < E; x++) {
+            const v4_expert_w *xw = &e->w->layers[l].experts[x];
+            const v4_mat *m[3] = {&xw->w1, &xw->w3, &xw->w2};
+            for (int k = 0; k < 3; k++)
+                if ((int)m[k]->type != type || m[k]->layout == V4_LAYOUT_R8 || !m[k]->w || !m[k]->scale ||
+                    m[k]->rows != (k == 2 ? d : I) || m[k]->cols != (k == 2 ? I : d))
+                    return 0;
+        }
+    return 1;
+}
+
+/* Every layer's table of its routed experts' device pointers [6][E] (cuda_moe.h),
+ * uploaded once; the host source stays until the engine is freed. */
+static void upload_xtabs(v4_cuda_engine *e)
+{
+    const v4_config *c = &e->w->cfg;
+    const size_t E = (size_t)c->n_routed_experts;
+    e->h_xtab = (const uint8_t **)calloc((size_t)c->n_layers * 6 * E, sizeof(uint8_t *));
+    if (!e->h_xtab) {
+        ck(e, cudaErrorMemoryAllocation, "host memory");
+        return;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        dlayer *d = &e->L[l];
+        const uint8_t **t = e->h_xtab + (size_t)l * 6 * E;
+        for (size_t x = 0; x < E; x++) {
+            const dmat *m[3] = {&d->experts[x].w1, &d->experts[x].w3, &d->experts[x].w2};
+            for (int k = 0; k < 3; k++) {
+                t[(2 * k) * E + x] = (const uint8_t *)m[k]->w;
+                t[(2 * k + 1) * E + x] = m[k]->scale;
+            }
+        }
+        d->xtab = (const uint8_t **)upload(e, t, sizeof(uint8_t *) * 6 * E);
+        d->xfp4 = e->w->layers[l].experts[0].w1.type == V4_W_FP4;
+    }
+    e->grouped = e->fail == cudaSuccess;
 }
 
 static int upload_weights(v4_cuda_engine *e)
@@ -942,6 +1117,8 @@ static int upload_weights(v4_cuda_engine *e)
         for (int x = 0; x < E && e->fail == cudaSuccess && !e->paged; x++)   /* paged: in slots */
             d->experts[x] = upexpert(e, &s->experts[x]);
     }
+    if (e->fail == cudaSuccess && grouped_ok(e))
+        upload_xtabs(e);
     if (e->count_only)
         return e->fail == cudaSuccess ? 0 : -1;
     return e->fail == cudaSuccess ? ck(e, cudaStreamSynchronize(e->st), "upload") : -1;
@@ -969,18 +1146,22 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
 #endif
     free(e->L);
     free(e->allocs);
-    free(e->h_cand);
+    cudaFreeHost(e->h_cand);
+    cudaFreeHost(e->h_len);
+    cudaFreeHost(e->h_pos);
+    cudaFreeHost(e->h_tok);
+    cudaFreeHost(e->h_route_all);
+    cudaFreeHost(e->h_route_w_all);
     free(e->h_route);
-    free(e->h_len);
     free(e->h_rows);
     free(e->h_csel);
-    free(e->h_pos);
     free(e->h_nsel);
     free(e->h_start);
     free(e->x_ids);
     free(e->x_miss);
     free(e->x_mats);
     free(e->h_route_w);
+    free(e->h_xtab);
     free(e->h_wt);
     free(e->seqs);
     free(e);
@@ -1056,6 +1237,8 @@ extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t
 extern "C" void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st)
 {
     memset(st, 0, sizeof *st);
+    if (e)
+        st->grouped_moe_layers = e->grouped_layers;
     if (!e || !e->xsl)
         return;
     v4_slot_pool_stats ps;

@@ -6,8 +6,11 @@
  *
  * Numerics: the kernels of cuda_linear.cu, cuda_ops.cu and cuda_attn.cu, each
  * following the C reference op by op (bit-identical under the conditions their
- * headers state); routing and indexer selections are computed on the device and
- * copied back each MoE layer (the host picks the experts to run, as moe.c does).
+ * headers state); routing and indexer selections are computed on the device.  With
+ * every routed expert resident the MoE runs without a host round trip (per-expert row
+ * lists, grouped expert products and the ordered sum on the device, cuda_moe.h); with
+ * paged experts the routes are copied back each MoE layer and the host picks the
+ * experts to run, as moe.c does.
  * Traces: route_ids / route_w and index_ids / index_count are filled; the debug dumps
  * (q, kv, sub_out, streams, hidden) and checksums are not (left untouched).
  *
@@ -59,11 +62,13 @@ void v4_cuda_engine_free(v4_cuda_engine *e);
 /* Device bytes v4_cuda_engine_create would allocate for w (weights + scratch; the
  * sequences' state comes on top, per sequence); nothing is allocated. */
 size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t expert_budget);
-/* Paged experts' counters (all 0 when every expert is resident). */
+/* Paged experts' counters (all 0 when every expert is resident), and the MoE layers
+ * run by the on-device grouped path (every expert resident: no host round trip). */
 typedef struct v4_cuda_expert_stats {
     int slots;
     size_t slot_bytes;
     uint64_t hits, misses, evictions, bytes_uploaded;
+    uint64_t grouped_moe_layers;
 } v4_cuda_expert_stats;
 void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st);
 /* Bytes of device memory held (weights + scratch + sequence state). */

@@ -16,6 +16,7 @@
 #include "cuda_linear.cu"
 #include "cuda_ops.cu"
 #include "cuda_attn.cu"
+#include "cuda_moe.cu"
 static const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated CUDA error" : "no error"; }
 #include "xslots.cu"
 #include "cuda_step.cu"

@@ -4,13 +4,15 @@
  *   1. one sequence, teacher-forced through the golden sequence's first P positions
  *      (136: the window wraps, CSA blocks complete and the first HCA block of 128
  *      completes): logits bit for bit, routed expert ids and weights, indexer
- *      selections and counts, at every position;
+ *      selections and counts, at every position; every MoE layer ran the on-device
+ *      grouped path (cuda_moe.h: all experts resident);
  *   2. three sequences stepped together in one batch, joining at different steps and
  *      leaving early: every row equals the single-sequence CPU run of its tokens; a
  *      reset sequence starts over; a fourth sequence takes the least recently used of
  *      the 3 device slots and the evicted sequence is then refused with a clear error;
  *   3. paged experts: an engine with device slots for a quarter of the routed experts
- *      gives the same numbers (hits, misses and evictions all happen), and a budget
+ *      gives the same numbers (hits, misses and evictions all happen; the host-driven
+ *      MoE, not the grouped one, ran), and a budget
  *      below one token's experts fails the step with the slot pool's reason;
  *   4. paged experts whose bytes come from the host expert cache (cache/
  *      expert_provider.h, source: the safetensors, half the experts' bytes) instead
@@ -184,6 +186,13 @@ int v4_step_check(const char *data, int P)
         csa_sel += a[P - 1].index_count[l] > 0;
     printf("single sequence, %d positions: %s (%d mismatches; %d CSA layers selecting at the end)\n", P,
            bad_total ? "FAIL" : "ok", bad_total, csa_sel);
+    /* every expert resident: every MoE layer of every step ran the on-device grouped path */
+    v4_cuda_expert_stats gs;
+    v4_cuda_engine_expert_stats(eng, &gs);
+    const int grouped_ok = gs.grouped_moe_layers == (uint64_t)P * w->cfg.n_layers;
+    printf("all-resident MoE on the device (grouped, no host round trip): %s (%llu of %d layer steps)\n",
+           grouped_ok ? "ok" : "FAIL", (unsigned long long)gs.grouped_moe_layers, P * w->cfg.n_layers);
+    bad_total += !grouped_ok;
 
     /* 2. batches: rows join and leave; a new sequence reuses a device slot */
     const int before = bad_total;
@@ -270,7 +279,7 @@ int v4_step_check(const char *data, int P)
         v4_cuda_expert_stats xs;
         v4_cuda_engine_expert_stats(eng2, &xs);
         const int ok3 = bad_total == before3 && xs.misses > 0 && xs.evictions > 0 && xs.hits > 0 &&
-                        xs.slots == w->cfg.n_layers * w->cfg.n_routed_experts / 4;
+                        xs.slots == w->cfg.n_layers * w->cfg.n_routed_experts / 4 && xs.grouped_moe_layers == 0;
         printf("paged experts (%d slots of %zu bytes), %d positions: %s (%d mismatches; hits %llu, misses %llu, "
                "evictions %llu, %.1f MiB uploaded)\n",
                xs.slots, xs.slot_bytes, P3, ok3 ? "ok" : "FAIL", bad_total - before3, (unsigned long long)xs.hits,
