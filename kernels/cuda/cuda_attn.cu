@@ -188,6 +188,20 @@ __global__ void k_comp_pool(const float *kv, const float *sc, int W, int r, int 
     e[ch] = v4d_bf16((float)acc);
 }
 
+/* v4_index_scores for one key row K: the heads' clamped dot products, bf16-weighted,
+ * summed in double in head order. */
+__device__ float index_score(const float *q, const float *K, const float *wh, int ih, int id)
+{
+    double acc = 0.0;
+    for (int h = 0; h < ih; h++) {
+        float dd = v4d_bf16(dot_lr(q + (size_t)h * id, K, id));
+        if (dd < 0.0f)
+            dd = 0.0f;
+        acc += (double)v4d_bf16(dd * wh[h]);
+    }
+    return v4d_bf16((float)acc);
+}
+
 /* v4_index_head_weights + v4_index_scores; one thread per key, IS_T keys per block:
  * the block first copies its keys' rows (contiguous in `keys`) into shared memory with
  * coalesced reads, then each thread runs the same sums in the same order on its row. */
@@ -206,15 +220,7 @@ __global__ void k_index_scores_staged(const float *q, const float *keys, int n, 
     __syncthreads();
     if (t >= rows)
         return;
-    const float *K = ks + t * (id + 1);
-    double acc = 0.0;
-    for (int h = 0; h < ih; h++) {
-        float dd = v4d_bf16(dot_lr(q + (size_t)h * id, K, id));
-        if (dd < 0.0f)
-            dd = 0.0f;
-        acc += (double)v4d_bf16(dd * wh[h]);
-    }
-    score[j0 + t] = v4d_bf16((float)acc);
+    score[j0 + t] = index_score(q, ks + t * (id + 1), wh, ih, id);
 }
 
 /* The same for id > IS_DMAX (no model: 128), reading each row from global memory. */
@@ -228,15 +234,7 @@ __global__ void k_index_scores(const float *q, const float *keys, int n, const f
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n)
         return;
-    const float *K = keys + (size_t)j * id;
-    double acc = 0.0;
-    for (int h = 0; h < ih; h++) {
-        float dd = v4d_bf16(dot_lr(q + (size_t)h * id, K, id));
-        if (dd < 0.0f)
-            dd = 0.0f;
-        acc += (double)v4d_bf16(dd * wh[h]);
-    }
-    score[j] = v4d_bf16((float)acc);
+    score[j] = index_score(q, keys + (size_t)j * id, wh, ih, id);
 }
 
 /* ---- top-k (ops.c v4_topk).  What the C function returns, derived from its insertion:
