@@ -5,6 +5,7 @@
 
 #include "byte_suffix.h"
 #include "config_file.h"
+#include "device_setting.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -105,28 +106,15 @@ static int check_name(const char *var, const char *v, v4_error *err)
  * the device exists is known when the worker opens it. */
 static int check_gpu(const v4_worker_config *c, v4_error *err)
 {
-    const char *d = c->device;
-    char *end = NULL;
-    int ok = !strcmp(d, "cpu") || !strcmp(d, "cuda");
-    if (!ok && !strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {
-        long n = strtol(d + 5, &end, 10);
-        ok = !*end && n <= 255;
-    }
-    if (!ok)
-        return v4_err_set(err, V4_ERR_CONFIG, "V4_DEVICE", "'%s' is not cpu, cuda or cuda:N", d);
-    if (strcmp(c->cuda_mode, "auto") && strcmp(c->cuda_mode, "resident") && strcmp(c->cuda_mode, "hybrid"))
+    if (v4_parse_device(c->device, NULL))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_DEVICE", "'%s' is not cpu, cuda or cuda:N", c->device);
+    if (!v4_cuda_mode_ok(c->cuda_mode))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", c->cuda_mode);
-    const char *g = c->gpu_expert_mem;
-    const size_t n = strlen(g);
-    long long bytes;
-    if (n && g[n - 1] == '%') {
-        double pct = strtod(g, &end);
-        if (end != g + n - 1 || !(pct > 0 && pct <= 100))
-            return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_EXPERT_MEM", "'%s': a percentage must be in (0, 100]", g);
-    } else if (n && (v4_parse_bytes(g, &bytes) || bytes <= 0)) {
+    double bytes;   /* a percentage of 100 "bytes": > 0 exactly when the percentage is */
+    if (c->gpu_expert_mem[0] && (v4_parse_budget(c->gpu_expert_mem, 100, &bytes) || !(bytes > 0)))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_EXPERT_MEM",
-                          "'%s' is not a byte count (12G, 512M) or a percentage of the routed experts (85%%)", g);
-    }
+                          "'%s' is not a byte count (12G, 512M) or a percentage of the routed experts in (0, 100] "
+                          "(85%%)", c->gpu_expert_mem);
     return 0;
 }
 

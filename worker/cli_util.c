@@ -112,29 +112,12 @@ void v4_print_error(const char *cmd, const v4_error *err)
         fprintf(stderr, "v4fleet %s: %s\n", cmd, err->msg);
 }
 
-int v4_parse_device(const char *s, int *cuda_index)
+const char *v4_opt_or_env(const char *v, const char *name)
 {
-    if (!s)
-        return -1;
-    if (!strcmp(s, "cpu")) {
-        if (cuda_index)
-            *cuda_index = -1;
-        return 0;
-    }
-    if (strncmp(s, "cuda", 4))
-        return -1;
-    long idx = 0;
-    if (s[4] == ':') {
-        char *end;
-        idx = strtol(s + 5, &end, 10);
-        if (end == s + 5 || *end || idx < 0 || idx > 255)
-            return -1;
-    } else if (s[4]) {
-        return -1;
-    }
-    if (cuda_index)
-        *cuda_index = (int)idx;
-    return 0;
+    if (v && *v)
+        return v;
+    v = getenv(name);
+    return v ? v : "";
 }
 
 v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
@@ -184,8 +167,8 @@ int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_f
 int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
                           const char *gpu_mem, v4_error *err)
 {
-    const char *spec = gpu_mem && *gpu_mem ? gpu_mem : getenv("V4_GPU_EXPERT_MEM");
-    if (!spec || !*spec)
+    const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
+    if (!*spec)
         return 0;
     if (strcmp(be->ops->name, "cuda")) {
         fprintf(stderr, "v4fleet: V4_GPU_EXPERT_MEM=%s ignored: the device is %s (the GPU expert cache needs "

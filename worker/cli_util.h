@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "../config/device_setting.h"   /* v4_parse_device */
 #include "../config/error.h"
 #include "../kernels/backend.h"
 
@@ -41,11 +42,10 @@ typedef struct v4_engine_opts {
 int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd);
 /* Read a JSON array of integers in [0, limit) (limit <= 0: no upper bound). */
 int v4_read_ids_json(const char *path, int32_t **ids, int *n, int limit, v4_error *err);
+/* v when set (non-NULL, non-empty), else the environment variable name, else "". */
+const char *v4_opt_or_env(const char *v, const char *name);
 /* One line "v4fleet CMD: WHERE: MESSAGE" on stderr. */
 void v4_print_error(const char *cmd, const v4_error *err);
-/* "cpu" -> 0 with *cuda_index = -1; "cuda" / "cuda:N" -> 0 with *cuda_index = 0 / N;
- * anything else -1.  cuda_index may be NULL. */
-int v4_parse_device(const char *s, int *cuda_index);
 /* The backend o asks for: --device (or V4_DEVICE) cpu (default) -> the CPU backend
  * (--threads, --isa); cuda or cuda:N -> the CUDA backend on device N (0).  Asking
  * for cuda in a build without it, or on a machine without a usable GPU, is an error

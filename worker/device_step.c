@@ -24,20 +24,11 @@
 #define HEADROOM ((size_t)1 << 30)      /* device bytes left for sequences and the runtime */
 #define GIB(x) ((double)(x) / 1073741824.0)
 
-/* The argument, else the environment variable name ("" when neither is set). */
-static const char *setting(const char *v, const char *name)
-{
-    if (v && *v)
-        return v;
-    v = getenv(name);
-    return v ? v : "";
-}
-
 int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
                           struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err)
 {
-    const char *mode = setting(cuda_mode, "V4_CUDA_MODE");
-    if (*mode && strcmp(mode, "auto") && strcmp(mode, "resident") && strcmp(mode, "hybrid"))
+    const char *mode = v4_opt_or_env(cuda_mode, "V4_CUDA_MODE");
+    if (!v4_cuda_mode_ok(mode))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", mode);
     if (strcmp(be->ops->name, "cuda"))
         return 0;   /* the CPU path: nothing to choose */
@@ -49,7 +40,7 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         return 0;
     }
     const v4_config *cfg = &m->cfg;
-    const char *spec = setting(gpu_mem, "V4_GPU_EXPERT_MEM");
+    const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
     const size_t xbytes = v4_expert_bytes(&m->w.layers[0].experts[0]);
     const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * xbytes;
     size_t budget = 0;

@@ -15,7 +15,6 @@
 
 #include "../../config/byte_suffix.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,25 +309,8 @@ int v4_slot_pool_budget_parse(const char *s, uint64_t total_bytes, const char *w
 {
     if (!what)
         what = "V4_GPU_EXPERT_MEM";
-    if (!s || !*s)
-        goto bad;
-    char *end;
-    errno = 0;
-    const double x = strtod(s, &end);
-    if (errno || end == s || !(x >= 0))
-        goto bad;
     double bytes;
-    if (*end == '%') {
-        if (end[1] || !(x > 0 && x <= 100))
-            goto bad;
-        bytes = (double)total_bytes * x / 100.0;
-    } else {
-        const double mul = v4_byte_suffix(&end);
-        if (*end)
-            goto bad;
-        bytes = x * mul;
-    }
-    if (!(bytes < 9.0e18))
+    if (v4_parse_budget(s, total_bytes, &bytes))
         goto bad;
     *out = (size_t)bytes;
     if (*out == 0) {
