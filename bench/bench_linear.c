@@ -119,14 +119,14 @@ int main(int argc, char **argv)
     int samples = env ? atoi(env) : 5;
     if (samples < 1 || samples > 16)
         samples = 5;
-    const char *all[3] = {"scalar", "avx2", "avx512"};
+    const char *all[4] = {"scalar", "avx2", "avx512", "avx512vnni"};
     const char *isas[8];
     int nisa = 0;
     if (argc > 1) {
         for (int i = 1; i < argc && nisa < 8; i++)
             isas[nisa++] = argv[i];
     } else {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             isas[nisa++] = all[i];
     }
 

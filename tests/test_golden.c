@@ -289,8 +289,8 @@ int main(void)
     g.dbg_q = load_bin("debug_q.bin", 4 * (size_t)g.Pd * g.L * g.H * g.HD);
     g.dbg_kv = load_bin("debug_kv.bin", 4 * (size_t)g.Pd * g.L * g.HD);
 
-    const char *isas[] = {"scalar", "avx2", "avx512"};
-    for (int i = 0; i < 3; i++) {
+    const char *isas[] = {"scalar", "avx2", "avx512", "avx512vnni"};
+    for (int i = 0; i < 4; i++) {
         if (!v4_cpu_isa_supported(isas[i])) {
             printf("kernel path %s: SKIPPED (not supported by this CPU)\n", isas[i]);
             continue;

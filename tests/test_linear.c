@@ -525,8 +525,8 @@ int main(void)
             CHECK(v4_cpu_backend_threads(a) >= 1, "threads");
             a->ops->destroy(a);
         }
-        for (int k = 0; k < 2; k++) {
-            const char *isa = k ? "avx512" : "avx2";
+        for (int k = 0; k < 3; k++) {
+            const char *isa = k == 2 ? "avx512vnni" : k ? "avx512" : "avx2";
             if (!v4_cpu_isa_supported(isa)) {
                 v4_err_clear(&err);
                 CHECK(v4_cpu_backend_create(1, isa, &err) == NULL, "unsupported %s must fail", isa);
@@ -539,11 +539,11 @@ int main(void)
     act_quant_equal(&r);
 
     /* the backends under test: every supported ISA (scalar too, multi-threaded) */
-    const char *isas[3] = {"scalar", "avx2", "avx512"};
+    const char *isas[4] = {"scalar", "avx2", "avx512", "avx512vnni"};
     bk be[16];
     int nbe = 0;
     char tested[64] = "", skipped[64] = "";
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         if (!v4_cpu_isa_supported(isas[k])) {
             strcat(skipped, " ");
             strcat(skipped, isas[k]);

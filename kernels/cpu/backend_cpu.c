@@ -2,9 +2,11 @@
  * row kernels run in parallel on a per-instance thread pool.
  *
  * Design: v4_cpu_backend_create picks one kernel set at creation ("scalar", "avx2",
- * "avx512"; "auto" = the best the CPU supports, detected with __builtin_cpu_supports:
- * avx512 needs avx512f+bw+vl+dq, avx2 needs avx2+fma).  The environment variable
- * V4_CPU_ISA (scalar|avx2|avx512|auto) overrides an "auto" request, e.g. to compare
+ * "avx512", "avx512vnni"; "auto" = the best the CPU supports, detected with
+ * __builtin_cpu_supports: avx512 needs avx512f+bw+vl+dq, avx512vnni that plus
+ * avx512vnni (the avx512 set with the integer-dot-product FP4 kernel), avx2 needs
+ * avx2+fma).  The environment variable V4_CPU_ISA (scalar|avx2|avx512|avx512vnni|auto)
+ * overrides an "auto" request, e.g. to compare
  * paths in production; an explicit isa argument wins over the environment.  Asking for
  * an ISA the CPU lacks is an error (V4_ERR_INVALID).
  *
@@ -185,6 +187,8 @@ int v4_cpu_isa_supported(const char *isa)
     if (strcmp(isa, "avx512") == 0)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    if (strcmp(isa, "avx512vnni") == 0)
+        return v4_cpu_isa_supported("avx512") && __builtin_cpu_supports("avx512vnni");
 #endif
     return 0;
 }
@@ -208,11 +212,12 @@ static int select_isa(cpu_impl *c, const char *isa)
         c->exact = v4_rows_exact_avx2;
         return 0;
     }
-    if (strcmp(isa, "avx512") == 0) {
-        c->isa = "avx512";
+    if (strcmp(isa, "avx512") == 0 || strcmp(isa, "avx512vnni") == 0) {
+        const int vnni = strcmp(isa, "avx512vnni") == 0;
+        c->isa = vnni ? "avx512vnni" : "avx512";
         c->act_quant = v4_act_quant_avx512;
         c->fp8 = v4_rows_fp8_avx512;
-        c->fp4 = v4_rows_fp4_avx512;
+        c->fp4 = vnni ? v4_rows_fp4_vnni : v4_rows_fp4_avx512;
         c->exact = v4_rows_exact_avx512;
         return 0;
     }
@@ -230,9 +235,11 @@ v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err)
             isa = env;
     }
     if (strcmp(isa, "auto") == 0)
-        isa = v4_cpu_isa_supported("avx512") ? "avx512" : v4_cpu_isa_supported("avx2") ? "avx2" : "scalar";
-    if (strcmp(isa, "scalar") != 0 && strcmp(isa, "avx2") != 0 && strcmp(isa, "avx512") != 0) {
-        v4_err_set(err, V4_ERR_INVALID, "cpu backend", "unknown ISA '%s' (scalar, avx2, avx512, auto)", isa);
+        isa = v4_cpu_isa_supported("avx512vnni") ? "avx512vnni" : v4_cpu_isa_supported("avx512") ? "avx512"
+              : v4_cpu_isa_supported("avx2") ? "avx2" : "scalar";
+    if (strcmp(isa, "scalar") != 0 && strcmp(isa, "avx2") != 0 && strcmp(isa, "avx512") != 0 &&
+        strcmp(isa, "avx512vnni") != 0) {
+        v4_err_set(err, V4_ERR_INVALID, "cpu backend", "unknown ISA '%s' (scalar, avx2, avx512, avx512vnni, auto)", isa);
         return NULL;
     }
     if (!v4_cpu_isa_supported(isa)) {

@@ -1,8 +1,9 @@
 /* cpu_backend.h - create the CPU implementation of the backend interface.
  *
- * isa: "auto" (best the CPU supports), "scalar", "avx2" or "avx512"; asking for an
- * ISA the CPU lacks is an error.  With "auto" (or NULL) the environment variable
- * V4_CPU_ISA, if set, names the ISA instead (scalar|avx2|avx512|auto).  Every ISA gives
+ * isa: "auto" (best the CPU supports), "scalar", "avx2", "avx512" or "avx512vnni"
+ * (avx512 with the VNNI FP4 kernel); asking for an ISA the CPU lacks is an error.  With
+ * "auto" (or NULL) the environment variable V4_CPU_ISA, if set, names the ISA instead
+ * (scalar|avx2|avx512|avx512vnni|auto).  Every ISA gives
  * bit-identical results.  n_threads: 0 = one per online core (sysconf); the backend
  * owns a pool of n_threads-1 worker threads plus the calling thread.
  *
@@ -17,7 +18,7 @@
 #include "../backend.h"
 
 v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err);
-/* The ISA the backend actually uses ("scalar", "avx2", "avx512"). */
+/* The ISA the backend actually uses ("scalar", "avx2", "avx512", "avx512vnni"). */
 const char *v4_cpu_backend_isa(const v4_backend *be);
 /* Threads the backend uses (including the caller). */
 int v4_cpu_backend_threads(const v4_backend *be);

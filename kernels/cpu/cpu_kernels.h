@@ -8,7 +8,7 @@
  * Activation quantization (v4_act_quant) is done once per input vector before the
  * row kernels run: xq holds the e4m3 values as floats and xs the per-128 scales.
  *
- * SIMD variants (QUANT: linear_avx2.c, linear_avx512.c; EXACT: linear_exact_avx2.c,
+ * SIMD variants (QUANT: linear_avx2.c, linear_avx512.c, linear_fp4_vnni.c; EXACT: linear_exact_avx2.c,
  * linear_exact_avx512.c) have the same signatures and give bit-identical results; they
  * may only be called when the CPU supports the ISA (the backend checks at run time).
  * V4_CPU_X86 tells whether they are compiled in.
@@ -48,6 +48,10 @@ void v4_rows_fp4_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
                       const float *x, int ldx, float *y, int ldy, int r0, int r1);
 void v4_rows_exact_avx2(const v4_mat *W, int n, const float *xq, const float *xs,
                         const float *x, int ldx, float *y, int ldy, int r0, int r1);
+
+/* FP4 on AVX-512 VNNI (linear_fp4_vnni.c; the "avx512vnni" ISA = avx512 + this) */
+void v4_rows_fp4_vnni(const v4_mat *W, int n, const float *xq, const float *xs,
+                      const float *x, int ldx, float *y, int ldy, int r0, int r1);
 
 void v4_act_quant_avx512(const float *x, int cols, float *xq, float *xs);
 void v4_rows_fp8_avx512(const v4_mat *W, int n, const float *xq, const float *xs,

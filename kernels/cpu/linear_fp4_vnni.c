@@ -1,0 +1,286 @@
+/* linear_fp4_vnni.c - the FP4 (QUANT) row kernel on AVX-512 VNNI integer dot
+ * products, bit-identical to v4_rows_fp4_scalar (linear_scalar.c).
+ *
+ * Compiled with -mavx512{f,bw,vl,dq,vnni} (CMake keys on the file name); the backend
+ * only selects it (ISA "avx512vnni") after checking the CPU at run time.  Same
+ * signature and row-range contract as the other row kernels (cpu_kernels.h).
+ *
+ * Arithmetic.  An e4m3 activation q is an integer Q times 2^-9 (|Q| <= 229376), an
+ * e2m1 weight an integer k times 2^-1 (|k| <= 12).  Split Q = 8*H + L with H = Q >> 3
+ * (|H| <= 28672, an int16) and L = Q & 7 (0..7; non-zero only for |q| < 2^-3 with low
+ * bits set).  A 32-column scale block's partial is then, in units of 2^-10,
+ *   S = 8 * sum(H*k) + sum(L*k),   |S| <= 32 * 229376 * 12 < 2^27,
+ * an exact int32 computed with VPDPWSSD (int16 pairs multiplied and added into int32
+ * lanes; every intermediate is far below 2^31, so no saturation or wrap occurs).  The
+ * L pass runs only for (vector, 128-column block)s whose activations have L != 0.
+ * f32(partial) is cvt(S) (one round to nearest even) times 2^-10 (exact; without the
+ * L pass cvt(S/8) * 2^-7, the same value), then the
+ * scalar epilogue op for op:  t = f32(partial) * s_act; t = t * s_w; acc = acc + t,
+ * in float, blocks ascending.  A zero sum gives +0.0 like the scalar double sum.
+ *
+ * Layout trick (no 16-lane horizontal sums).  One row's 128-column block is 64 bytes
+ * whose 128-bit lane g is scale block g.  VPSHUFB table lookups of the low and high
+ * nibbles give the low and high bytes of the int16 values, and byte unpacks make four
+ * vectors of 32 int16 (even columns of bytes 0-7 and 8-15 of each lane, then odd
+ * columns), so lanes 4g..4g+3 of each dot product only see columns of scale block g.
+ * The activations are pre-arranged in the same order once per call.
+ * After the four dot products one accumulator per (row, vector) holds, per 128-bit
+ * lane g, four partial sums of scale block g; a two-level transposed reduction turns
+ * four rows' accumulators into one vector with a lane per (block g, row).
+ *
+ * Loop structure: tiles of 8 rows; per 128-column block the tile's weights are decoded
+ * once into an L1 buffer and reused by every input vector (up to VCHUNK vectors keep
+ * their float accumulators across the blocks), so a weight byte is read from memory
+ * once per call and decoded once per VCHUNK vectors.
+ *
+ * Non-finite inputs: NaN/inf activations, columns not a multiple of 128, or a failed
+ * allocation defer to the scalar reference.  E8M0 0xff scales give NaN like the scalar
+ * code (which NaN payload survives may differ).
+ *
+ * Memory: one heap buffer per call (the arranged activations: 4 bytes per input
+ * element plus a flag per 128-block), freed before returning; stack < 8 KiB.
+ * Threading: reentrant; the backend gives each thread disjoint rows.  Rows past r1 in
+ * the last tile re-read a valid row and their results are dropped.
+ */
+#include "cpu_kernels.h"
+
+#if V4_CPU_X86
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simd_x86.h"
+
+#define TILE 8          /* rows per tile */
+#define VCHUNK 16       /* vectors whose float accumulators live across the blocks */
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* The activations of n vectors, arranged for the dot products: per (vector, block)
+ * 4 x 32 int16 of H, 4 x 32 of L, and whether any L is non-zero. */
+typedef struct acts {
+    int16_t *h, *l;     /* [n][nkb][128] each, in dot-product order */
+    uint8_t *has_l;     /* [n][nkb] */
+} acts;
+
+/* Position p = 32i + 8g + w of a block's arranged activations (dot product i, 128-bit
+ * lane g = scale block g, word w) holds column 32g + 2(w + 8(i & 1)) + (i >> 1): the
+ * order in which decode_block produces the weights. */
+static void arrange(const int16_t *nat, int16_t *out)
+{
+    for (int i = 0; i < 4; i++)
+        for (int g = 0; g < 4; g++)
+            for (int w = 0; w < 8; w++)
+                out[32 * i + 8 * g + w] = nat[32 * g + 2 * (w + 8 * (i & 1)) + (i >> 1)];
+}
+
+static int prepare(const float *xq, int n, int K, acts *a)
+{
+    const int nkb = K / 128;
+    const size_t ne = (size_t)n * (size_t)K;
+    a->h = malloc(ne * 2 * sizeof(int16_t) + (size_t)n * (size_t)nkb);
+    if (!a->h)
+        return -1;
+    a->l = a->h + ne;
+    a->has_l = (uint8_t *)(a->l + ne);
+    const __m512 s512 = _mm512_set1_ps(512.0f);
+    const __m512i seven = _mm512_set1_epi32(7);
+    for (int b = 0; b < n; b++)
+        for (int kb = 0; kb < nkb; kb++) {
+            const float *q = xq + (size_t)b * K + (size_t)kb * 128;
+            int16_t hn[128], ln[128];
+            __mmask16 any = 0;
+            for (int m = 0; m < 8; m++) {
+                /* q * 512 is an integer below 2^18: exact in float, exact conversion */
+                __m512i Q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * m), s512));
+                __m512i L = _mm512_and_si512(Q, seven);
+                any |= _mm512_test_epi32_mask(L, L);
+                _mm256_storeu_si256((__m256i *)(hn + 16 * m), _mm512_cvtepi32_epi16(_mm512_srai_epi32(Q, 3)));
+                _mm256_storeu_si256((__m256i *)(ln + 16 * m), _mm512_cvtepi32_epi16(L));
+            }
+            const size_t off = ((size_t)b * nkb + kb) * 128;
+            arrange(hn, a->h + off);
+            a->has_l[(size_t)b * nkb + kb] = any != 0;
+            if (any)
+                arrange(ln, a->l + off);
+        }
+    return 0;
+}
+
+/* e2m1 code -> k (the value in units of 1/2): low and high bytes of the int16, as
+ * VPSHUFB tables (the same 16 entries in each 128-bit lane) */
+V4_INLINE __m512i k_lo_table(void)
+{
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12,
+                                                0, -1, -2, -3, -4, -6, -8, -12));
+}
+V4_INLINE __m512i k_hi_table(void)
+{
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, -1));
+}
+
+/* One row's 128-column block (64 bytes at p; 128-bit lane g = scale block g) -> 4
+ * vectors of 32 int16 k values: even columns of bytes 0-7 / 8-15 of each lane, then
+ * odd columns of bytes 0-7 / 8-15 (the order arrange() gives the activations). */
+V4_INLINE void decode_block(const uint8_t *p, __m512i tlo, __m512i thi, __m512i *out)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i z = _mm512_loadu_si512(p);
+    __m512i ev = _mm512_and_si512(z, m4);                        /* low nibbles: even columns */
+    __m512i od = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);  /* high nibbles: odd columns */
+    __m512i el = _mm512_shuffle_epi8(tlo, ev), eh = _mm512_shuffle_epi8(thi, ev);
+    __m512i ol = _mm512_shuffle_epi8(tlo, od), oh = _mm512_shuffle_epi8(thi, od);
+    out[0] = _mm512_unpacklo_epi8(el, eh);
+    out[1] = _mm512_unpackhi_epi8(el, eh);
+    out[2] = _mm512_unpacklo_epi8(ol, oh);
+    out[3] = _mm512_unpackhi_epi8(ol, oh);
+}
+
+/* Lane 4g+i of the result = sum of dwords 4g..4g+3 of a[i] (i = 0..3). */
+V4_INLINE __m512i reduce4(__m512i a0, __m512i a1, __m512i a2, __m512i a3)
+{
+    __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+}
+
+/* E8M0 bytes (one per dword lane) -> floats, as v4_e8m0_to_f32 */
+V4_INLINE __m512 e8m0_ps(__m512i b)
+{
+    __m512i u = _mm512_slli_epi32(b, 23);
+    u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(b, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+    u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xff)), _mm512_set1_epi32(0x7fc00000));
+    return _mm512_castsi512_ps(u);
+}
+
+/* Scales of rows 4h..4h+3 for the 4 scale blocks of block kb: lane 4g+i = row 4h+i,
+ * scale block 4kb+g. */
+V4_INLINE __m512 tile_scales(const uint8_t *const *srow, int h, int kb)
+{
+    int32_t d[4];
+    for (int i = 0; i < 4; i++)
+        memcpy(&d[i], srow[4 * h + i] + 4 * kb, 4);
+    const __m128i t = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)d), t);
+    return e8m0_ps(_mm512_cvtepu8_epi32(b));
+}
+
+V4_INLINE void bf16_store(float *dst, __m256 acc, int nr)
+{
+    _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nr) - 1), v4x_bf16_ps(acc));
+}
+
+/* One row's block sums for one vector: 4 dot products with H (and, with L, the H sums
+ * times 8 plus 4 dot products with L).  Lanes as decode_block's groups. */
+V4_INLINE __m512i row_dot(const __m512i *w, const __m512i *H, const __m512i *L, int has_l)
+{
+    __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w[0], H[0]);
+    s = _mm512_dpwssd_epi32(s, w[1], H[1]);
+    s = _mm512_dpwssd_epi32(s, w[2], H[2]);
+    s = _mm512_dpwssd_epi32(s, w[3], H[3]);
+    if (has_l) {
+        s = _mm512_slli_epi32(s, 3);
+        for (int i = 0; i < 4; i++)
+            s = _mm512_dpwssd_epi32(s, w[i], L[i]);
+    }
+    return s;
+}
+
+/* The scalar epilogue for 8 rows x the 4 scale blocks of one 128-column block, in
+ * block order: acc += f32(partial) * s_act * s_w. */
+V4_INLINE __m256 epilogue(const __m512i *r, int has_l, float xs, __m512 sw0, __m512 sw1, __m256 acc)
+{
+    /* without the L pass the sums are S / 8: cvt(S / 8) * 2^-7 = cvt(S) * 2^-10 */
+    const __m512 post = _mm512_set1_ps(has_l ? 0x1p-10f : 0x1p-7f);
+    const __m512 xsv = _mm512_set1_ps(xs);
+    /* lane 4g+i: scale block g of row i (P: rows 0-3, Q: rows 4-7) */
+    __m512 P = _mm512_mul_ps(_mm512_cvtepi32_ps(reduce4(r[0], r[1], r[2], r[3])), post);
+    __m512 Q = _mm512_mul_ps(_mm512_cvtepi32_ps(reduce4(r[4], r[5], r[6], r[7])), post);
+    P = _mm512_mul_ps(_mm512_mul_ps(P, xsv), sw0);
+    Q = _mm512_mul_ps(_mm512_mul_ps(Q, xsv), sw1);
+    /* [P0 Q0 P1 Q1] and [P2 Q2 P3 Q3]: 8 rows per scale block, in order */
+    __m512 lo = _mm512_shuffle_f32x4(P, Q, _MM_SHUFFLE(1, 0, 1, 0));
+    __m512 hi = _mm512_shuffle_f32x4(P, Q, _MM_SHUFFLE(3, 2, 3, 2));
+    lo = _mm512_shuffle_f32x4(lo, lo, _MM_SHUFFLE(3, 1, 2, 0));
+    hi = _mm512_shuffle_f32x4(hi, hi, _MM_SHUFFLE(3, 1, 2, 0));
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(lo));
+    acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(lo, 1));
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(hi));
+    return _mm256_add_ps(acc, _mm512_extractf32x8_ps(hi, 1));
+}
+
+/* Vector v's H and L for block kb (L only if it has one) */
+V4_INLINE int load_acts(const acts *a, int nkb, int v, int kb, __m512i *H, __m512i *L)
+{
+    const size_t off = ((size_t)v * nkb + kb) * 128;
+    const int has_l = a->has_l[(size_t)v * nkb + kb];
+    for (int i = 0; i < 4; i++)
+        H[i] = _mm512_loadu_si512(a->h + off + 32 * i);
+    if (has_l)
+        for (int i = 0; i < 4; i++)
+            L[i] = _mm512_loadu_si512(a->l + off + 32 * i);
+    return has_l;
+}
+
+static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, float *y, int ldy,
+                     int rt, int nr)
+{
+    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const __m512i tlo = k_lo_table(), thi = k_hi_table();
+    const uint8_t *wrow[TILE], *srow[TILE];
+    for (int i = 0; i < TILE; i++) {
+        int r = rt + imin(i, nr - 1);
+        wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
+        srow[i] = W->scale + (size_t)r * nsb;
+    }
+    __m512i wd[TILE][4];
+    for (int c0 = 0; c0 < n; c0 += VCHUNK) {
+        const int nv = imin(VCHUNK, n - c0);
+        __m256 acc[VCHUNK];
+        for (int v = 0; v < nv; v++)
+            acc[v] = _mm256_setzero_ps();
+        for (int kb = 0; kb < nkb; kb++) {
+            if (c0 == 0)
+                for (int i = 0; i < TILE; i++)
+                    _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 2) * 64), _MM_HINT_T0);
+            const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
+            __m512i H[4], L[4], r[TILE];
+            if (nv == 1) {      /* one vector: each row's decode goes straight to its dots */
+                const int has_l = load_acts(a, nkb, c0, kb, H, L);
+                for (int j = 0; j < TILE; j++) {
+                    __m512i w[4];
+                    decode_block(wrow[j] + (size_t)kb * 64, tlo, thi, w);
+                    r[j] = row_dot(w, H, L, has_l);
+                }
+                acc[0] = epilogue(r, has_l, xs[(size_t)c0 * nkb + kb], sw0, sw1, acc[0]);
+                continue;
+            }
+            for (int i = 0; i < TILE; i++)
+                decode_block(wrow[i] + (size_t)kb * 64, tlo, thi, wd[i]);
+            for (int v = 0; v < nv; v++) {
+                const int has_l = load_acts(a, nkb, c0 + v, kb, H, L);
+                for (int j = 0; j < TILE; j++)
+                    r[j] = row_dot(wd[j], H, L, has_l);
+                acc[v] = epilogue(r, has_l, xs[(size_t)(c0 + v) * nkb + kb], sw0, sw1, acc[v]);
+            }
+        }
+        for (int v = 0; v < nv; v++)
+            bf16_store(y + (size_t)(c0 + v) * ldy + rt, acc[v], nr);
+    }
+}
+
+void v4_rows_fp4_vnni(const v4_mat *W, int n, const float *xq, const float *xs,
+                      const float *x, int ldx, float *y, int ldy, int r0, int r1)
+{
+    acts a;
+    if (W->cols % 128 != 0 || n <= 0 || !v4x_inputs_ok(xq, n, W->cols, (size_t)W->cols, 0) ||
+        prepare(xq, n, W->cols, &a) != 0) {
+        v4_rows_fp4_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
+        return;
+    }
+    for (int rt = r0; rt < r1; rt += TILE)
+        fp4_tile(W, n, xs, &a, y, ldy, rt, imin(TILE, r1 - rt));
+    free(a.h);
+}
+
+#endif /* V4_CPU_X86 */
