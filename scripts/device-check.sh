@@ -173,6 +173,8 @@ else
         for f in linear_avx512 linear_exact_avx512; do
             gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -c "kernels/cpu/$f.c" -o "$M/$f.o" &
         done
+        gcc $CF -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c \
+            -c kernels/cpu/linear_fp4_vnni.c -o "$M/linear_fp4_vnni.o" &
         gcc $CF -I"$CUDA_INC" -c tests/test_cuda_linear.c -o "$M/test_cuda_linear.o" &
         gcc $CF -I"$CUDA_INC" -c bench/bench_cuda_linear.c -o "$M/bench_cuda_linear.o" &
         local pid bad=0
@@ -180,7 +182,7 @@ else
         [ $bad -eq 0 ] || { echo "minimal build: a compilation failed"; return 1; }
         local objs=("$M"/*.cu.o "$M"/codec.c.o "$M"/backend_cpu.c.o "$M"/linear_scalar.c.o "$M"/threadpool.c.o \
                     "$M"/weights.c.o "$M"/ops.c.o "$M"/slot_pool.c.o "$M"/error.c.o "$M"/linear_avx2.o "$M"/linear_exact_avx2.o \
-                    "$M"/linear_avx512.o "$M"/linear_exact_avx512.o)
+                    "$M"/linear_avx512.o "$M"/linear_exact_avx512.o "$M"/linear_fp4_vnni.o)
         for t in test_cuda_linear bench_cuda_linear; do
             g++ -o "$M/$t" "$M/$t.o" "${objs[@]}" -L"$CUDA_LIB" -lcudart_static -ldl -lrt -lpthread -lm
         done

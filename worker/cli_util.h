@@ -14,7 +14,7 @@
 typedef struct v4_engine_opts {
     const char *model;      /* --model DIR */
     int threads;            /* --threads N (0 = all cores) */
-    const char *isa;        /* --isa auto|scalar|avx2|avx512 */
+    const char *isa;        /* --isa auto|scalar|avx2|avx512|avx512vnni */
     /* paged experts (cache/expert_provider.h); host_cache_bytes 0 = all resident */
     long long host_cache_bytes;     /* --host-cache-bytes B (K/M/G suffixes) */
     const char *pack;               /* --pack DIR (else page from the safetensors) */

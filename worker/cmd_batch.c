@@ -79,7 +79,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: v4fleet batch INPUT.jsonl -o OUTPUT.jsonl [--model DIR] [--model-name NAME[,alias...]]\n"
                "         [--deadline-ms N] [--grace-ms N] [--max-line-bytes N] [--progress-interval-ms N]\n"
                "         [--progress bar|lines] [--max-context N] [--concurrency N] [--threads N]\n"
-               "         [--isa auto|scalar|avx2|avx512]\n"
+               "         [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
                V4_EXPERT_FLAGS_USAGE
                "Each input line is a task packet (the queue's schema) or an OpenAI batch line (custom_id,\n"
                "method POST, url /v1/chat/completions, body); each output line the queue's result record\n"

@@ -32,7 +32,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: v4fleet generate [--model DIR] (--prompt TEXT | --prompt-ids FILE.json)\n"
                "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
                "         [--top-p P] [--top-k K] [--seed S] [--stop STR]... [--ignore-eos]\n"
-               "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512]\n"
+               "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
                V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE
                "defaults: --model models/tiny, --max-tokens 64, --temperature 1, --top-p 1, --top-k 0,\n"
                "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"

@@ -18,7 +18,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet logits --model DIR --tokens FILE.json --out FILE.bin [--trace FILE.jsonl]\n"
-               "                      [--threads N] [--isa auto|scalar|avx2|avx512]\n"
+               "                      [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
                "             " V4_EXPERT_FLAGS_USAGE "             " V4_DEVICE_FLAG_USAGE);
 }
 
