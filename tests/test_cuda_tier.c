@@ -32,6 +32,7 @@
 #include "kernels/v4/model.h"
 #include "testutil.h"
 #include "worker/cli_util.h"
+#include "worker/task_run.h"
 #ifdef V4_HAVE_CUDA
 #include "golden_data.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -123,6 +124,10 @@ int main(void)
     }
     v4_gpu_experts_detach(be);
     CHECK(v4_gpu_experts_stats_get(be, &st) == -1, "no cache after detach");
+    {
+        v4_runner_cache_figs f;
+        CHECK(v4_gpu_cache_figs_get(be, &f) == -1 && f.hits == 0, "no GPU metrics figures without a cache");
+    }
     be->ops->destroy(be);
 
     v4_xblock_layout lo;
@@ -161,6 +166,12 @@ int main(void)
                 CHECK(st.high_water_pinned <= st.slots && st.pinned == 0 && st.failed_acquires == 0,
                       "%s: at most %d of %d slots pinned, %d after the runs", what, st.high_water_pinned, st.slots,
                       st.pinned);
+                {   /* what /metrics shows as tier="gpu" (worker/device_step.c) */
+                    v4_runner_cache_figs f;
+                    CHECK(v4_gpu_cache_figs_get(be, &f) == 0 && f.hits == st.hits && f.misses == st.misses &&
+                              f.bytes_read == st.bytes_uploaded && f.budget_bytes == st.pool_bytes,
+                          "%s: metrics figures = the cache's counters", what);
+                }
                 if (bi == 0)
                     CHECK(st.evictions > 0, "%s: the smallest budget evicts", what);
                 if (bi == 2) {

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/cpu/cpu_backend.h"
+#include "../worker/cli_util.h"
 #include "../worker/metrics.h"
 #include "../worker/worker_metrics.h"
 #include "testutil.h"
@@ -231,13 +233,32 @@ static void t_worker_set(void)
         CHECK(t && strstr(t, must[i]), "worker metrics lack: %s", must[i]);
     CHECK(t && !strstr(t, "tier=\"host\""), "no host-cache series while experts are resident");
     v4_runner_cache_figs cf = {10, 2, 4096, 2048, 8192};
-    v4_wmetrics_cache(&m, &cf);
+    v4_wmetrics_cache(&m, "host", &cf);
     free(t);
     t = v4m_render(m.reg, NULL);
     CHECK(t && strstr(t, "v4fleet:expert_cache_hits_total{tier=\"host\"} 10\n") &&
               strstr(t, "v4fleet:expert_cache_bytes_in_use{tier=\"host\"} 2048\n") &&
               strstr(t, "v4fleet:expert_cache_budget_bytes{tier=\"host\"} 8192\n"),
           "host cache series");
+    CHECK(t && !strstr(t, "tier=\"gpu\""), "no GPU-cache series before a GPU cache reports");
+    {   /* a CPU backend has no GPU tier: the worker adds no gpu series */
+        v4_error err = {0};
+        v4_backend *cb = v4_cpu_backend_create(1, "scalar", &err);
+        v4_runner_cache_figs g0 = {1, 1, 1, 1, 1};
+        CHECK(cb && v4_gpu_cache_figs_get(cb, &g0) == -1 && g0.hits == 0 && g0.budget_bytes == 0,
+              "CPU backend: no GPU cache figures");
+        if (cb)
+            cb->ops->destroy(cb);
+    }
+    v4_runner_cache_figs gf = {7, 3, 1 << 20, 1 << 22, 1 << 22};
+    v4_wmetrics_cache(&m, "gpu", &gf);
+    free(t);
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "v4fleet:expert_cache_misses_total{tier=\"gpu\"} 3\n") &&
+              strstr(t, "v4fleet:expert_cache_bytes_read_total{tier=\"gpu\"} 1048576\n") &&
+              strstr(t, "v4fleet:expert_cache_budget_bytes{tier=\"gpu\"} 4194304\n") &&
+              strstr(t, "v4fleet:expert_cache_hits_total{tier=\"host\"} 10\n"),
+          "GPU cache series next to the host's");
     /* every family has HELP and TYPE, every sample line belongs to a documented family */
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)

@@ -85,6 +85,14 @@ int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ct
  * error), -1 with err. */
 int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
                           struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err);
+/* The GPU expert cache's cumulative figures, whichever mode runs it (the hybrid
+ * cache of v4_attach_gpu_experts or the resident step's paged experts): hits,
+ * misses, bytes_read = bytes uploaded host -> device, in_use_bytes = budget_bytes =
+ * the slot pool's bytes (allocated once).  0 and f filled; -1 (f zeroed) when be has
+ * no paged GPU experts (a CPU backend, every expert resident, a build without CUDA).
+ * Thread: the thread that runs the steps (the counters are not locked). */
+struct v4_runner_cache_figs;
+int v4_gpu_cache_figs_get(const v4_backend *be, struct v4_runner_cache_figs *f);
 /* v4_attach_device_step, then v4_attach_gpu_experts when it chose hybrid.  0 or -1. */
 int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, struct v4_xprov *xp,
                   const char *cuda_mode, const char *gpu_mem, v4_error *err);

@@ -6,6 +6,7 @@
  * resident step pages routed experts within it, from the mapped checkpoint or from
  * the host expert cache; with the host cache and no budget, the budget is what the
  * device has free after the trunk and 1 GiB of headroom.  The choice is logged.
+ * v4_gpu_cache_figs_get reads either mode's expert counters for /metrics.
  * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
  */
 #include <stdio.h>
@@ -15,9 +16,11 @@
 #include "../cache/expert_provider.h"
 #include "../cache/model_files.h"
 #include "cli_util.h"
+#include "task_run.h"
 #ifdef V4_HAVE_CUDA
 #include "../kernels/cuda/cuda_backend.h"
 #include "../kernels/cuda/cuda_step.h"
+#include "../kernels/cuda/gpu_experts.h"
 #include "../kernels/cuda/slot_pool.h"
 #endif
 
@@ -107,4 +110,31 @@ int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, 
 {
     const int r = v4_attach_device_step(be, m, ctx, max_batch, xp, cuda_mode, gpu_mem, err);
     return r < 0 ? -1 : r ? 0 : v4_attach_gpu_experts(be, m, ctx, xp, gpu_mem, err);
+}
+
+int v4_gpu_cache_figs_get(const v4_backend *be, v4_runner_cache_figs *f)
+{
+    memset(f, 0, sizeof *f);
+#ifdef V4_HAVE_CUDA
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return -1;
+    v4_gpu_experts_stats hs;
+    if (v4_gpu_experts_stats_get(be, &hs) == 0) {      /* hybrid: the products' cache */
+        *f = (v4_runner_cache_figs){hs.hits, hs.misses, hs.bytes_uploaded, hs.pool_bytes, hs.pool_bytes};
+        return 0;
+    }
+    const struct v4_cuda_engine *e = v4_cuda_backend_engine(be);
+    if (!e)
+        return -1;
+    v4_cuda_expert_stats xs;
+    v4_cuda_engine_expert_stats(e, &xs);
+    if (xs.slots <= 0)                                 /* every expert resident */
+        return -1;
+    const unsigned long long pool = (unsigned long long)xs.slots * xs.slot_bytes;
+    *f = (v4_runner_cache_figs){xs.hits, xs.misses, xs.bytes_uploaded, pool, pool};
+    return 0;
+#else
+    (void)be;
+    return -1;
+#endif
 }

@@ -124,6 +124,11 @@ int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f)
     return 0;
 }
 
+int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f)
+{
+    return v4_gpu_cache_figs_get(r->be, f);
+}
+
 /* Is model one of the names this worker answers to? */
 static int serves(const v4_runner *r, const char *model)
 {

@@ -84,6 +84,10 @@ typedef struct v4_runner_cache_figs {
     unsigned long long hits, misses, bytes_read, in_use_bytes, budget_bytes;
 } v4_runner_cache_figs;
 int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
+/* The same figures for the GPU expert cache (cli_util.h v4_gpu_cache_figs_get: bytes_read
+ * = bytes uploaded to the device); -1 (fields 0) without paged GPU experts.  Thread: the
+ * runner's thread only (the device counters are not locked). */
+int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
 /* The context a task may use (prompt + max_tokens): max_context, capped by the model's
  * max_position_embeddings. */
 long v4_runner_context(const v4_runner *r);

@@ -54,7 +54,8 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     m->xmisses = v4m_family_new(r, V4M_COUNTER, "v4fleet:expert_cache_misses_total",
                                 "Expert acquisitions that had to load the expert.", tier_l, NULL, 0);
     m->xbytes = v4m_family_new(r, V4M_COUNTER, "v4fleet:expert_cache_bytes_read_total",
-                               "Bytes read to fill the expert cache.", tier_l, NULL, 0);
+                               "Bytes loaded into the expert cache (host: read from the checkpoint; gpu: uploaded "
+                               "to the device).", tier_l, NULL, 0);
     m->xin_use = v4m_family_new(r, V4M_GAUGE, "v4fleet:expert_cache_bytes_in_use", "Expert cache bytes holding experts.",
                                 tier_l, NULL, 0);
     m->xbudget = v4m_family_new(r, V4M_GAUGE, "v4fleet:expert_cache_budget_bytes", "Expert cache budget.", tier_l,
@@ -131,14 +132,23 @@ void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f)
     v4m_fadd(m->gen_tokens, (double)f->gen_tokens);
 }
 
-void v4_wmetrics_cache(v4_wmetrics *m, const v4_runner_cache_figs *f)
+void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f)
 {
-    const char *host[] = {"host"};
-    v4m_set(v4m_series_of(m->xhits, host), (double)f->hits);
-    v4m_set(v4m_series_of(m->xmisses, host), (double)f->misses);
-    v4m_set(v4m_series_of(m->xbytes, host), (double)f->bytes_read);
-    v4m_set(v4m_series_of(m->xin_use, host), (double)f->in_use_bytes);
-    v4m_set(v4m_series_of(m->xbudget, host), (double)f->budget_bytes);
+    const char *t[] = {tier};
+    v4m_set(v4m_series_of(m->xhits, t), (double)f->hits);
+    v4m_set(v4m_series_of(m->xmisses, t), (double)f->misses);
+    v4m_set(v4m_series_of(m->xbytes, t), (double)f->bytes_read);
+    v4m_set(v4m_series_of(m->xin_use, t), (double)f->in_use_bytes);
+    v4m_set(v4m_series_of(m->xbudget, t), (double)f->budget_bytes);
+}
+
+void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r)
+{
+    v4_runner_cache_figs f;
+    if (v4_runner_cache_figs_get(r, &f) == 0)
+        v4_wmetrics_cache(m, "host", &f);
+    if (v4_runner_gpu_cache_figs_get(r, &f) == 0)
+        v4_wmetrics_cache(m, "gpu", &f);
 }
 
 void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects)

@@ -15,9 +15,11 @@
  *   v4fleet:requests_requeued_total       counter    tasks requeued without a result (shutdown)
  *   v4fleet:prompt_tokens_total, v4fleet:generation_tokens_total   counters
  *   v4fleet:num_requests_running          gauge      0/1
- *   v4fleet:expert_cache_hits_total{tier="host"}, _misses_total, _bytes_read_total  counters
- *   v4fleet:expert_cache_bytes_in_use{tier="host"}, _budget_bytes   gauges
- *                                         (only when experts are paged; absent when resident)
+ *   v4fleet:expert_cache_hits_total{tier="host|gpu"}, _misses_total, _bytes_read_total  counters
+ *   v4fleet:expert_cache_bytes_in_use{tier="host|gpu"}, _budget_bytes   gauges
+ *                                         (a tier's series only when experts are paged there:
+ *                                         host = the NVMe-backed host cache, gpu = the device's
+ *                                         expert slots, bytes_read = bytes uploaded)
  *   v4fleet:broker_reconnects_total       counter    broker connections after the first
  *   v4fleet:broker_connected              gauge
  *   v4fleet:redis_counter_records{state="sent|duplicate|dropped|pending"}  gauge
@@ -56,7 +58,10 @@ typedef struct v4_wtask_figs {
 int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker);
 void v4_wmetrics_free(v4_wmetrics *m);
 void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f);
-void v4_wmetrics_cache(v4_wmetrics *m, const v4_runner_cache_figs *f);
+/* One expert cache's figures as the series {tier="host"|"gpu"}. */
+void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f);
+/* The runner's host and GPU expert caches (those it has); call on the runner's thread. */
+void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r);
 void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects);
 void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s);
 void v4_wmetrics_warmup(v4_wmetrics *m, double seconds, int experts_loaded);

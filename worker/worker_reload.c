@@ -45,9 +45,7 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
         v4w_log(w, 1, NULL, "warm-up: no expert pre-loaded: %s", c->warmup_experts ? rep.note : "V4_WARMUP_EXPERTS=0");
     v4w_log(w, 1, NULL, "warm-up: generation of %d tokens in %.1f ms", rep.gen_tokens, rep.gen_ms);
     v4_wmetrics_warmup(&w->m, (rep.experts_ms + rep.gen_ms) / 1e3, rep.experts_loaded);
-    v4_runner_cache_figs cf;
-    if (v4_runner_cache_figs_get(r, &cf) == 0)
-        v4_wmetrics_cache(&w->m, &cf);
+    v4_wmetrics_runner_caches(&w->m, r);
     *out = r;
     return 0;
 }

@@ -91,9 +91,7 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
                        .itl_s = !rc && out->n_tokens >= 2 ? out->decode_ms / (out->n_tokens - 1) / 1e3 : -1,
                        .e2e_s = total_ms / 1e3, .prompt_tokens = out->prompt_tokens, .gen_tokens = out->n_tokens};
     v4_wmetrics_task(&w->m, &f);
-    v4_runner_cache_figs cf;
-    if (v4_runner_cache_figs_get(w->runner, &cf) == 0)
-        v4_wmetrics_cache(&w->m, &cf);
+    v4_wmetrics_runner_caches(&w->m, w->runner);
     if (w->log.level < 1)
         return;
     char msg[1024];

@@ -517,6 +517,11 @@ extern "C" size_t v4_cuda_backend_engine_bytes(const v4_backend *be)
     return v4_cuda_engine_bytes(((const cuda_impl *)be->impl)->engine);
 }
 
+extern "C" const v4_cuda_engine *v4_cuda_backend_engine(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->engine;
+}
+
 extern "C" int v4_cuda_backend_mem_info(const v4_backend *be, size_t *free_b, size_t *total_b)
 {
     const cuda_impl *c = (const cuda_impl *)be->impl;

@@ -76,6 +76,9 @@ struct v4_cuda_engine;
 void v4_cuda_backend_own_engine(v4_backend *be, struct v4_cuda_engine *e);
 /* Device bytes held by the owned engine (0 without one). */
 size_t v4_cuda_backend_engine_bytes(const v4_backend *be);
+/* The owned engine (NULL without one), borrowed: valid until the backend is destroyed
+ * or takes another engine. */
+const struct v4_cuda_engine *v4_cuda_backend_engine(const v4_backend *be);
 /* Free and total bytes of the backend's device (cudaMemGetInfo): 0, or -1. */
 int v4_cuda_backend_mem_info(const v4_backend *be, size_t *free_b, size_t *total_b);
 /* Forget (and free) every cached device copy of weights. */
