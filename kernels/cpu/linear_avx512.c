@@ -33,11 +33,21 @@
  * Loop structure (QUANT): tiles of 8 rows; per tile, passes of V <= 4 batch vectors
  * (V a compile-time constant) so that the float accumulators and the reduced block
  * partials stay in registers (the acc chain across blocks is the latency-critical
- * path for FP4 at n = 1); micro-kernels 8 rows x 1-2 vectors or 4 rows x 4 vectors
- * share each decoded weight vector between the vectors of the pass, and transposed
+ * path for FP4 at n = 1); micro-kernels 8 rows x 1-2 vectors (FP8: 1-3) or 4 rows x
+ * 4 vectors share each decoded weight vector between the vectors of the pass, and transposed
  * horizontal sums turn 8 accumulators into one vector with a lane per (row, vector).
  * The first pass reads the tile's weights from memory (with software prefetch); later
  * passes find them in L1/L2, so a weight byte crosses the memory bus once per call.
+ * FP8 converts the call's activations to the pre-scaled doubles once per call, into a
+ * heap buffer of n*K doubles owned by v4_rows_fp8_avx512 (allocated and freed per
+ * call, so each thread has its own; if the allocation fails each pass converts its
+ * blocks itself, as before): converting them per tile, pass and block cost about a
+ * quarter as many instructions as the FMAs.  For n > 4 a weight is decoded once per
+ * pass.  Two variants that decode each block once for all of the call's vectors were
+ * measured and dropped: the previous n > 4 path (the block decoded into a stack
+ * buffer, read back by groups of 4 vectors) and a broadcast kernel (weight pairs
+ * broadcast against 4-vector groups, no horizontal sums); both were slower at n = 8
+ * (the second by ~10%, though it was 5-8% faster at n = 12-16).
  *
  * Non-finite inputs: with NaN activations the kernels defer to the scalar reference
  * (v4x_inputs_ok): the integer FP4 trick would not reproduce the scalar NaN propagation.  Weights are assumed
@@ -53,6 +63,7 @@
 
 #if V4_CPU_X86
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "simd_x86.h"
@@ -130,14 +141,15 @@ V4_INLINE __m512d e4m3x8_pd(const uint8_t *p)
     return _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(b, 49), _mm512_set1_epi64(E4M3_PD_MASK)));
 }
 
-/* R rows x V vectors of one 128-column block.  wr[r] points at the block's bytes,
- * qd + v*128 at vector v's activations as doubles * 2^1000.  Result: out[g] lane i is
- * the exact block sum * 2^-16 of (row, vector) = (f % R, f / R), f = 8g + i. */
-V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const double *qd, const int V,
-                      __m512d *out)
+/* R rows x V vectors of one 128-column block (R * V = 8, 16 or 24).  wr[r] points at the
+ * block's bytes, qd + v*ldq at vector v's activations as doubles * 2^1000.  Result:
+ * out[g] lane i is the exact block sum * 2^-16 of (row, vector) = (f % R, f / R),
+ * f = 8g + i. */
+V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const double *qd, const size_t ldq,
+                      const int V, __m512d *out)
 {
-    __m512d acc[16];
-#pragma GCC unroll 16
+    __m512d acc[24];
+#pragma GCC unroll 24
     for (int i = 0; i < R * V; i++)
         acc[i] = _mm512_setzero_pd();
 #pragma GCC unroll 2
@@ -145,43 +157,16 @@ V4_INLINE void fp8_mk(const uint8_t *const *wr, const int R, const double *qd, c
         __m512d q[4];
 #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
-            q[v] = _mm512_load_pd(qd + v * 128 + c);
+            q[v] = _mm512_load_pd(qd + v * ldq + c);
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             __m512d w = e4m3x8_pd(wr[r] + c);
-#pragma GCC unroll 4
-            for (int v = 0; v < V; v++)
-                acc[v * R + r] = _mm512_fmadd_pd(q[v], w, acc[v * R + r]);
-        }
-    }
-#pragma GCC unroll 2
-    for (int g = 0; g < R * V / 8; g++)
-        out[g] = hsum8_pd(acc + 8 * g);
-}
-
-/* fp8_mk on rows already decoded (dw + r * 128: row r's block as e4m3x8_pd values):
- * the same products and sums, so the same exact results. */
-V4_INLINE void fp8_mk_dec(const double *dw, const int R, const double *qd, const int V, __m512d *out)
-{
-    __m512d acc[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < R * V; i++)
-        acc[i] = _mm512_setzero_pd();
-#pragma GCC unroll 2
-    for (int c = 0; c < 128; c += 8) {
-        __m512d q[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < V; v++)
-            q[v] = _mm512_load_pd(qd + v * 128 + c);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            __m512d w = _mm512_load_pd(dw + r * 128 + c);
-#pragma GCC unroll 4
             for (int v = 0; v < V; v++)
                 acc[v * R + r] = _mm512_fmadd_pd(q[v], w, acc[v * R + r]);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int g = 0; g < R * V / 8; g++)
         out[g] = hsum8_pd(acc + 8 * g);
 }
@@ -211,9 +196,11 @@ typedef struct tile_ctx {
 } tile_ctx;
 
 /* One pass over an FP8 tile for V (1..4) vectors starting at v0; returns whether a
- * NaN weight code was seen (checked on the first pass only). */
-V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, float *y, int ldy,
-                       const tile_ctx *t, int v0, const int V)
+ * NaN weight code was seen (checked on the first pass only).  qall: the call's
+ * activations as doubles * 2^1000 (vector v at qall + v*K, see fp8_qd_make), or NULL
+ * (no buffer) to convert each block here. */
+V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, const double *qall,
+                       float *y, int ldy, const tile_ctx *t, int v0, const int V)
 {
     const int K = W->cols, nkb = K / 128;
     const int uniform = t->srow[0] == t->srow[TILE - 1];
@@ -234,23 +221,29 @@ V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, float 
                 _mm_prefetch((const char *)(wr[i] + 2 * 128 + 64), _MM_HINT_T0);
             }
         }
-        for (int v = 0; v < V; v++) {
-            const float *q = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
-            for (int c = 0; c < 128; c += 8)
-                _mm512_store_pd(qd + v * 128 + c, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(q + c)), pre));
+        const double *qb = qd;
+        size_t ldq = 128;
+        if (qall) {
+            ldq = (size_t)K;
+            qb = qall + (size_t)v0 * ldq + (size_t)kb * 128;
+        } else {
+            for (int v = 0; v < V; v++) {
+                const float *q = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
+                for (int c = 0; c < 128; c += 8)
+                    _mm512_store_pd(qd + v * 128 + c, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(q + c)), pre));
+            }
         }
         __m512d P[4];                   /* P[v] lane i: row i of vector v */
         if (V == 1) {
-            fp8_mk(wr, 8, qd, 1, P);
+            fp8_mk(wr, 8, qb, ldq, 1, P);
         } else if (V == 2) {
-            fp8_mk(wr, 8, qd, 2, P);
+            fp8_mk(wr, 8, qb, ldq, 2, P);
         } else if (V == 3) {
-            fp8_mk(wr, 8, qd, 2, P);
-            fp8_mk(wr, 8, qd + 256, 1, P + 2);
+            fp8_mk(wr, 8, qb, ldq, 3, P);
         } else {
             __m512d X[2], Y[2];         /* X[g] = [v 2g rows 0-3, v 2g+1 rows 0-3], Y: rows 4-7 */
-            fp8_mk(wr, 4, qd, 4, X);
-            fp8_mk(wr + 4, 4, qd, 4, Y);
+            fp8_mk(wr, 4, qb, ldq, 4, X);
+            fp8_mk(wr + 4, 4, qb, ldq, 4, Y);
             for (int g = 0; g < 2; g++) {
                 P[2 * g] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(1, 0, 1, 0));
                 P[2 * g + 1] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(3, 2, 3, 2));
@@ -277,100 +270,24 @@ V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, float 
     return nan_seen;
 }
 
-/* One group of V (1..4) vectors on a decoded block: P[v] lane i = row i of vector v. */
-V4_INLINE void fp8_group_dec(const double *dw, const double *qd, const int V, __m512d *P)
+/* The call's activations as doubles * 2^1000 (exact: |q| <= 448), vector v at
+ * q + v*K: converted once per call instead of once per tile, pass and block.  Heap
+ * (n*K doubles, freed by the caller); NULL if the allocation fails, and the passes
+ * then convert each block themselves (the same values). */
+static double *fp8_qd_make(int n, int K, const float *xq)
 {
-    if (V == 1) {
-        fp8_mk_dec(dw, 8, qd, 1, P);
-    } else if (V == 2) {
-        fp8_mk_dec(dw, 8, qd, 2, P);
-    } else if (V == 3) {
-        fp8_mk_dec(dw, 8, qd, 2, P);
-        fp8_mk_dec(dw, 8, qd + 256, 1, P + 2);
-    } else {
-        __m512d X[2], Y[2];
-        fp8_mk_dec(dw, 4, qd, 4, X);
-        fp8_mk_dec(dw + 4 * 128, 4, qd, 4, Y);
-        for (int g = 0; g < 2; g++) {
-            P[2 * g] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(1, 0, 1, 0));
-            P[2 * g + 1] = _mm512_shuffle_f64x2(X[g], Y[g], _MM_SHUFFLE(3, 2, 3, 2));
-        }
-    }
-}
-
-#define FP8_CHUNK 16    /* vectors whose accumulators live across a tile's blocks */
-
-/* Many vectors (batched decode): each 128-column block of the tile is decoded once
- * into doubles and reused by every group of 4 vectors, instead of once per pass.  Per
- * vector the blocks are still summed in ascending order with the same epilogue, so
- * the results equal fp8_pass's bit for bit.  Returns whether a NaN code was seen. */
-static int fp8_many(const v4_mat *W, int n, const float *xq, const float *xs, float *y, int ldy,
-                    const tile_ctx *t)
-{
-    const int K = W->cols, nkb = K / 128;
-    const int uniform = t->srow[0] == t->srow[TILE - 1];
-    const __m512d pre = _mm512_set1_pd(0x1p1000), post = _mm512_set1_pd(0x1p16);
-    double dw[TILE * 128] __attribute__((aligned(64)));
-    double qd[4 * 128] __attribute__((aligned(64)));
-    int nan_seen = 0;
-    for (int c0 = 0; c0 < n; c0 += FP8_CHUNK) {
-        const int nv = imin(FP8_CHUNK, n - c0);
-        __m256 acc[FP8_CHUNK];
-        for (int v = 0; v < nv; v++)
-            acc[v] = _mm256_setzero_ps();
-        for (int kb = 0; kb < nkb; kb++) {
-            const uint8_t *wr[TILE];
-            for (int i = 0; i < TILE; i++)
-                wr[i] = t->wrow[i] + (size_t)kb * 128;
-            if (c0 == 0) {
-                nan_seen |= fp8_has_nan(wr);
-                for (int i = 0; i < TILE; i++) {
-                    _mm_prefetch((const char *)(wr[i] + 2 * 128), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(wr[i] + 2 * 128 + 64), _MM_HINT_T0);
-                }
-            }
-            for (int r = 0; r < TILE; r++)
-                for (int c = 0; c < 128; c += 8)
-                    _mm512_store_pd(dw + r * 128 + c, e4m3x8_pd(wr[r] + c));
-            __m256 sw;
-            if (uniform) {
-                sw = _mm256_set1_ps(v4x_e8m0(t->srow[0][kb]));
-            } else {
-                float sc[TILE];
-                for (int i = 0; i < TILE; i++)
-                    sc[i] = v4x_e8m0(t->srow[i][kb]);
-                sw = _mm256_loadu_ps(sc);
-            }
-            for (int g = 0; g < nv; g += 4) {
-                const int V = imin(4, nv - g), v0 = c0 + g;
-                for (int v = 0; v < V; v++) {
-                    const float *q = xq + (size_t)(v0 + v) * K + (size_t)kb * 128;
-                    for (int c = 0; c < 128; c += 8)
-                        _mm512_store_pd(qd + v * 128 + c, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(q + c)), pre));
-                }
-                __m512d P[4];
-                switch (V) {
-                case 1: fp8_group_dec(dw, qd, 1, P); break;
-                case 2: fp8_group_dec(dw, qd, 2, P); break;
-                case 3: fp8_group_dec(dw, qd, 3, P); break;
-                default: fp8_group_dec(dw, qd, 4, P); break;
-                }
-                for (int v = 0; v < V; v++) {   /* the scalar epilogue, lane-wise */
-                    __m256 pf = _mm512_cvtpd_ps(_mm512_mul_pd(P[v], post));
-                    __m256 tt = _mm256_mul_ps(pf, _mm256_set1_ps(xs[(size_t)(v0 + v) * nkb + kb]));
-                    tt = _mm256_mul_ps(tt, sw);
-                    acc[g + v] = _mm256_add_ps(acc[g + v], tt);
-                }
-            }
-        }
-        for (int v = 0; v < nv; v++)
-            bf16_store_mask(y + (size_t)(c0 + v) * ldy + t->rt, acc[v], t->nr);
-    }
-    return nan_seen;
+    const size_t nq = (size_t)n * K;
+    double *qd = aligned_alloc(64, nq * sizeof(double));   /* K % 128 == 0: a multiple of 64 */
+    if (!qd)
+        return NULL;
+    const __m512d pre = _mm512_set1_pd(0x1p1000);
+    for (size_t i = 0; i < nq; i += 8)
+        _mm512_store_pd(qd + i, _mm512_mul_pd(_mm512_cvtps_pd(_mm256_loadu_ps(xq + i)), pre));
+    return qd;
 }
 
 static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
-                     float *y, int ldy, int rt, int nr)
+                     const double *qall, float *y, int ldy, int rt, int nr)
 {
     const int K = W->cols, scols = (K + 127) / 128;
     tile_ctx t = {.rt = rt, .nr = nr};
@@ -380,18 +297,17 @@ static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
         t.srow[i] = W->scale + (size_t)(r / 128) * scols;
     }
     int nan_seen = 0;
-    if (n > 4) {
-        if (fp8_many(W, n, xq, xs, y, ldy, &t))
-            v4_rows_fp8_scalar(W, n, xq, xs, NULL, 0, y, ldy, rt, rt + nr);
-        return;
-    }
-    /* passes of up to 4 vectors; the tile's weights come from L1/L2 after the first */
-    for (int v0 = 0; v0 < n; v0 += 4) {
-        switch (imin(4, n - v0)) {
-        case 1: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 1); break;
-        case 2: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 2); break;
-        case 3: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 3); break;
-        default: nan_seen |= fp8_pass(W, xq, xs, y, ldy, &t, v0, 4); break;
+    /* passes of up to 4 vectors; the tile's weights come from L1/L2 after the first.
+     * A pass of 1 or 2 vectors decodes a weight for fewer FMAs than one of 3 or 4, so
+     * 5 and 6 remaining vectors go as 3 + 2 and 3 + 3 rather than 4 + 1 and 4 + 2. */
+    for (int v0 = 0, V; v0 < n; v0 += V) {
+        const int left = n - v0;
+        V = left == 5 || left == 6 ? 3 : imin(4, left);
+        switch (V) {
+        case 1: nan_seen |= fp8_pass(W, xq, xs, qall, y, ldy, &t, v0, 1); break;
+        case 2: nan_seen |= fp8_pass(W, xq, xs, qall, y, ldy, &t, v0, 2); break;
+        case 3: nan_seen |= fp8_pass(W, xq, xs, qall, y, ldy, &t, v0, 3); break;
+        default: nan_seen |= fp8_pass(W, xq, xs, qall, y, ldy, &t, v0, 4); break;
         }
     }
     if (nan_seen)
@@ -405,8 +321,10 @@ void v4_rows_fp8_avx512(const v4_mat *W, int n, const float *xq, const float *xs
         v4_rows_fp8_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }
+    double *qall = fp8_qd_make(n, W->cols, xq);
     for (int rt = r0; rt < r1; rt += TILE)
-        fp8_tile(W, n, xq, xs, y, ldy, rt, imin(TILE, r1 - rt));
+        fp8_tile(W, n, xq, xs, qall, y, ldy, rt, imin(TILE, r1 - rt));
+    free(qall);
 }
 
 /* -------------------------------------------------------------------- FP4 -- */
