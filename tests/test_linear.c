@@ -11,9 +11,11 @@
  * (amax clamp), exact zeros, rows that are not a multiple of the tiles, columns that
  * are not a multiple of the transpose width, EXACT sums whose double rounding depends
  * on the order (planted exact cancellations of +-2^28/2^40 products), subnormal
- * dequantized FP8 weights, NaN weight codes, and NaN/inf activations.  Mutation
+ * dequantized FP8 weights, NaN weight codes, NaN/inf activations, and QUANT rows of 32
+ * blocks whose float sum over the blocks depends on the block order.  Mutation
  * checks during development (reordered EXACT sums, a wrong FP4 bias, skipped bf16
- * rounding, swapped transpose columns, missing NaN fallbacks) all fail this test.
+ * rounding, swapped transpose columns, missing NaN fallbacks, FP8/FP4 QUANT blocks added
+ * in reverse order, the VNNI FP4 kernel's L pass skipped) all fail this test.
  * Prints which ISAs were tested and which skipped.
  */
 #include <math.h>
@@ -235,8 +237,13 @@ typedef struct mat_buf {
 
 /* NaN weight codes; all scales 2^-127..2^-121; NaN/inf activations; FP8 without
  * exponent-0 codes (zeros, subnormals: the R8 kernels' BIAS decode); FP8 scales at the
- * edges of the R8 fast paths (E8M0 0..4, 245..248, 254, 255 = NaN) */
-enum { F_NAN = 1, F_TINY = 2, F_XNAN = 4, F_NOE0 = 8, F_EDGE = 16 };
+ * edges of the R8 fast paths (E8M0 0..4, 245..248, 254, 255 = NaN); FLAT (QUANT):
+ * every scale 2^0, the middle 128-column block of each row repeats the first, and the
+ * activations of the middle block are minus those of the first (2^16..2^19), small
+ * (2^-5..2^-1) elsewhere: the two big block partials cancel exactly, the small ones
+ * added between them are rounded to the big partial's ulp, those after them are not,
+ * so the float sum over the blocks depends on their order */
+enum { F_NAN = 1, F_TINY = 2, F_XNAN = 4, F_NOE0 = 8, F_EDGE = 16, F_FLAT = 32 };
 
 static const uint8_t edge_scales[] = {0, 1, 2, 3, 4, 127, 245, 246, 247, 248, 254, 255, 120, 130};   /* 14 */
 
@@ -259,7 +266,7 @@ static mat_buf make_mat(rng *r, v4_wtype t, int rows, int cols, int flags)
         m.s = malloc(ns);
         const size_t scols = (size_t)((cols + 127) / 128);
         for (size_t i = 0; i < ns; i++) {
-            m.s[i] = (flags & F_TINY) ? (uint8_t)rint_(r, 0, 6) : rand_e8m0(r);
+            m.s[i] = (flags & F_TINY) ? (uint8_t)rint_(r, 0, 6) : (flags & F_FLAT) ? 127 : rand_e8m0(r);
             if (flags & F_EDGE) {   /* row block rb: one edge scale (in column block rb % scols), else 2^-7 */
                 const size_t rb = i / scols, cb = i % scols;
                 m.s[i] = cb == rb % scols ? edge_scales[rb % sizeof edge_scales] : 120;
@@ -275,7 +282,7 @@ static mat_buf make_mat(rng *r, v4_wtype t, int rows, int cols, int flags)
         size_t ns = (size_t)rows * (cols / 32);
         m.s = malloc(ns);
         for (size_t i = 0; i < ns; i++)
-            m.s[i] = rand_e8m0(r);
+            m.s[i] = (flags & F_FLAT) ? 127 : rand_e8m0(r);
         m.w = w;
         break;
     }
@@ -283,6 +290,11 @@ static mat_buf make_mat(rng *r, v4_wtype t, int rows, int cols, int flags)
     case V4_W_F32:
         m.w = rand_dense_weights(r, t, nw);
         break;
+    }
+    if ((flags & F_FLAT) && cols >= 256) {
+        const size_t rb = t == V4_W_FP4 ? (size_t)cols / 2 : (size_t)cols, bb = t == V4_W_FP4 ? 64 : 128;   /* cols % 256 == 0 */
+        for (int i = 0; i < rows; i++)
+            memcpy((uint8_t *)m.w + i * rb + rb / 2, (uint8_t *)m.w + i * rb, bb);
     }
     /* EXACT types: column K-2 repeats column 1, so with x[1] = -x[K-2] = 2^28 the two
      * big products cancel exactly and everything summed between them is rounded to
@@ -442,6 +454,10 @@ static void run_case(rng *r, v4_backend *sc, bk *be, int nbe, v4_wtype t, v4_lin
     for (int b = 0; b < n; b++) {
         float *xb = x + (size_t)b * ldx;
         rand_acts(r, xb, cols, t != V4_W_F32 || mode == V4_LIN_QUANT);
+        if (flags & F_FLAT)
+            for (int j = 0; j < cols; j++)
+                xb[j] = j < 128 ? v4_bf16(rval(r, 19 - rint_(r, 0, 3)))
+                        : j >= cols / 2 && j < cols / 2 + 128 ? -xb[j - cols / 2] : v4_bf16(rval(r, -rint_(r, 2, 5)));
         if (mode == V4_LIN_EXACT && cols >= 4 && b % 2 == 0) {
             xb[1] = b % 4 ? 0x1p28f : 0x1p40f;
             xb[cols - 2] = -xb[1];
@@ -460,7 +476,7 @@ static void run_case(rng *r, v4_backend *sc, bk *be, int nbe, v4_wtype t, v4_lin
         float *got = run_linear(be[k].be, &m.W, mode, n, x, ldx);
         char what[128];
         snprintf(what, sizeof what, "%s %s %s %dx%d n=%d %s/%dt", mode == V4_LIN_QUANT ? "quant" : "exact",
-                 tname(t), flags & F_NAN ? "nan-codes" : flags & F_TINY ? "tiny-scales" : flags & F_XNAN ? "nan/inf-x" : "", rows, cols, n, be[k].isa, be[k].threads);
+                 tname(t), flags & F_NAN ? "nan-codes" : flags & F_TINY ? "tiny-scales" : flags & F_XNAN ? "nan/inf-x" : flags & F_FLAT ? "flat" : "", rows, cols, n, be[k].isa, be[k].threads);
         int bad = compare(what, &m.W, n, ref, got);
         CHECK(bad == 0, "%s: %d outputs differ", what, bad);
         mismatches += bad;
@@ -579,6 +595,10 @@ int main(void)
     run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 136, 256, 17, 0);
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 512, 5, 0);
     run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 256, 512, 6, 0);
+    /* many 128-column blocks (a model row): the epilogue's float sum over blocks is
+     * order-sensitive here, so a kernel that adds the blocks in another order fails */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 72, 4096, 3, F_FLAT);
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 72, 4096, 2, F_FLAT);
     /* NaN weight codes (scalar fallback per tile) */
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 2, 1);
 
