@@ -65,13 +65,27 @@ typedef struct acts {
 
 /* Position p = 32i + 8g + w of a block's arranged activations (dot product i, 128-bit
  * lane g = scale block g, word w) holds column 32g + 2(w + 8(i & 1)) + (i >> 1): the
- * order in which decode_block produces the weights. */
-static void arrange(const int16_t *nat, int16_t *out)
+ * order in which decode_block produces the weights.  Lanes 0-1 of each output come
+ * from columns 0-63, lanes 2-3 from 64-127 at the same offsets, so one index vector
+ * (the column mod 64) serves two VPERMT2Ws and a blend. */
+static void arrange_index(__m512i idx[4])
 {
-    for (int i = 0; i < 4; i++)
-        for (int g = 0; g < 4; g++)
-            for (int w = 0; w < 8; w++)
-                out[32 * i + 8 * g + w] = nat[32 * g + 2 * (w + 8 * (i & 1)) + (i >> 1)];
+    for (int i = 0; i < 4; i++) {
+        int16_t ix[32];
+        for (int p = 0; p < 32; p++)
+            ix[p] = (int16_t)((32 * (p / 8) + 2 * (p % 8 + 8 * (i & 1)) + (i >> 1)) & 63);
+        idx[i] = _mm512_loadu_si512(ix);
+    }
+}
+
+V4_INLINE void arrange(const int16_t *nat, int16_t *out, const __m512i *idx)
+{
+    const __m512i n0 = _mm512_loadu_si512(nat), n1 = _mm512_loadu_si512(nat + 32);
+    const __m512i n2 = _mm512_loadu_si512(nat + 64), n3 = _mm512_loadu_si512(nat + 96);
+    for (int i = 0; i < 4; i++) {
+        const __m512i lo = _mm512_permutex2var_epi16(n0, idx[i], n1), hi = _mm512_permutex2var_epi16(n2, idx[i], n3);
+        _mm512_storeu_si512(out + 32 * i, _mm512_mask_blend_epi16(0xFFFF0000u, lo, hi));
+    }
 }
 
 static int prepare(const float *xq, int n, int K, acts *a)
@@ -85,6 +99,8 @@ static int prepare(const float *xq, int n, int K, acts *a)
     a->has_l = (uint8_t *)(a->l + ne);
     const __m512 s512 = _mm512_set1_ps(512.0f);
     const __m512i seven = _mm512_set1_epi32(7);
+    __m512i idx[4];
+    arrange_index(idx);
     for (int b = 0; b < n; b++)
         for (int kb = 0; kb < nkb; kb++) {
             const float *q = xq + (size_t)b * K + (size_t)kb * 128;
@@ -99,10 +115,10 @@ static int prepare(const float *xq, int n, int K, acts *a)
                 _mm256_storeu_si256((__m256i *)(ln + 16 * m), _mm512_cvtepi32_epi16(L));
             }
             const size_t off = ((size_t)b * nkb + kb) * 128;
-            arrange(hn, a->h + off);
+            arrange(hn, a->h + off, idx);
             a->has_l[(size_t)b * nkb + kb] = any != 0;
             if (any)
-                arrange(ln, a->l + off);
+                arrange(ln, a->l + off, idx);
         }
     return 0;
 }
