@@ -16,19 +16,14 @@ extern "C" {
 }
 
 #include "simt_emu.h"
+#include "tests/linear_gen.h"
 #define V4_CUDA_LINEAR_H    /* the kernels and launchers need only the emulator's types */
 #include "cuda_linear.cu"
 
 /* ------------------------------------------------------------------ driver -- */
-static uint64_t g_s = 0x1234567887654321ull;
-static uint64_t rnd()
-{
-    uint64_t z = (g_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float rval(int e) { float v = ldexpf((float)(0.5 + 0.5 * (double)(rnd() >> 11) * 0x1p-53), e); return rnd() & 1 ? -v : v; }
+/* the driver's random stream: tests/linear_gen.h's splitmix64 from a fixed seed */
+static rng g_r = {0x1234567887654321ull};
+static uint64_t rnd() { return rnext(&g_r); }
 static int bad_total;
 
 static void cmp(const char *what, const float *ref, const float *got, int n, int rows, int ldr)
@@ -58,7 +53,7 @@ static void quant_case(int fp4, int rows, int K, int n, int nanx)
         s = (uint8_t)(rnd() % 100 == 0 ? rnd() % 6 : 127 - 69 + rnd() % 75);
     std::vector<float> x((size_t)n * K);
     for (size_t i = 0; i < x.size(); i++)
-        x[i] = rnd() % 16 == 0 ? 0.0f : v4_bf16(rval((int)((i / 128) % 25) - 12 - (int)(rnd() % 12)));
+        x[i] = rnd() % 16 == 0 ? 0.0f : v4_bf16(rval(&g_r, (int)((i / 128) % 25) - 12 - (int)(rnd() % 12)));
     if (nanx) {             /* NaN/inf activations, a NaN weight code (FP8), a NaN scale */
         if (!fp4)
             w[rnd() % w.size()] = 0xff;
@@ -100,10 +95,10 @@ static void exact_case(v4_wtype t, int r8, int rows, int K, int n)
     std::vector<uint8_t> w((size_t)rows * K * es), w8((size_t)grows * K * es, 0xff);
     for (size_t i = 0; i < (size_t)rows * K; i++) {
         if (t == V4_W_F32) {
-            float v = rval((int)(rnd() % 24) - 20);
+            float v = rval(&g_r, (int)(rnd() % 24) - 20);
             memcpy(&w[i * 4], &v, 4);
         } else if (t == V4_W_BF16) {
-            uint16_t v = v4_bf16_bits(rval((int)(rnd() % 24) - 20));
+            uint16_t v = v4_bf16_bits(rval(&g_r, (int)(rnd() % 24) - 20));
             memcpy(&w[i * 2], &v, 2);
         } else {
             w[i] = (uint8_t)rnd();
@@ -120,7 +115,7 @@ static void exact_case(v4_wtype t, int r8, int rows, int K, int n)
     std::vector<float> x((size_t)n * K);
     for (int b = 0; b < n; b++)
         for (int j = 0; j < K; j++)
-            x[(size_t)b * K + j] = rval((int)(rnd() % 30) - 15);
+            x[(size_t)b * K + j] = rval(&g_r, (int)(rnd() % 30) - 15);
     if (K >= 4)
         for (int b = 0; b < n; b += 2) {
             x[(size_t)b * K + 1] = 0x1p40f;

@@ -17,20 +17,16 @@
 #include <vector>
 
 #include "simt_emu.h"
+#include "tests/linear_gen.h"
 #define V4_CUDA_LINEAR_H
 #define V4_CUDA_OPS_H
 #include "cuda_linear.cu"
 #include "cuda_ops.cu"
 #include "cuda_moe.cu"
 
-static uint64_t g_s = 0x0123456789abcdefull;
-static uint64_t rnd()
-{
-    uint64_t z = (g_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+/* the driver's random stream: tests/linear_gen.h's splitmix64 from a fixed seed */
+static rng g_r = {0x0123456789abcdefull};
+static uint64_t rnd() { return rnext(&g_r); }
 static float rbf(int e)   /* a bf16-representable value of magnitude ~2^e */
 {
     float v = ldexpf((float)(1.0 + (double)(rnd() >> 56) / 256.0), e);

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "simt_emu.h"
+#include "tests/linear_gen.h"
 #define V4_CUDA_OPS_H   /* the kernels need only the emulator's types */
 #define V4_CUDA_ATTN_H
 #include "cuda_ops.cu"
@@ -30,14 +31,9 @@ extern "C" {
 #include "kernels/v4/ops.h"
 }
 
-static uint64_t g_s = 0x243f6a8885a308d3ull;
-static uint64_t rnd()
-{
-    uint64_t z = (g_s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+/* the driver's random stream: tests/linear_gen.h's splitmix64 from a fixed seed */
+static rng g_r = {0x243f6a8885a308d3ull};
+static uint64_t rnd() { return rnext(&g_r); }
 static double unif() { return (double)(rnd() >> 11) * 0x1p-53; }
 /* a bf16 value with exponent in [lo, hi], random sign */
 static float rbf(int lo, int hi)
