@@ -13,7 +13,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/lib/brokers.sh
 source "$HERE/lib/brokers.sh"
-brokers_test_begin queue_shutdown
+brokers_test_begin queue_shutdown private   # R4 reads the broker's log: only this test's connections may be in it
 WPID=""
 test_cleanup() { [ -z "$WPID" ] || kill -9 "$WPID" 2>/dev/null; }
 
