@@ -53,6 +53,7 @@
 
 #define TILE 8          /* rows per tile */
 #define VCHUNK 16       /* vectors whose float accumulators live across the blocks */
+#define SMALLN 3        /* up to this many vectors per pass: the register path */
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
@@ -177,7 +178,7 @@ V4_INLINE __m512 tile_scales(const uint8_t *const *srow, int h, int kb)
     for (int i = 0; i < 4; i++)
         memcpy(&d[i], srow[4 * h + i] + 4 * kb, 4);
     const __m128i t = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    __m128i b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)d), t);
+    __m128i b = _mm_shuffle_epi8(_mm_setr_epi32(d[0], d[1], d[2], d[3]), t);
     return e8m0_ps(_mm512_cvtepu8_epi32(b));
 }
 
@@ -202,18 +203,20 @@ V4_INLINE __m512i row_dot(const __m512i *w, const __m512i *H, const __m512i *L, 
     return s;
 }
 
-/* The scalar epilogue for 8 rows x the 4 scale blocks of one 128-column block, in
- * block order: acc += f32(partial) * s_act * s_w. */
-V4_INLINE __m256 epilogue(const __m512i *r, int has_l, float xs, __m512 sw0, __m512 sw1, __m256 acc)
+/* The scaled block partials t = f32(partial) * s_act * s_w of 4 rows (r[0..3]) for
+ * the 4 scale blocks of one 128-column block: lane 4g+i = scale block g of row i. */
+V4_INLINE __m512 half_partials(const __m512i *r, int has_l, float xs, __m512 sw)
 {
     /* without the L pass the sums are S / 8: cvt(S / 8) * 2^-7 = cvt(S) * 2^-10 */
     const __m512 post = _mm512_set1_ps(has_l ? 0x1p-10f : 0x1p-7f);
-    const __m512 xsv = _mm512_set1_ps(xs);
-    /* lane 4g+i: scale block g of row i (P: rows 0-3, Q: rows 4-7) */
     __m512 P = _mm512_mul_ps(_mm512_cvtepi32_ps(reduce4(r[0], r[1], r[2], r[3])), post);
-    __m512 Q = _mm512_mul_ps(_mm512_cvtepi32_ps(reduce4(r[4], r[5], r[6], r[7])), post);
-    P = _mm512_mul_ps(_mm512_mul_ps(P, xsv), sw0);
-    Q = _mm512_mul_ps(_mm512_mul_ps(Q, xsv), sw1);
+    return _mm512_mul_ps(_mm512_mul_ps(P, _mm512_set1_ps(xs)), sw);
+}
+
+/* acc (lane = row) += the 8 rows' t of scale blocks 0, 1, 2, 3 in that order; P holds
+ * rows 0-3, Q rows 4-7 (half_partials). */
+V4_INLINE __m256 combine(__m512 P, __m512 Q, __m256 acc)
+{
     /* [P0 Q0 P1 Q1] and [P2 Q2 P3 Q3]: 8 rows per scale block, in order */
     __m512 lo = _mm512_shuffle_f32x4(P, Q, _MM_SHUFFLE(1, 0, 1, 0));
     __m512 hi = _mm512_shuffle_f32x4(P, Q, _MM_SHUFFLE(3, 2, 3, 2));
@@ -223,6 +226,13 @@ V4_INLINE __m256 epilogue(const __m512i *r, int has_l, float xs, __m512 sw0, __m
     acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(lo, 1));
     acc = _mm256_add_ps(acc, _mm512_castps512_ps256(hi));
     return _mm256_add_ps(acc, _mm512_extractf32x8_ps(hi, 1));
+}
+
+/* The scalar epilogue for 8 rows x the 4 scale blocks of one 128-column block, in
+ * block order: acc += f32(partial) * s_act * s_w. */
+V4_INLINE __m256 epilogue(const __m512i *r, int has_l, float xs, __m512 sw0, __m512 sw1, __m256 acc)
+{
+    return combine(half_partials(r, has_l, xs, sw0), half_partials(r + 4, has_l, xs, sw1), acc);
 }
 
 /* Vector v's H and L for block kb (L only if it has one) */
@@ -236,6 +246,75 @@ V4_INLINE int load_acts(const acts *a, int nkb, int v, int kb, __m512i *H, __m51
         for (int i = 0; i < 4; i++)
             L[i] = _mm512_loadu_si512(a->l + off + 32 * i);
     return has_l;
+}
+
+/* One vector: each row's decode goes straight to its dot products and the
+ * accumulator stays in a register (measured faster than tile_small with NV = 1). */
+static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, int rt, int nr, int c0)
+{
+    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const __m512i tlo = k_lo_table(), thi = k_hi_table();
+    const uint8_t *wrow[TILE], *srow[TILE];
+    for (int i = 0; i < TILE; i++) {
+        int r = rt + imin(i, nr - 1);
+        wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
+        srow[i] = W->scale + (size_t)r * nsb;
+    }
+    const float *xsv = xs + (size_t)c0 * nkb;
+    __m256 acc = _mm256_setzero_ps();
+    for (int kb = 0; kb < nkb; kb++) {
+        for (int i = 0; i < TILE; i++)
+            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 2) * 64), _MM_HINT_T0);
+        const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
+        __m512i H[4], L[4], r[TILE];
+        const int has_l = load_acts(a, nkb, c0, kb, H, L);
+        for (int j = 0; j < TILE; j++) {
+            __m512i w[4];
+            decode_block(wrow[j] + (size_t)kb * 64, tlo, thi, w);
+            r[j] = row_dot(w, H, L, has_l);
+        }
+        acc = epilogue(r, has_l, xsv[kb], sw0, sw1, acc);
+    }
+    bf16_store(y + rt, acc, nr);
+}
+
+/* Up to SMALLN vectors (NV, a constant after inlining): each row's decode goes
+ * straight to the vectors' dot products and everything stays in registers (no L1
+ * weight buffer: the general tile below spills at these sizes).  FULL: all 8 rows'
+ * sums before the epilogue (NV <= 2), else 4 rows at a time. */
+V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float *y, int ldy,
+                          int rt, int nr, int c0, const int NV)
+{
+    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const __m512i tlo = k_lo_table(), thi = k_hi_table();
+    const uint8_t *wrow[TILE], *srow[TILE];
+    for (int i = 0; i < TILE; i++) {
+        int r = rt + imin(i, nr - 1);
+        wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
+        srow[i] = W->scale + (size_t)r * nsb;
+    }
+    __m256 acc[SMALLN];
+    for (int v = 0; v < NV; v++)
+        acc[v] = _mm256_setzero_ps();
+    for (int kb = 0; kb < nkb; kb++) {
+        for (int i = 0; i < TILE; i++)
+            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 2) * 64), _MM_HINT_T0);
+        const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
+        int has_l[SMALLN];
+        __m512i H[SMALLN][4], L[SMALLN][4], r[SMALLN][TILE];
+        for (int v = 0; v < NV; v++)
+            has_l[v] = load_acts(a, nkb, c0 + v, kb, H[v], L[v]);
+        for (int j = 0; j < TILE; j++) {
+            __m512i w[4];
+            decode_block(wrow[j] + (size_t)kb * 64, tlo, thi, w);
+            for (int v = 0; v < NV; v++)
+                r[v][j] = row_dot(w, H[v], L[v], has_l[v]);
+        }
+        for (int v = 0; v < NV; v++)
+            acc[v] = epilogue(r[v], has_l[v], xs[(size_t)(c0 + v) * nkb + kb], sw0, sw1, acc[v]);
+    }
+    for (int v = 0; v < NV; v++)
+        bf16_store(y + (size_t)(c0 + v) * ldy + rt, acc[v], nr);
 }
 
 static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, float *y, int ldy,
@@ -294,8 +373,24 @@ void v4_rows_fp4_vnni(const v4_mat *W, int n, const float *xq, const float *xs,
         v4_rows_fp4_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }
-    for (int rt = r0; rt < r1; rt += TILE)
-        fp4_tile(W, n, xs, &a, y, ldy, rt, imin(TILE, r1 - rt));
+    for (int rt = r0; rt < r1; rt += TILE) {
+        const int nr = imin(TILE, r1 - rt);
+        if (n > 4) {
+            fp4_tile(W, n, xs, &a, y, ldy, rt, nr);
+            continue;
+        }
+        /* n <= 4: passes of at most SMALLN vectors (4 = 3 + 1) */
+        for (int c0 = 0; c0 < n;) {
+            const int nv = imin(n - c0, SMALLN);
+            if (nv == 1)
+                tile_one(W, xs, &a, y + (size_t)c0 * ldy, rt, nr, c0);
+            else if (nv == 2)
+                tile_small(W, xs, &a, y, ldy, rt, nr, c0, 2);
+            else
+                tile_small(W, xs, &a, y, ldy, rt, nr, c0, 3);
+            c0 += nv;
+        }
+    }
     free(a.h);
 }
 
