@@ -106,12 +106,26 @@ typedef enum v4_lin_mode {
 
 typedef struct v4_backend v4_backend;
 
+/* One product of a v4_linear_many call: the arguments of one v4_linear. */
+typedef struct v4_lin_job {
+    const v4_mat *W;
+    v4_lin_mode mode;
+    int n;
+    const float *x;
+    int ldx;
+    float *y;
+    int ldy;
+} v4_lin_job;
+
 typedef struct v4_backend_ops {
     const char *name;
     /* y[b*ldy + r] for b < n, r < W->rows from x[b*ldx + c], c < W->cols. */
     void (*linear)(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
                    int n, const float *x, int ldx, float *y, int ldy);
     void (*destroy)(v4_backend *be);
+    /* Optional (NULL: v4_linear_many calls linear per job): all jobs of the list as
+     * one unit of work, e.g. every expert of a MoE layer in one parallel section. */
+    void (*linear_many)(v4_backend *be, const v4_lin_job *jobs, int n_jobs);
 } v4_backend_ops;
 
 struct v4_backend {
@@ -123,6 +137,19 @@ static inline void v4_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
                              int n, const float *x, int ldx, float *y, int ldy)
 {
     be->ops->linear(be, W, mode, n, x, ldx, y, ldy);
+}
+
+/* The jobs' products, with results identical to v4_linear on each job in list order.
+ * No job's y may overlap any job's x or another job's y (jobs may share an x).  jobs
+ * is caller-owned and only read during the call. */
+static inline void v4_linear_many(v4_backend *be, const v4_lin_job *jobs, int n_jobs)
+{
+    if (be->ops->linear_many) {
+        be->ops->linear_many(be, jobs, n_jobs);
+        return;
+    }
+    for (int i = 0; i < n_jobs; i++)
+        be->ops->linear(be, jobs[i].W, jobs[i].mode, jobs[i].n, jobs[i].x, jobs[i].ldx, jobs[i].y, jobs[i].ldy);
 }
 
 /* Rows [r0, r0+nr) of W as a matrix of its own (r0 multiple of 128 for FP8, of 8 for

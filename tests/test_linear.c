@@ -650,6 +650,67 @@ int main(void)
         free_mat(&m8);
         free_mat(&m);
     }
+    /* v4_linear_many: a MoE-like list (two FP4 products sharing an input, FP8 QUANT on
+     * another input, R8 BF16 EXACT, a tiny product below the parallel threshold, a
+     * job with n = 0 and an invalid R8-in-QUANT job) gives exactly what one
+     * v4_linear per job gives, and the invalid job NaN outputs */
+    {
+        mat_buf f1 = make_mat(&r, V4_W_FP4, 256, 512, 0), f3 = make_mat(&r, V4_W_FP4, 200, 512, 0);
+        mat_buf f8 = make_mat(&r, V4_W_FP8, 384, 512, 0), bd = make_mat(&r, V4_W_BF16, 24, 512, 0);
+        mat_buf b8 = to_r8(&r, &bd), tiny = make_mat(&r, V4_W_FP4, 32, 128, 0);
+        mat_buf q0 = make_mat(&r, V4_W_FP8, 128, 128, 0), q8 = to_r8(&r, &q0);
+        float xa[3 * 512], xb[3 * 512], xt[128];
+        for (int b = 0; b < 3; b++) {
+            rand_acts(&r, xa + b * 512, 512, 1);
+            rand_acts(&r, xb + b * 512, 512, 1);
+        }
+        rand_acts(&r, xt, 128, 1);
+        /* job 2 has the shape of jobs 0-1 but its own input: it must not share theirs */
+        const v4_lin_job proto[] = {
+            {&f1.W, V4_LIN_QUANT, 3, xa, 512, NULL, 256 + PAD}, {&f3.W, V4_LIN_QUANT, 3, xa, 512, NULL, 200 + PAD},
+            {&f8.W, V4_LIN_QUANT, 3, xb, 512, NULL, 384 + PAD}, {&b8.W, V4_LIN_EXACT, 3, xa, 512, NULL, 24 + PAD},
+            {&tiny.W, V4_LIN_QUANT, 1, xt, 128, NULL, 32 + PAD}, {&f1.W, V4_LIN_QUANT, 0, xa, 512, NULL, 256 + PAD},
+            {&q8.W, V4_LIN_QUANT, 1, xt, 128, NULL, 128 + PAD},
+        };
+        enum { NJ = sizeof proto / sizeof proto[0] };
+        for (int k = 0; k < nbe; k++) {
+            v4_lin_job jobs[NJ];
+            float *want[NJ];
+            for (int i = 0; i < NJ; i++) {
+                jobs[i] = proto[i];
+                const size_t ny = (size_t)(jobs[i].n > 0 ? jobs[i].n : 1) * (size_t)jobs[i].ldy;
+                jobs[i].y = malloc(sizeof(float) * ny);
+                want[i] = malloc(sizeof(float) * ny);
+                for (size_t e = 0; e < ny; e++)
+                    jobs[i].y[e] = want[i][e] = SENTINEL;
+                v4_linear(be[k].be, jobs[i].W, jobs[i].mode, jobs[i].n, jobs[i].x, jobs[i].ldx, want[i], jobs[i].ldy);
+            }
+            v4_linear_many(be[k].be, jobs, NJ);
+            int bad = 0, nans = 0;
+            for (int i = 0; i < NJ; i++) {
+                const size_t ny = (size_t)(jobs[i].n > 0 ? jobs[i].n : 1) * (size_t)jobs[i].ldy;
+                bad += memcmp(jobs[i].y, want[i], sizeof(float) * ny) != 0;
+                free(want[i]);
+            }
+            for (int i = 0; i < 128; i++)
+                nans += isnan(jobs[NJ - 1].y[i]) != 0;
+            CHECK(bad == 0, "linear_many (%s/%dt): %d of %d jobs differ from one v4_linear each", be[k].isa,
+                  be[k].threads, bad, NJ);
+            CHECK(nans == 128 && jobs[NJ - 1].y[128] == SENTINEL && jobs[5].y[0] == SENTINEL,
+                  "linear_many (%s/%dt): invalid job: %d NaNs of 128, or padding / the n = 0 job written", be[k].isa,
+                  be[k].threads, nans);
+            /* and against the scalar reference */
+            float *ref = run_linear(sc, &f8.W, V4_LIN_QUANT, 3, xb, 512);
+            CHECK(memcmp(ref, jobs[2].y, sizeof(float) * 3 * (384 + PAD)) == 0, "linear_many (%s/%dt): FP8 vs scalar",
+                  be[k].isa, be[k].threads);
+            free(ref);
+            for (int i = 0; i < NJ; i++)
+                free(jobs[i].y);
+        }
+        mat_buf *all[] = {&f1, &f3, &f8, &bd, &b8, &tiny, &q0, &q8};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            free_mat(all[i]);
+    }
     /* NaN / inf activations: the SIMD kernels defer to the scalar ones */
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 3, F_XNAN);
     run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 256, 384, 3, F_XNAN);

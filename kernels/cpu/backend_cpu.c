@@ -13,6 +13,11 @@
  * A linear call: in QUANT mode every input vector is quantized once (v4_act_quant or
  * its SIMD twin, bit-identical) into instance-owned buffers on the calling thread;
  * then the rows of W are cut into chunks and the pool runs the row kernel on them.
+ * linear_many (v4_linear_many) does the same for a list of products in ONE pool run:
+ * each job's rows become chunks in proportion to its work, and jobs that read the same
+ * input (x, n, cols; e.g. an expert's w1 and w3) share one quantization.  A MoE layer
+ * thus costs two pool hand-offs instead of three per expert, and one thread's tail of
+ * a small expert matrix no longer idles the others.
  * Chunks are multiples of 128 rows for FP8 (whole scale blocks), 64 for row-major
  * EXACT (the SIMD tile), 8 for R8 EXACT (one row group), 32 for FP4, about 4 chunks
  * per thread for load balance; a call with little work (rows*cols*n below
@@ -39,16 +44,6 @@
 /* Below this many multiply-adds (rows*cols*n) a call runs on the caller only. */
 #define V4_CPU_PAR_MIN (1 << 16)
 
-typedef struct cpu_impl {
-    const char *isa;
-    v4_act_quant_fn act_quant;
-    v4_rows_fn fp8, fp4, exact;
-    v4_pool *pool;
-    int n_threads;
-    float *xq, *xs;
-    size_t cap_q, cap_s;
-} cpu_impl;
-
 typedef struct lin_job {
     v4_rows_fn fn;
     const v4_mat *W;
@@ -57,19 +52,52 @@ typedef struct lin_job {
     int ldx;
     float *y;
     int ldy;
-    int chunk;
+    int granule;        /* rows per chunk are a multiple of this */
+    const v4_lin_job *src;  /* the caller's job (valid during the call) */
 } lin_job;
 
-static void lin_task(void *ctx, int task, int thread)
+/* One pool task: rows [r0, r1) of job `job`. */
+typedef struct lin_task_t {
+    int job, r0, r1;
+} lin_task_t;
+
+typedef struct cpu_impl {
+    const char *isa;
+    v4_act_quant_fn act_quant;
+    v4_rows_fn fp8, fp4, exact;
+    v4_pool *pool;
+    int n_threads;
+    float *xq, *xs;
+    size_t cap_q, cap_s;
+    lin_job *jobs;      /* the current call's prepared jobs and tasks */
+    lin_task_t *tasks;
+    int cap_jobs, cap_tasks;
+} cpu_impl;
+
+typedef struct run_ctx {
+    const lin_job *jobs;
+    const lin_task_t *tasks;
+} run_ctx;
+
+static void run_task(void *ctx, int task, int thread)
 {
     (void)thread;
-    const lin_job *j = ctx;
-    int r0 = task * j->chunk;
-    int r1 = r0 + j->chunk;
-    if (r1 > j->W->rows)
-        r1 = j->W->rows;
-    if (r0 < r1)
-        j->fn(j->W, j->n, j->xq, j->xs, j->x, j->ldx, j->y, j->ldy, r0, r1);
+    const run_ctx *rc = ctx;
+    const lin_task_t *t = &rc->tasks[task];
+    const lin_job *j = &rc->jobs[t->job];
+    j->fn(j->W, j->n, j->xq, j->xs, j->x, j->ldx, j->y, j->ldy, t->r0, t->r1);
+}
+
+static int grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    void *q = realloc(*p, (size_t)need * elem);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = need;
+    return 0;
 }
 
 static int ensure_cap(cpu_impl *c, size_t nq, size_t ns)
@@ -91,71 +119,169 @@ static int ensure_cap(cpu_impl *c, size_t nq, size_t ns)
     return 0;
 }
 
-static void cpu_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
-                       int n, const float *x, int ldx, float *y, int ldy)
+static void fill_nan(const v4_lin_job *in)
 {
-    cpu_impl *c = be->impl;
-    if (n <= 0 || W->rows <= 0)
-        return;
-    lin_job j = {.W = W, .n = n, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
-    int granule;
-    if (v4_mat_is_device(W) || (W->layout != V4_LAYOUT_ROWMAJOR &&
-        (W->layout != V4_LAYOUT_R8 || mode != V4_LIN_EXACT || W->type == V4_W_FP4))) {
-        /* R8 is an EXACT-mode layout (backend.h); a device matrix (V4_MAT_CUDA) belongs
-         * to a CUDA backend; anything else is a caller bug */
-        for (int b = 0; b < n; b++)
-            for (int r = 0; r < W->rows; r++)
-                y[(size_t)b * ldy + r] = v4_f32_from_bits(0x7fc00000u);
-        return;
-    }
-    if (mode == V4_LIN_EXACT) {
-        j.fn = c->exact;
+    for (int b = 0; b < in->n; b++)
+        for (int r = 0; r < in->W->rows; r++)
+            in->y[(size_t)b * in->ldy + r] = v4_f32_from_bits(0x7fc00000u);
+}
+
+/* Whether the backend can run W in this mode: R8 is an EXACT-mode layout (backend.h),
+ * a device matrix (V4_MAT_CUDA) belongs to a CUDA backend; anything else is a caller
+ * bug, answered with NaN outputs. */
+static int job_ok(const v4_lin_job *in)
+{
+    const v4_mat *W = in->W;
+    return !v4_mat_is_device(W) && (W->layout == V4_LAYOUT_ROWMAJOR ||
+           (W->layout == V4_LAYOUT_R8 && in->mode == V4_LIN_EXACT && W->type != V4_W_FP4));
+}
+
+/* Quantization buffer floats a QUANT job needs (xq, xs): one spare each for the
+ * cols % 128 tail rule below. */
+static size_t q_floats(const v4_lin_job *in) { return (size_t)in->n * (size_t)in->W->cols + 1; }
+static size_t s_floats(const v4_lin_job *in) { return (size_t)in->n * (size_t)(in->W->cols / 128) + 1; }
+
+/* in -> out, quantizing a QUANT job's inputs into xq/xs (unless quantize == 0: they
+ * are already there, shared with an earlier job of the call). */
+static void prepare_job(const cpu_impl *c, const v4_lin_job *in, float *xq, float *xs, int quantize,
+                        lin_job *out)
+{
+    const v4_mat *W = in->W;
+    *out = (lin_job){.W = W, .n = in->n, .x = in->x, .ldx = in->ldx, .y = in->y, .ldy = in->ldy, .src = in};
+    if (in->mode == V4_LIN_EXACT) {
+        out->fn = c->exact;
         /* R8: any multiple of 8 rows is a whole number of groups, and even one group
          * per task keeps the kernel memory-bound (small matrices like the mHC fn
          * [24 x 16384] still use every thread) */
-        granule = W->layout == V4_LAYOUT_R8 ? 8 : 64;
-    } else {
-        const int K = W->cols, nkb = K / 128;
-        if (ensure_cap(c, (size_t)n * (size_t)K + 1, (size_t)n * (size_t)nkb + 1) != 0) {
-            /* Out of memory and the interface has no error path: make it visible. */
-            for (int b = 0; b < n; b++)
-                for (int r = 0; r < W->rows; r++)
-                    y[(size_t)b * ldy + r] = v4_f32_from_bits(0x7fc00000u);
-            return;
-        }
-        for (int b = 0; b < n; b++) {
-            c->act_quant(x + (size_t)b * ldx, K, c->xq + (size_t)b * K, c->xs + (size_t)b * nkb);
-            /* QUANT is defined for cols % 128 == 0 (all model shapes); otherwise the
-             * tail is not quantized: keep what the reference kernels read of it
-             * deterministic (the SIMD kernels defer to them for such shapes). */
-            if (K % 128 != 0)
-                memset(c->xq + (size_t)b * K + (size_t)nkb * 128, 0, sizeof(float) * (size_t)(K % 128));
-        }
-        if (K % 128 != 0)
-            c->xs[(size_t)n * nkb] = 0.0f;
-        j.xq = c->xq;
-        j.xs = c->xs;
-        if (W->type == V4_W_FP8) {
-            j.fn = c->fp8;
-            granule = 128;
-        } else {
-            j.fn = c->fp4;
-            granule = 32;
-        }
-    }
-    const int rows = W->rows;
-    double work = (double)rows * (double)W->cols * (double)n;
-    int T = c->n_threads;
-    if (T <= 1 || work < (double)V4_CPU_PAR_MIN || rows <= granule) {
-        j.fn(W, n, j.xq, j.xs, x, ldx, y, ldy, 0, rows);
+        out->granule = W->layout == V4_LAYOUT_R8 ? 8 : 64;
         return;
     }
-    int target = 4 * T;
+    const int K = W->cols, nkb = K / 128;
+    for (int b = 0; b < in->n && quantize; b++) {
+        c->act_quant(in->x + (size_t)b * in->ldx, K, xq + (size_t)b * K, xs + (size_t)b * nkb);
+        /* QUANT is defined for cols % 128 == 0 (all model shapes); otherwise the
+         * tail is not quantized: keep what the reference kernels read of it
+         * deterministic (the SIMD kernels defer to them for such shapes). */
+        if (K % 128 != 0)
+            memset(xq + (size_t)b * K + (size_t)nkb * 128, 0, sizeof(float) * (size_t)(K % 128));
+    }
+    if (K % 128 != 0 && quantize)
+        xs[(size_t)in->n * nkb] = 0.0f;
+    out->xq = xq;
+    out->xs = xs;
+    out->fn = W->type == V4_W_FP8 ? c->fp8 : c->fp4;
+    out->granule = W->type == V4_W_FP8 ? 128 : 32;
+}
+
+static double job_work(const lin_job *j)
+{
+    return (double)j->W->rows * (double)j->W->cols * (double)j->n;
+}
+
+/* Cuts job j into about `target` chunks (whole granules) appended to c->tasks. */
+static void add_tasks(cpu_impl *c, int j, int target, int *nt)
+{
+    const lin_job *J = &c->jobs[j];
+    const int rows = J->W->rows, g = J->granule;
     int chunk = (rows + target - 1) / target;
-    chunk = (chunk + granule - 1) / granule * granule;
-    j.chunk = chunk;
-    int tasks = (rows + chunk - 1) / chunk;
-    v4_pool_run(c->pool, tasks, lin_task, &j);
+    chunk = (chunk + g - 1) / g * g;
+    for (int r0 = 0; r0 < rows; r0 += chunk)
+        c->tasks[(*nt)++] = (lin_task_t){j, r0, r0 + chunk < rows ? r0 + chunk : rows};
+}
+
+/* Runs the prepared jobs c->jobs[0..nj): on the caller alone when there is little
+ * work, else as one pool run.  A single job gets about 4 chunks per thread; in a
+ * list, each job gets chunks in proportion to its work (at least one), about 8 per
+ * thread in all, so the pool's dynamic claiming balances the whole list at once. */
+static void run_jobs(cpu_impl *c, int nj)
+{
+    double total = 0.0;
+    for (int j = 0; j < nj; j++)
+        total += job_work(&c->jobs[j]);
+    const int T = c->n_threads;
+    int max_tasks = 0;
+    if (T > 1 && total >= (double)V4_CPU_PAR_MIN)
+        for (int j = 0; j < nj; j++)
+            max_tasks += (c->jobs[j].W->rows + c->jobs[j].granule - 1) / c->jobs[j].granule;
+    if (max_tasks <= 1 || grow((void **)&c->tasks, &c->cap_tasks, max_tasks, sizeof *c->tasks) != 0) {
+        for (int j = 0; j < nj; j++) {
+            const lin_job *J = &c->jobs[j];
+            J->fn(J->W, J->n, J->xq, J->xs, J->x, J->ldx, J->y, J->ldy, 0, J->W->rows);
+        }
+        return;
+    }
+    int nt = 0;
+    for (int j = 0; j < nj; j++) {
+        int target = 4 * T;
+        if (nj > 1)
+            target = (int)(8.0 * T * job_work(&c->jobs[j]) / total + 0.5);
+        add_tasks(c, j, target < 1 ? 1 : target, &nt);
+    }
+    run_ctx rc = {c->jobs, c->tasks};
+    v4_pool_run(c->pool, nt, run_task, &rc);
+}
+
+/* Whether QUANT job a can reuse the quantized inputs of QUANT job b (same x, n, cols). */
+static int same_input(const v4_lin_job *a, const v4_lin_job *b)
+{
+    return a->mode == V4_LIN_QUANT && b->mode == V4_LIN_QUANT && a->x == b->x && a->ldx == b->ldx &&
+           a->n == b->n && a->W->cols == b->W->cols;
+}
+
+static void cpu_linear_many(v4_backend *be, const v4_lin_job *in, int n_jobs)
+{
+    cpu_impl *c = be->impl;
+    if (grow((void **)&c->jobs, &c->cap_jobs, n_jobs, sizeof *c->jobs) != 0) {
+        for (int i = 0; i < n_jobs; i++)
+            fill_nan(&in[i]);   /* out of memory and the interface has no error path */
+        return;
+    }
+    /* the QUANT inputs' buffer offsets: shared inputs (e.g. w1 and w3 of one expert)
+     * are quantized once */
+    size_t nq = 0, ns = 0;
+    for (int i = 0; i < n_jobs; i++)
+        if (in[i].mode == V4_LIN_QUANT) {
+            nq += q_floats(&in[i]);
+            ns += s_floats(&in[i]);
+        }
+    if (ensure_cap(c, nq + 1, ns + 1) != 0) {
+        for (int i = 0; i < n_jobs; i++)
+            fill_nan(&in[i]);
+        return;
+    }
+    int nj = 0;
+    size_t oq = 0, os = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        if (in[i].n <= 0 || in[i].W->rows <= 0)
+            continue;
+        if (!job_ok(&in[i])) {
+            fill_nan(&in[i]);
+            continue;
+        }
+        int k = -1;
+        for (int p = 0; p < nj && k < 0; p++)
+            if (same_input(&in[i], c->jobs[p].src))
+                k = p;
+        if (k >= 0) {
+            prepare_job(c, &in[i], c->xq + (c->jobs[k].xq - c->xq), c->xs + (c->jobs[k].xs - c->xs), 0,
+                        &c->jobs[nj]);
+        } else {
+            prepare_job(c, &in[i], c->xq + oq, c->xs + os, 1, &c->jobs[nj]);
+            if (in[i].mode == V4_LIN_QUANT) {
+                oq += q_floats(&in[i]);
+                os += s_floats(&in[i]);
+            }
+        }
+        nj++;
+    }
+    run_jobs(c, nj);
+}
+
+static void cpu_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode,
+                       int n, const float *x, int ldx, float *y, int ldy)
+{
+    const v4_lin_job job = {W, mode, n, x, ldx, y, ldy};
+    cpu_linear_many(be, &job, 1);
 }
 
 static void cpu_destroy(v4_backend *be)
@@ -167,12 +293,14 @@ static void cpu_destroy(v4_backend *be)
         v4_pool_destroy(c->pool);
         free(c->xq);
         free(c->xs);
+        free(c->jobs);
+        free(c->tasks);
         free(c);
     }
     free(be);
 }
 
-static const v4_backend_ops cpu_ops = {"cpu", cpu_linear, cpu_destroy};
+static const v4_backend_ops cpu_ops = {"cpu", cpu_linear, cpu_destroy, cpu_linear_many};
 
 int v4_cpu_isa_supported(const char *isa)
 {

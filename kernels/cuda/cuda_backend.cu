@@ -372,7 +372,7 @@ void cuda_destroy(v4_backend *be)
     free(be);
 }
 
-const v4_backend_ops cuda_ops = {"cuda", cuda_linear, cuda_destroy};
+const v4_backend_ops cuda_ops = {"cuda", cuda_linear, cuda_destroy, NULL};
 
 } /* namespace */
 

@@ -36,13 +36,13 @@ static void scratch_free(v4_scratch *s)
     float **f[] = {&s->X, &s->mixes, &s->pre, &s->post, &s->comb, &s->x, &s->out, &s->qa,
                    &s->q, &s->kv, &s->o, &s->z, &s->ckv, &s->csc, &s->iq, &s->iw, &s->ikv,
                    &s->isc, &s->score, &s->gate, &s->route_w, &s->ex_x, &s->ex_g, &s->ex_u,
-                   &s->ex_h, &s->ex_o, &s->ex_wt, &s->y, &s->hid};
+                   &s->ex_h, &s->ex_o, &s->ex_wt, &s->y, &s->hid, &s->sh_g, &s->sh_u, &s->sh_h, &s->sh_o};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         free(*f[i]);
         *f[i] = NULL;
     }
     free(s->sel); free(s->csel); free(s->ncsel); free(s->route); free(s->ex_rows);
-    free(s->ex_ids); free(s->ex_slot); free(s->ex_w);
+    free(s->ex_ids); free(s->ex_slot); free(s->ex_w); free(s->ex_start); free(s->ex_cnt); free(s->jobs);
     free((void *)s->cand);
 }
 
@@ -66,6 +66,9 @@ static int scratch_alloc(v4_scratch *s, const v4_config *cfg, int B)
     A(s->sel, K + (size_t)cfg->index_topk); A(s->csel, B * (size_t)cfg->index_topk);
     A(s->ncsel, (size_t)B);
     A(s->ex_ids, cfg->n_routed_experts); A(s->ex_slot, cfg->n_routed_experts); A(s->ex_w, cfg->n_routed_experts);
+    A(s->ex_start, cfg->n_routed_experts); A(s->ex_cnt, cfg->n_routed_experts);
+    A(s->jobs, 2 * ((size_t)cfg->n_routed_experts + 1));
+    A(s->sh_g, B * I); A(s->sh_u, B * I); A(s->sh_h, B * I); A(s->sh_o, B * dim);
 #undef A
     return ok ? 0 : -1;
 }

@@ -55,8 +55,11 @@ typedef struct v4_scratch {
     int *route;      /* [B][n_act] */
     float *route_w;  /* [B][n_act] */
     float *ex_x, *ex_g, *ex_u, *ex_h, *ex_o;   /* [B][...] expert batch buffers */
-    int *ex_rows;    /* [B] */
-    float *ex_wt;    /* [B] */
+    int *ex_rows;    /* [B*n_act] batch row of each gathered expert row */
+    float *ex_wt;    /* [B*n_act] its routing weight */
+    int *ex_start, *ex_cnt;   /* [n_routed] expert e's gathered rows: [start, start+cnt) */
+    float *sh_g, *sh_u, *sh_h, *sh_o;   /* [B][moe_inter] x3, [B][dim]: the shared expert */
+    v4_lin_job *jobs;   /* [2*(n_routed+1)] one MoE phase's products */
     float *y;        /* [B][dim] MoE f32 accumulator */
     int *ex_ids;     /* [n_routed] distinct experts of a layer's batch (provider) */
     int *ex_slot;    /* [n_routed] expert id -> index in ex_ids, -1 if unused */

@@ -8,8 +8,10 @@
  * the routed experts in ascending expert id, then the shared expert, rounded to BF16.
  *
  * Batching: each expert's weights are read once per step for all sequences routed to
- * it (gathered rows); the ascending-id order per sequence is kept because experts are
- * visited in ascending id.
+ * it (gathered rows), and all experts of the layer go to the backend as one list per
+ * phase (v4_linear_many: w1/w3 of every expert, then w2 of every expert), so the CPU
+ * backend runs a layer's experts in two parallel sections.  The ascending-id order
+ * per sequence is kept because rows are gathered in ascending expert id.
  */
 #include <math.h>
 #include <string.h>
@@ -77,19 +79,13 @@ void v4_swiglu(const float *g, const float *u, int I, float lim, const float *wt
     }
 }
 
-/* out[m][dim] = expert(x rows) for m gathered rows; wt = NULL for the shared expert. */
-static void expert_forward(v4_ctx *c, const v4_expert_w *ex, int m, const float *wt)
+/* Appends the w1 and w3 products of one expert (m rows of x -> g, u) to jobs. */
+static int up_jobs(v4_lin_job *jobs, int nj, const v4_expert_w *ex, int m, const float *x, int dim, float *g,
+                   float *u, int I)
 {
-    const v4_config *cfg = &c->w->cfg;
-    v4_scratch *S = &c->s;
-    const int dim = cfg->dim, I = cfg->moe_inter;
-    const float lim = cfg->swiglu_limit;
-    v4_linear(c->be, &ex->w1, V4_LIN_QUANT, m, S->ex_x, dim, S->ex_g, I);
-    v4_linear(c->be, &ex->w3, V4_LIN_QUANT, m, S->ex_x, dim, S->ex_u, I);
-    for (int r = 0; r < m; r++)
-        v4_swiglu(S->ex_g + (size_t)r * I, S->ex_u + (size_t)r * I, I, lim, wt ? wt + r : NULL,
-                  S->ex_h + (size_t)r * I);
-    v4_linear(c->be, &ex->w2, V4_LIN_QUANT, m, S->ex_h, I, S->ex_o, dim);
+    jobs[nj++] = (v4_lin_job){&ex->w1, V4_LIN_QUANT, m, x, dim, g, I};
+    jobs[nj++] = (v4_lin_job){&ex->w3, V4_LIN_QUANT, m, x, dim, u, I};
+    return nj;
 }
 
 /* The experts of this layer's batch: the weights' own, or the provider's (acquired for
@@ -113,23 +109,28 @@ static int acquire_experts(v4_ctx *c, int layer, int n, v4_error *err)
     return c->xp.acquire(c->xp.ud, layer, S->ex_ids, m, S->ex_w, err);
 }
 
+/* Every expert of the layer (routed ones on their gathered rows, and the shared one
+ * on all rows) in two backend calls: w1 and w3 of all, SwiGLU, then w2 of all.  Rows
+ * are gathered per expert in ascending id, batch order within; the sums into y keep
+ * that order, so each sequence adds its experts in ascending id as the rule says. */
 int v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *tr, v4_error *err)
 {
     const v4_config *cfg = &c->w->cfg;
     const v4_layer_w *lw = &c->w->layers[layer];
     v4_scratch *S = &c->s;
-    const int dim = cfg->dim, E = cfg->n_routed_experts, K = cfg->n_act_experts;
+    const int dim = cfg->dim, E = cfg->n_routed_experts, K = cfg->n_act_experts, I = cfg->moe_inter;
+    const float lim = cfg->swiglu_limit;
 
     v4_linear(c->be, &lw->gate, V4_LIN_EXACT, n, S->x, dim, S->gate, E);
     for (int b = 0; b < n; b++)
         route(c, layer, b, tokens[b], tr ? tr[b] : NULL);
-    memset(S->y, 0, sizeof(float) * (size_t)n * dim);
     const int provided = c->xp.acquire != NULL;
     if (provided && acquire_experts(c, layer, n, err))
         return -1;
 
+    int m = 0, nj = 0;
     for (int e = 0; e < E; e++) {
-        int m = 0;
+        S->ex_start[e] = m;
         for (int b = 0; b < n; b++)
             for (int k = 0; k < K; k++)
                 if (S->route[b * K + k] == e) {
@@ -138,22 +139,45 @@ int v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *
                     memcpy(S->ex_x + (size_t)m * dim, S->x + (size_t)b * dim, sizeof(float) * dim);
                     m++;
                 }
-        if (!m)
-            continue;
-        expert_forward(c, provided ? &S->ex_w[S->ex_slot[e]] : &lw->experts[e], m, S->ex_wt);
-        for (int r = 0; r < m; r++) {
-            float *y = S->y + (size_t)S->ex_rows[r] * dim;
-            const float *o = S->ex_o + (size_t)r * dim;
-            for (int i = 0; i < dim; i++)
-                y[i] = y[i] + o[i];
-        }
+        S->ex_cnt[e] = m - S->ex_start[e];
     }
+#define EXPERT(e) (provided ? &S->ex_w[S->ex_slot[e]] : &lw->experts[e])
+    for (int e = 0; e < E; e++)
+        if (S->ex_cnt[e]) {
+            const size_t r0 = (size_t)S->ex_start[e];
+            nj = up_jobs(S->jobs, nj, EXPERT(e), S->ex_cnt[e], S->ex_x + r0 * dim, dim, S->ex_g + r0 * I,
+                         S->ex_u + r0 * I, I);
+        }
+    nj = up_jobs(S->jobs, nj, &lw->shared, n, S->x, dim, S->sh_g, S->sh_u, I);
+    v4_linear_many(c->be, S->jobs, nj);
+
+    for (int r = 0; r < m; r++)
+        v4_swiglu(S->ex_g + (size_t)r * I, S->ex_u + (size_t)r * I, I, lim, S->ex_wt + r, S->ex_h + (size_t)r * I);
+    for (int b = 0; b < n; b++)
+        v4_swiglu(S->sh_g + (size_t)b * I, S->sh_u + (size_t)b * I, I, lim, NULL, S->sh_h + (size_t)b * I);
+
+    nj = 0;
+    for (int e = 0; e < E; e++)
+        if (S->ex_cnt[e]) {
+            const size_t r0 = (size_t)S->ex_start[e];
+            S->jobs[nj++] = (v4_lin_job){&EXPERT(e)->w2, V4_LIN_QUANT, S->ex_cnt[e], S->ex_h + r0 * I, I,
+                                         S->ex_o + r0 * dim, dim};
+        }
+#undef EXPERT
+    S->jobs[nj++] = (v4_lin_job){&lw->shared.w2, V4_LIN_QUANT, n, S->sh_h, I, S->sh_o, dim};
+    v4_linear_many(c->be, S->jobs, nj);
     if (provided)
         c->xp.release(c->xp.ud, layer, S->ex_ids, S->n_ex);
-    memcpy(S->ex_x, S->x, sizeof(float) * (size_t)n * dim);
-    expert_forward(c, &lw->shared, n, NULL);
+
+    memset(S->y, 0, sizeof(float) * (size_t)n * dim);
+    for (int r = 0; r < m; r++) {
+        float *y = S->y + (size_t)S->ex_rows[r] * dim;
+        const float *o = S->ex_o + (size_t)r * dim;
+        for (int i = 0; i < dim; i++)
+            y[i] = y[i] + o[i];
+    }
     for (int b = 0; b < n; b++)
         for (int i = 0; i < dim; i++)
-            S->out[(size_t)b * dim + i] = v4_bf16(S->y[(size_t)b * dim + i] + S->ex_o[(size_t)b * dim + i]);
+            S->out[(size_t)b * dim + i] = v4_bf16(S->y[(size_t)b * dim + i] + S->sh_o[(size_t)b * dim + i]);
     return 0;
 }
