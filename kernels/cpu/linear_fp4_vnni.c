@@ -264,7 +264,7 @@ static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, 
     __m256 acc = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
         for (int i = 0; i < TILE; i++)
-            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 2) * 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
         const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
         __m512i H[4], L[4], r[TILE];
         const int has_l = load_acts(a, nkb, c0, kb, H, L);
@@ -298,7 +298,7 @@ V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float
         acc[v] = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
         for (int i = 0; i < TILE; i++)
-            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 2) * 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
         const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
         int has_l[SMALLN];
         __m512i H[SMALLN][4], L[SMALLN][4], r[SMALLN][TILE];
@@ -337,7 +337,7 @@ static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, flo
         for (int kb = 0; kb < nkb; kb++) {
             if (c0 == 0)
                 for (int i = 0; i < TILE; i++)
-                    _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 2) * 64), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
             const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
             __m512i H[4], L[4], r[TILE];
             if (nv == 1) {      /* one vector: each row's decode goes straight to its dots */

@@ -8,6 +8,8 @@
  * list (window oldest -> newest, then compressed entries: HCA ascending, CSA in
  * indexer order), processed in chunks of 64 like the reference kernel.  Output:
  * inverse RoPE, grouped low-rank wo_a (BF16 GEMM on dequantized FP8), then wo_b.
+ * Projections that read the same input go to the backend as one list
+ * (v4_linear_many: one parallel section, shared activation quantization).
  */
 #include <math.h>
 #include <string.h>
@@ -57,23 +59,30 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
     const float eps = cfg->norm_eps;
     const float *freqs = lw->ratio ? c->freqs_comp : c->freqs_swa;
 
-    /* batched projections */
-    v4_linear(be, &lw->wq_a, V4_LIN_QUANT, n, S->x, dim, S->qa, ql);
-    for (int b = 0; b < n; b++)
-        v4_rmsnorm(S->qa + (size_t)b * ql, lw->q_norm, ql, eps, S->qa + (size_t)b * ql);
-    v4_linear(be, &lw->wq_b, V4_LIN_QUANT, n, S->qa, ql, S->q, H * hd);
-    v4_linear(be, &lw->wkv, V4_LIN_QUANT, n, S->x, dim, S->kv, hd);
+    /* batched projections, as two backend lists: those of the normed input x, then
+     * those of the q_norm output qa */
+    v4_lin_job jobs[8];
+    int nj = 0;
+    jobs[nj++] = (v4_lin_job){&lw->wq_a, V4_LIN_QUANT, n, S->x, dim, S->qa, ql};
+    jobs[nj++] = (v4_lin_job){&lw->wkv, V4_LIN_QUANT, n, S->x, dim, S->kv, hd};
     if (lw->ratio) {
         int cw = lw->comp.wkv.rows;
-        v4_linear(be, &lw->comp.wkv, V4_LIN_EXACT, n, S->x, dim, S->ckv, cw);
-        v4_linear(be, &lw->comp.wgate, V4_LIN_EXACT, n, S->x, dim, S->csc, cw);
+        jobs[nj++] = (v4_lin_job){&lw->comp.wkv, V4_LIN_EXACT, n, S->x, dim, S->ckv, cw};
+        jobs[nj++] = (v4_lin_job){&lw->comp.wgate, V4_LIN_EXACT, n, S->x, dim, S->csc, cw};
     }
     if (lw->ratio == 4) {
-        v4_linear(be, &lw->idx_wq_b, V4_LIN_QUANT, n, S->qa, ql, S->iq, ih * id);
-        v4_linear(be, &lw->idx_weights_proj, V4_LIN_EXACT, n, S->x, dim, S->iw, ih);
-        v4_linear(be, &lw->idx_comp.wkv, V4_LIN_EXACT, n, S->x, dim, S->ikv, 2 * id);
-        v4_linear(be, &lw->idx_comp.wgate, V4_LIN_EXACT, n, S->x, dim, S->isc, 2 * id);
+        jobs[nj++] = (v4_lin_job){&lw->idx_weights_proj, V4_LIN_EXACT, n, S->x, dim, S->iw, ih};
+        jobs[nj++] = (v4_lin_job){&lw->idx_comp.wkv, V4_LIN_EXACT, n, S->x, dim, S->ikv, 2 * id};
+        jobs[nj++] = (v4_lin_job){&lw->idx_comp.wgate, V4_LIN_EXACT, n, S->x, dim, S->isc, 2 * id};
     }
+    v4_linear_many(be, jobs, nj);
+    for (int b = 0; b < n; b++)
+        v4_rmsnorm(S->qa + (size_t)b * ql, lw->q_norm, ql, eps, S->qa + (size_t)b * ql);
+    nj = 0;
+    jobs[nj++] = (v4_lin_job){&lw->wq_b, V4_LIN_QUANT, n, S->qa, ql, S->q, H * hd};
+    if (lw->ratio == 4)
+        jobs[nj++] = (v4_lin_job){&lw->idx_wq_b, V4_LIN_QUANT, n, S->qa, ql, S->iq, ih * id};
+    v4_linear_many(be, jobs, nj);
 
     const float scale = (float)pow((double)hd, -0.5);
     for (int b = 0; b < n; b++) {
@@ -115,11 +124,17 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
         }
     }
 
-    /* grouped low-rank output projection */
+    /* grouped low-rank output projection: the groups as one backend list (8 at a time) */
     const int gin = H * hd / G;
-    for (int g = 0; g < G; g++) {
-        v4_mat wg = v4_mat_rows(&lw->wo_a, g * ol, ol);
-        v4_linear(be, &wg, V4_LIN_EXACT, n, S->o + (size_t)g * gin, H * hd, S->z + (size_t)g * ol, G * ol);
+    for (int g0 = 0; g0 < G; g0 += 8) {
+        v4_mat wg[8];
+        nj = 0;
+        for (int g = g0; g < G && g < g0 + 8; g++, nj++) {
+            wg[nj] = v4_mat_rows(&lw->wo_a, g * ol, ol);
+            jobs[nj] = (v4_lin_job){&wg[nj], V4_LIN_EXACT, n, S->o + (size_t)g * gin, H * hd, S->z + (size_t)g * ol,
+                                    G * ol};
+        }
+        v4_linear_many(be, jobs, nj);
     }
     v4_round_bf16(S->z, n * G * ol);
     v4_linear(be, &lw->wo_b, V4_LIN_QUANT, n, S->z, G * ol, S->out, dim);
