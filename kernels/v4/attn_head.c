@@ -79,7 +79,6 @@ void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd
         o[d] = v4_bf16(acc[d] / l);
 }
 
-
 void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const float *const *cand, int L,
                             int hd, float scale, const float *sinks, float *o)
 {
@@ -96,9 +95,7 @@ void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const 
         const int nh = H - h0 < NL ? H - h0 : NL;
         float m[NL], l[NL], f[NL];
         float *acc[NL];
-        for (int d = 0; d < hd; d++)
-            for (int i = 0; i < NL; i++)
-                qT[(size_t)d * NL + i] = i < nh ? q[(size_t)(h0 + i) * hd + d] : 0.0f;
+        v4_ak_transpose8(q + (size_t)h0 * hd, hd, nh, qT);
         for (int i = 0; i < NL; i++) {
             m[i] = -INFINITY;
             l[i] = 0.0f;
@@ -142,11 +139,8 @@ void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const 
             if (active)
                 K->accum8(acc, f, pbd, kv, nv, hd, active);
         }
-        for (int i = 0; i < nh; i++) {
-            float li = l[i] + v4_expf(sinks[h0 + i] - m[i]);
-            for (int d = 0; d < hd; d++)
-                acc[i][d] = v4_bf16(acc[i][d] / li);
-        }
+        for (int i = 0; i < nh; i++)
+            K->div_bf16(acc[i], hd, l[i] + v4_expf(sinks[h0 + i] - m[i]));
     }
 }
 

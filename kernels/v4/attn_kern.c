@@ -13,12 +13,12 @@
 #include <string.h>
 
 static const v4_attn_kern k_portable = {"portable", v4_ak_dots8_portable, v4_ak_accum8_portable,
-                                         v4_ak_relu_terms8_portable};
+                                         v4_ak_relu_terms8_portable, v4_ak_div_bf16_portable};
 #if defined(__x86_64__)
 static const v4_attn_kern k_avx2 = {"avx2", v4_ak_dots8_avx2, v4_ak_accum8_avx2,
-                                         v4_ak_relu_terms8_avx2};
+                                         v4_ak_relu_terms8_avx2, v4_ak_div_bf16_avx2};
 static const v4_attn_kern k_avx512 = {"avx512", v4_ak_dots8_avx512, v4_ak_accum8_avx512,
-                                         v4_ak_relu_terms8_avx512};
+                                         v4_ak_relu_terms8_avx512, v4_ak_div_bf16_avx512};
 
 /* The flags attn_kern_avx2.c / attn_kern_avx512.c are compiled with (CMakeLists.txt). */
 static int have_avx2(void)

@@ -15,6 +15,7 @@
  *           bf16(p) values as doubles); lanes i without the bit are neither read nor
  *           written.
  *   relu_terms8  the indexer's per-head terms of 8 heads at once (element-wise).
+ *   div_bf16     the attention output o = bf16(acc / l), 8 elements at once.
  * The code is written once with GCC vector extensions (attn_kern_body.h) and compiled
  * three times: attn_kern.c (baseline: SSE2 on x86-64, whatever the target has
  * elsewhere), attn_kern_avx2.c (-mavx2 -mfma) and attn_kern_avx512.c
@@ -26,6 +27,8 @@
  */
 #ifndef V4_ATTN_KERN_H
 #define V4_ATTN_KERN_H
+
+#include <stddef.h>
 
 #define V4_AK_LANES 8     /* heads per dots8 call / per accum8 call */
 #define V4_AK_MAX_HD 1024 /* head dims of v4_sparse_attn_heads / v4_index_scores fast paths */
@@ -42,7 +45,23 @@ typedef struct v4_attn_kern {
     /* The indexer's terms: T[j][i] = double(bf16(relu(bf16(f32(D[j][i]))) * w8[i])) for
      * rows j < rows of 8 lanes (relu: d < 0 ? 0 : d, so -0 and NaN stay). */
     void (*relu_terms8)(const double *D, int rows, const float *w8, double *T);
+    /* x[i] = bf16(x[i] / l) for i < n (the attention output). */
+    void (*div_bf16)(float *x, int n, float l);
 } v4_attn_kern;
+
+/* qT[d][i] = q[i][d] (rows of hd floats) for i < nh, 0 for nh <= i < 8. */
+static inline void v4_ak_transpose8(const float *q, int hd, int nh, float *qT)
+{
+    for (int i = 0; i < V4_AK_LANES; i++) {
+        const float *row = q + (size_t)i * hd;
+        if (i < nh)
+            for (int d = 0; d < hd; d++)
+                qT[(size_t)d * V4_AK_LANES + i] = row[d];
+        else
+            for (int d = 0; d < hd; d++)
+                qT[(size_t)d * V4_AK_LANES + i] = 0.0f;
+    }
+}
 
 /* The widest implementation this CPU runs. */
 const v4_attn_kern *v4_attn_kern_get(void);
@@ -57,15 +76,18 @@ void v4_index_scores_k(const v4_attn_kern *K, const float *q, const float *keys,
 
 /* The per-ISA instances (attn_kern*.c). */
 void v4_ak_relu_terms8_portable(const double *D, int rows, const float *w8, double *T);
+void v4_ak_div_bf16_portable(float *x, int n, float l);
 void v4_ak_dots8_portable(const float *qT, int hd, const float *const *keys, int nk, double *out);
 void v4_ak_accum8_portable(float *const *acc, const float *f, const double *pbd, const float *const *kv,
                            int nv, int hd, unsigned active);
 #if defined(__x86_64__)
 void v4_ak_relu_terms8_avx2(const double *D, int rows, const float *w8, double *T);
+void v4_ak_div_bf16_avx2(float *x, int n, float l);
 void v4_ak_dots8_avx2(const float *qT, int hd, const float *const *keys, int nk, double *out);
 void v4_ak_accum8_avx2(float *const *acc, const float *f, const double *pbd, const float *const *kv, int nv,
                        int hd, unsigned active);
 void v4_ak_relu_terms8_avx512(const double *D, int rows, const float *w8, double *T);
+void v4_ak_div_bf16_avx512(float *x, int n, float l);
 void v4_ak_dots8_avx512(const float *qT, int hd, const float *const *keys, int nk, double *out);
 void v4_ak_accum8_avx512(float *const *acc, const float *f, const double *pbd, const float *const *kv,
                          int nv, int hd, unsigned active);

@@ -196,3 +196,24 @@ void V4_AK_NAME(v4_ak_relu_terms8)(const double *D, int rows, const float *w8, d
         memcpy(T + (size_t)j * 8, &y, sizeof y);
     }
 }
+
+void V4_AK_NAME(v4_ak_div_bf16)(float *x, int n, float l)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v4ak_vf8 f;
+        memcpy(&f, x + i, sizeof f);
+        f = f / l;                 /* IEEE division per lane: the scalar's bits */
+        v4ak_vu8 u;
+        memcpy(&u, &f, sizeof u);
+        V4_AK_BF16_8(u);
+        memcpy(x + i, &u, sizeof u);
+    }
+    for (; i < n; i++) {
+        float f = x[i] / l;
+        v4ak_vu8 u = {0};
+        memcpy(&u, &f, sizeof f);
+        V4_AK_BF16_8(u);
+        memcpy(x + i, &u, sizeof f);
+    }
+}

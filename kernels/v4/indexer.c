@@ -63,9 +63,7 @@ void v4_index_scores_k(const v4_attn_kern *K, const float *q, const float *keys,
             const int h0 = g * NL, nh = ih - h0 < NL ? ih - h0 : NL;
             float *qg = all ? qT + (size_t)g * NL * id : qT;
             if (!all || j0 == 0)
-                for (int d = 0; d < id; d++)
-                    for (int i = 0; i < NL; i++)
-                        qg[(size_t)d * NL + i] = i < nh ? q[(size_t)(h0 + i) * id + d] : 0.0f;
+                v4_ak_transpose8(q + (size_t)h0 * id, id, nh, qg);
             float w8[NL];
             for (int i = 0; i < NL; i++)
                 w8[i] = i < nh ? wh[h0 + i] : 0.0f;
