@@ -14,12 +14,18 @@
  *   - v4_index_scores_k against a copy of the reference loop (the one before the SIMD
  *     path, kept below): index dims 64, 128, 512; 1, 4, 8, 13, 16, 64 heads; 0..700
  *     keys, the same kinds of data and head weights of both signs;
+ *   - the element-wise steps (div_bf16, relu_terms8) against their scalar expressions
+ *     at bf16 rounding midpoints, NaN, +-inf, -0, all lengths 0..40;
  *   - the public entry points (v4_sparse_attn_heads, v4_index_scores) once each.
  * The double chains are long (hd up to 512 terms) with mixed signs and magnitudes, so
  * any change of summation order or a missing/extra rounding shows in the low bits.
  * Mutations tried during development and caught: the dots8 chain summed from d = hd-1
- * down, the accum8 chain over c reversed, bf16(p) left unrounded, the hd % 8 tail
- * skipped, the last key of a short block dropped.
+ * down (caught only thanks to the planted cancellations), its d tiles in reverse, the
+ * accum8 chain over c reversed (idem) and its hd % 8 tail reversed, the indexer's head
+ * order reversed within a group, bf16(p) left unrounded or added rounded to psum,
+ * the hd % 8 tail skipped, the last key of a short block dropped, o = acc * (1/l),
+ * the index terms unrounded, relu zeroing NaN, bf16 without its NaN rule or with
+ * round-half-up.
  */
 #include <math.h>
 #include <stdint.h>
@@ -255,6 +261,61 @@ static void index_case(const v4_attn_kern *K, rng *r, int ih, int id, int n, int
     free(s);
 }
 
+/* A float within a few ulps of a bf16 rounding midpoint (ties, just above, just below). */
+static float near_midpoint(rng *r)
+{
+    uint32_t u = (uint32_t)rnext(r) & 0x3fff0000u;      /* a bf16 value of moderate size */
+    u |= 0x8000u;                                       /* + half a bf16 ulp */
+    u += (uint32_t)rint_(r, -3, 3);
+    if (rnext(r) & 1)
+        u |= 0x80000000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* div_bf16 and relu_terms8 element by element against the scalar expressions, with
+ * operands whose results sit at bf16 rounding midpoints (a different division or a
+ * missing rounding shows), NaN, +-inf, +-0, negatives, and every length 0..40 (tails). */
+static void elementwise(const v4_attn_kern *K, rng *r)
+{
+    for (int n = 0; n <= 40; n++)
+        for (int rep = 0; rep < 25; rep++) {
+            float x[48], ref[48], l = (float)(0.5 + runif(r) * 64.0);
+            for (int i = 0; i < 48; i++) {
+                const int k = rint_(r, 0, 15);
+                x[i] = k == 0 ? NAN : k == 1 ? -INFINITY : k == 2 ? -0.0f : near_midpoint(r) * l;
+                ref[i] = v4_bf16(x[i] / l);
+            }
+            memcpy(ref + n, x + n, sizeof(float) * (size_t)(48 - n));   /* untouched */
+            K->div_bf16(x, n, l);
+            const size_t i = first_diff(x, ref, 48);
+            CHECK(i == SIZE_MAX, "div_bf16 %s n=%d l=%a: element %zu: %a vs %a", K->name, n, (double)l, i,
+                  i == SIZE_MAX ? 0.0 : (double)x[i], i == SIZE_MAX ? 0.0 : (double)ref[i]);
+        }
+    for (int rows = 0; rows <= 9; rows++)
+        for (int rep = 0; rep < 40; rep++) {
+            double D[80], T[80], Tref[80];
+            float w8[8];
+            for (int i = 0; i < 8; i++)
+                w8[i] = v4_bf16((float)(runif(r) * 4.0 - 2.0));
+            for (int e = 0; e < 80; e++) {
+                const int k = rint_(r, 0, 15);
+                D[e] = k == 0 ? (double)NAN : k == 1 ? -INFINITY : k == 2 ? -0.0 : k == 3 ? 1e300
+                       : (double)near_midpoint(r) * (1.0 + (runif(r) - 0.5) * 0x1p-30);
+                float d = v4_bf16((float)D[e]);
+                if (d < 0.0f)
+                    d = 0.0f;
+                Tref[e] = (double)v4_bf16(d * w8[e % 8]);
+                T[e] = -7.25;
+            }
+            K->relu_terms8(D, rows, w8, T);
+            for (int e = rows * 8; e < 80; e++)
+                Tref[e] = -7.25;
+            CHECK(memcmp(T, Tref, sizeof T) == 0, "relu_terms8 %s rows=%d differs", K->name, rows);
+        }
+}
+
 static void run_impl(const v4_attn_kern *K, uint64_t seed)
 {
     rng r = {seed};
@@ -296,6 +357,7 @@ static void run_impl(const v4_attn_kern *K, uint64_t seed)
                 index_case(K, &r, ihs[b], ids[a], ns[c], (int)((a + b + c) % N_DATA));
             }
     printf("  %-8s index scores: %d cases\n", K->name, g_cases - before);
+    elementwise(K, &r);
 }
 
 int main(void)

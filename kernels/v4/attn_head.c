@@ -11,7 +11,7 @@
  * softmax bookkeeping (rowmax, m, f, p, psum, l, the bf16 rounding of p) is the
  * reference's scalar code per head, and the acc update runs 8 d per vector for up to 8
  * heads at once (accum8, each lane still sums c = 0, 1, .. after f32(acc * f)).  acc
- * lives in the output rows until the final o = bf16(acc / l).
+ * lives in the output rows until the final o = bf16(acc / l) (div_bf16, 8 at a time).
  * Stack: ~45 KiB in v4_sparse_attn_heads (q transposed for hd <= 1024, one chunk's
  * dots and probabilities).  Thread: any (pure). */
 #include <math.h>
@@ -79,6 +79,7 @@ void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd
         o[d] = v4_bf16(acc[d] / l);
 }
 
+/* v4_sparse_attn_heads through the kernel set K (tests run every set). */
 void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const float *const *cand, int L,
                             int hd, float scale, const float *sinks, float *o)
 {

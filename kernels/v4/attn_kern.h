@@ -1,10 +1,10 @@
-/* attn_kern.h - the two inner loops of the per-sequence attention math (attn_head.c's
+/* attn_kern.h - the inner loops of the per-sequence attention math (attn_head.c's
  * v4_sparse_attn_heads, indexer.c's v4_index_scores), one implementation per ISA, and
  * the run-time choice between them.  Not a public header (attn_head.c, indexer.c and
  * tests/test_attn_fast.c use it).
  *
- * Both loops are sets of independent double chains, each summed in the reference's
- * order; SIMD lanes carry different chains, never parts of one chain:
+ * The two reductions are sets of independent double chains, each summed in the
+ * reference's order; SIMD lanes carry different chains, never parts of one chain:
  *   dots8   lanes = 8 heads: out[c][i] = sum_{d = 0, 1, ..} double(qT[d][i]) *
  *           double(k_c[d]) from 0.0, i.e. v4_dot_d(q_i, k_c, hd) bit for bit (a float *
  *           float product is exact in double, so mul + add in any instruction form is
@@ -14,7 +14,9 @@
  *           pbd[i][c] * double(kv_c[d])), the reference's acc update (pbd holds the
  *           bf16(p) values as doubles); lanes i without the bit are neither read nor
  *           written.
- *   relu_terms8  the indexer's per-head terms of 8 heads at once (element-wise).
+ * and two element-wise steps, vectorized because their scalar form cost as much as
+ * the reductions (a data-dependent branch per term, a scalar division per output):
+ *   relu_terms8  the indexer's per-head terms of 8 heads at once.
  *   div_bf16     the attention output o = bf16(acc / l), 8 elements at once.
  * The code is written once with GCC vector extensions (attn_kern_body.h) and compiled
  * three times: attn_kern.c (baseline: SSE2 on x86-64, whatever the target has

@@ -27,7 +27,8 @@ void v4_index_head_weights(const float *iw, int ih, int id, float *wh)
 
 /* score[j] for the keys of a tile at a time: per group of 8 heads (q transposed to
  * [id][8]) attn_kern.h's dots8 gives the 8 heads' q.K_j of the tile's keys (each lane
- * the reference's chain over d), then the relu/bf16 terms are added to the key's double
+ * the reference's chain over d), relu_terms8 the 8 heads' bf16(relu(bf16(dot)) * w_h)
+ * (branch-free: the signs are random), then the terms are added to the key's double
  * sum in head order, as the reference loop does. */
 void v4_index_scores_k(const v4_attn_kern *K, const float *q, const float *keys, int n, const float *wh, int ih,
                        int id, float *score)
