@@ -117,11 +117,9 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
 
         int nc = candidates(c, lw, L, pos, b);
         float *o = S->o + (size_t)b * H * hd;
-        for (int h = 0; h < H; h++) {
-            v4_sparse_attn_head(q + (size_t)h * hd, S->cand, nc, hd, scale, lw->attn_sink[h],
-                             o + (size_t)h * hd);
+        v4_sparse_attn_heads(q, H, S->cand, nc, hd, scale, lw->attn_sink, o);
+        for (int h = 0; h < H; h++)
             v4_rope(o + (size_t)h * hd + hd - rd, rd / 2, freqs, pos, 1);
-        }
     }
 
     /* grouped low-rank output projection: the groups as one backend list (8 at a time) */

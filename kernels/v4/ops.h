@@ -75,6 +75,11 @@ void v4_head_rms_bf16(float *q, int n, float eps);
 /* attention.c: one head's softmax with sink over the candidate keys cand[0..L) (NULL =
  * masked), in chunks of 64 (online max/sum), o = bf16(acc / l); hd <= 1024. */
 void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd, float scale, float sink, float *o);
+/* attention.c: v4_sparse_attn_head for the H heads of one sequence, q/o [H][hd],
+ * sinks[H]; the same bits, computed several heads and candidates at a time (SIMD where
+ * the CPU has it, attn_kern.h).  o must not overlap q or the candidates. */
+void v4_sparse_attn_heads(const float *q, int H, const float *const *cand, int L, int hd, float scale,
+                          const float *sinks, float *o);
 /* compressor.c: the gated pooling of a complete block from the compressor state
  * kv/sc [rows][W] (ratio r, d channels, overlap: 2r candidates) -> e[d] (bf16). */
 void v4_comp_pool(const float *kv, const float *sc, int W, int r, int d, int overlap, float *e);
