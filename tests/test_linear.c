@@ -598,6 +598,10 @@ int main(void)
     /* the FP4 VNNI kernel's register paths: 2 and 3 vectors per pass, 4 = 3 + 1 */
     run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 200, 384, 2, 0);
     run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 136, 512, 4, 0);
+    /* more 128-column blocks than one converted scale segment (32), not a multiple of 4 */
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 40, 4608 + 128, 1, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 40, 4608 + 128, 3, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 24, 4608 + 128, 6, 0);
     /* many 128-column blocks (a model row): the epilogue's float sum over blocks is
      * order-sensitive here, so a kernel that adds the blocks in another order fails */
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 72, 4096, 3, F_FLAT);

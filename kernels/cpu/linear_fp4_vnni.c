@@ -182,6 +182,33 @@ V4_INLINE __m512 tile_scales(const uint8_t *const *srow, int h, int kb)
     return e8m0_ps(_mm512_cvtepu8_epi32(b));
 }
 
+#define SSEG 32          /* 128-column blocks whose tile scales are converted at once */
+
+/* tile_scales for blocks kb0 .. kb0+nb-1 (nb <= SSEG) of both row halves, into
+ * buf[(kb - kb0) * 2 + h][16]: four blocks at a time from one 16-byte load per row
+ * (a 4 x 4 dword transpose), the rest one by one; same values as tile_scales. */
+static void scales_seg(const uint8_t *const *srow, int kb0, int nb, float *buf)
+{
+    const __m128i t = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int h = 0; h < 2; h++) {
+        int k = 0;
+        for (; k + 4 <= nb; k += 4) {
+            __m128i R[4];
+            for (int i = 0; i < 4; i++)
+                R[i] = _mm_loadu_si128((const __m128i *)(srow[4 * h + i] + 4 * (kb0 + k)));
+            const __m128i t0 = _mm_unpacklo_epi32(R[0], R[1]), t1 = _mm_unpacklo_epi32(R[2], R[3]);
+            const __m128i t2 = _mm_unpackhi_epi32(R[0], R[1]), t3 = _mm_unpackhi_epi32(R[2], R[3]);
+            const __m128i c[4] = {_mm_unpacklo_epi64(t0, t1), _mm_unpackhi_epi64(t0, t1),
+                                  _mm_unpacklo_epi64(t2, t3), _mm_unpackhi_epi64(t2, t3)};
+            for (int j = 0; j < 4; j++)
+                _mm512_storeu_ps(buf + ((k + j) * 2 + h) * 16,
+                                 e8m0_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(c[j], t))));
+        }
+        for (; k < nb; k++)
+            _mm512_storeu_ps(buf + (k * 2 + h) * 16, tile_scales(srow, h, kb0 + k));
+    }
+}
+
 V4_INLINE void bf16_store(float *dst, __m256 acc, int nr)
 {
     _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nr) - 1), v4x_bf16_ps(acc));
@@ -261,11 +288,15 @@ static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, 
         srow[i] = W->scale + (size_t)r * nsb;
     }
     const float *xsv = xs + (size_t)c0 * nkb;
+    float sbuf[SSEG * 32];
     __m256 acc = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
         for (int i = 0; i < TILE; i++)
             _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
-        const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
+        if (kb % SSEG == 0)
+            scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
+        const __m512 sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
+        const __m512 sw1 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32 + 16);
         __m512i H[4], L[4], r[TILE];
         const int has_l = load_acts(a, nkb, c0, kb, H, L);
         for (int j = 0; j < TILE; j++) {
@@ -293,13 +324,17 @@ V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float
         wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
         srow[i] = W->scale + (size_t)r * nsb;
     }
+    float sbuf[SSEG * 32];
     __m256 acc[SMALLN];
     for (int v = 0; v < NV; v++)
         acc[v] = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
         for (int i = 0; i < TILE; i++)
             _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
-        const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
+        if (kb % SSEG == 0)
+            scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
+        const __m512 sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
+        const __m512 sw1 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32 + 16);
         int has_l[SMALLN];
         __m512i H[SMALLN][4], L[SMALLN][4], r[SMALLN][TILE];
         for (int v = 0; v < NV; v++)
@@ -331,6 +366,7 @@ static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, flo
     __m512i wd[TILE][4];
     for (int c0 = 0; c0 < n; c0 += VCHUNK) {
         const int nv = imin(VCHUNK, n - c0);
+        float sbuf[SSEG * 32];
         __m256 acc[VCHUNK];
         for (int v = 0; v < nv; v++)
             acc[v] = _mm256_setzero_ps();
@@ -338,7 +374,10 @@ static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, flo
             if (c0 == 0)
                 for (int i = 0; i < TILE; i++)
                     _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
-            const __m512 sw0 = tile_scales(srow, 0, kb), sw1 = tile_scales(srow, 1, kb);
+            if (kb % SSEG == 0)
+                scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
+            const __m512 sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
+            const __m512 sw1 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32 + 16);
             __m512i H[4], L[4], r[TILE];
             if (nv == 1) {      /* one vector: each row's decode goes straight to its dots */
                 const int has_l = load_acts(a, nkb, c0, kb, H, L);
