@@ -100,16 +100,23 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
     double t0 = v4_bench_now();
     while (submitted < jobs || x->ops->in_flight(x) > 0) {
         if (submitted < jobs && x->ops->in_flight(x) < x->ops->capacity(x)) {
-            char line[1024];
-            int at = snprintf(line, sizeof line, "{\"id\":\"b%d\",\"input_ids\":[", submitted);
+            /* an id takes at most 11 bytes with its comma */
+            const size_t cap = (size_t)o->prompt * 12 + 256;
+            char *line = malloc(cap);
+            if (!line) {
+                fprintf(stderr, "bench_batching: out of memory\n");
+                x->ops->destroy(x);
+                return -1;
+            }
+            size_t at = (size_t)snprintf(line, cap, "{\"id\":\"b%d\",\"input_ids\":[", submitted);
             for (int p = 0; p < o->prompt; p++) {
                 *rng = *rng * 1103515245u + 12345u;
-                at += snprintf(line + at, sizeof line - (size_t)at, "%s%u", p ? "," : "", 2 + (*rng >> 8) % (unsigned)(V - 2));
+                at += (size_t)snprintf(line + at, cap - at, "%s%u", p ? "," : "", 2 + (*rng >> 8) % (unsigned)(V - 2));
             }
-            snprintf(line + at, sizeof line - (size_t)at, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}",
-                     o->tokens);
+            snprintf(line + at, cap - at, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}", o->tokens);
             v4_batch_job *j = calloc(1, sizeof *j);
             v4_batch_item_parse(line, strlen(line), submitted + 1, 1 << 20, &j->item);
+            free(line);
             if (!j->item.ok || x->ops->submit(x, j)) {
                 fprintf(stderr, "bench_batching: task %d refused: %s\n", submitted, j->item.err.message);
                 v4_batch_job_free(j);
