@@ -5,8 +5,9 @@
  * 5, C at step 37 (so they sit at different positions, cross block boundaries of the
  * compressors at different steps, and route to different experts in the same step).
  * Every row of every step must equal the golden logits of that position bit for bit.
- * Also checks v4_seq_reset (a reset sequence replays identically) and that a bad
- * token id fails the step without advancing any sequence.
+ * Also checks v4_seq_reset (a reset sequence replays identically), that a bad
+ * token id fails the step without advancing any sequence, and prefill chunks (one
+ * sequence in many rows of a step) against the golden logits.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -18,6 +19,14 @@
 #include "kernels/v4/model.h"
 #include "golden_data.h"
 #include "testutil.h"
+
+/* a step implementation that must not be reached */
+static int never_step(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits,
+                      v4_trace *const *traces, v4_error *err)
+{
+    (void)ud; (void)seqs; (void)tokens; (void)n; (void)logits; (void)traces;
+    return v4_err_set(err, V4_ERR_INVALID, "never_step", "reached");
+}
 
 int main(void)
 {
@@ -84,6 +93,57 @@ int main(void)
     CHECK(v4_step(c, &tinyseq, &ids[1], 1, logits, NULL, &err) != 0 && strstr(err.msg, "full"),
           "full sequence refused: %s", err.msg);
     v4_seq_free(tinyseq);
+
+    /* prefill chunks: sequence D feeds the golden positions several rows per step
+     * (chunks of 1, 7, 33, 64 and 15 rows: across the window (32), the CSA/HCA
+     * compressor blocks and the indexer), while E advances one position per step
+     * with its row placed inside D's rows; every row equals the golden logits */
+    {
+        const int chunks[] = {1, 7, 33, 64, 15}, NB = 66;
+        v4_ctx *cc = v4_ctx_create(&m.w, be, NB, &err);
+        v4_seq *d = v4_seq_create(&m.w, P, &err), *e = v4_seq_create(&m.w, P, &err);
+        float *lg = malloc(sizeof(float) * (size_t)NB * V);
+        v4_seq *rs[66];
+        int32_t rt[66];
+        int rp[66], at = 0, pe = 0, bad = 0, fails = 0;
+        for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+            int n = 0, epos = chunks[k] / 2;
+            for (int i = 0; i < chunks[k]; i++) {
+                if (i == epos) {
+                    rs[n] = e; rt[n] = ids[pe]; rp[n++] = pe++;
+                }
+                rs[n] = d; rt[n] = ids[at]; rp[n++] = at++;
+            }
+            if (v4_step(cc, rs, rt, n, lg, NULL, &err)) {
+                fails++;
+                CHECK(0, "prefill chunk %zu (%d rows): %s", k, n, err.msg);
+                break;
+            }
+            for (int r = 0; r < n; r++)
+                bad += memcmp(lg + (size_t)r * V, ref + (size_t)rp[r] * V, sizeof(float) * V) != 0;
+        }
+        CHECK(!fails && bad == 0 && v4_seq_pos(d) == at && at == 120 && v4_seq_pos(e) == pe,
+              "prefill chunks: %d of %d rows differ from the golden logits (D at %d, E at %d)", bad, at + pe,
+              v4_seq_pos(d), v4_seq_pos(e));
+        /* more rows than the sequence has room for: refused, nothing advances */
+        v4_seq *f = v4_seq_create(&m.w, 4, &err);
+        v4_seq *ff[5] = {f, f, f, f, f};
+        CHECK(v4_step(cc, ff, ids, 5, lg, NULL, &err) != 0 && strstr(err.msg, "full") && v4_seq_pos(f) == 0,
+              "5 rows into a 4-position sequence: %s", err.msg);
+        CHECK(v4_step(cc, ff, ids, 4, lg, NULL, &err) == 0 && v4_seq_pos(f) == 4, "4 rows fit: %s", err.msg);
+        /* a step implementation (the GPU's) takes one row per sequence: refused */
+        v4_step_impl impl = {never_step, NULL};
+        v4_ctx_set_step_impl(cc, &impl);
+        v4_seq_reset(f);
+        CHECK(v4_step(cc, ff, ids, 2, lg, NULL, &err) != 0 && strstr(err.msg, "one row per sequence") &&
+              v4_seq_pos(f) == 0, "two rows of one sequence with a step implementation: %s", err.msg);
+        v4_ctx_set_step_impl(cc, NULL);
+        v4_seq_free(f);
+        v4_seq_free(d);
+        v4_seq_free(e);
+        v4_ctx_free(cc);
+        free(lg);
+    }
 
     for (int i = 0; i < 3; i++)
         v4_seq_free(s[i]);

@@ -89,7 +89,7 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
         v4_seq *s = seqs[b];
         v4_layer_state *L = &s->L[layer];
         v4_trace *t = tr ? tr[b] : NULL;
-        const int pos = s->pos;
+        const int pos = S->rowpos[b];
         float *q = S->q + (size_t)b * H * hd, *kv = S->kv + (size_t)b * hd;
 
         for (int h = 0; h < H; h++) {

@@ -6,7 +6,8 @@
  *       u = hc_pre(X); f = moe(RMSNorm(u));       X = hc_post(f, X)
  *   h = RMSNorm(hc_head(X)); logits = head . h   (f32)
  *
- * Each step runs a batch of sequences, each at its own position; every weight is
+ * Each step runs a batch of rows, each a sequence at its own position (a sequence's
+ * several rows, a prefill chunk, take consecutive positions: rowpos); every weight is
  * read once per step for the whole batch.
  */
 #include <stdlib.h>
@@ -42,7 +43,7 @@ static void scratch_free(v4_scratch *s)
         *f[i] = NULL;
     }
     free(s->sel); free(s->csel); free(s->ncsel); free(s->route); free(s->ex_rows);
-    free(s->ex_ids); free(s->ex_slot); free(s->ex_w); free(s->ex_start); free(s->ex_cnt); free(s->jobs);
+    free(s->rowpos); free(s->ex_ids); free(s->ex_slot); free(s->ex_w); free(s->ex_start); free(s->ex_cnt); free(s->jobs);
     free((void *)s->cand);
 }
 
@@ -64,7 +65,7 @@ static int scratch_alloc(v4_scratch *s, const v4_config *cfg, int B)
     A(s->ex_x, B * K * dim); A(s->ex_g, B * K * I); A(s->ex_u, B * K * I);
     A(s->ex_h, B * K * I); A(s->ex_o, B * K * dim); A(s->ex_rows, B * K); A(s->ex_wt, B * K);
     A(s->sel, K + (size_t)cfg->index_topk); A(s->csel, B * (size_t)cfg->index_topk);
-    A(s->ncsel, (size_t)B);
+    A(s->ncsel, (size_t)B); A(s->rowpos, (size_t)B);
     A(s->ex_ids, cfg->n_routed_experts); A(s->ex_slot, cfg->n_routed_experts); A(s->ex_w, cfg->n_routed_experts);
     A(s->ex_start, cfg->n_routed_experts); A(s->ex_cnt, cfg->n_routed_experts);
     A(s->jobs, 2 * ((size_t)cfg->n_routed_experts + 1));
@@ -182,12 +183,17 @@ static int check_inputs(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, i
         if (seqs[b]->broken)
             return v4_err_set(err, V4_ERR_INVALID, "v4_step",
                               "sequence %d is broken by an earlier failed step (reset it)", b);
-        if (seqs[b]->pos >= seqs[b]->max_len)
+        int pos = seqs[b]->pos;
+        for (int j = 0; j < b; j++)
+            pos += seqs[j] == seqs[b];
+        if (pos > seqs[b]->pos && c->impl.step)
+            return v4_err_set(err, V4_ERR_INVALID, "v4_step",
+                              "sequence appears twice in one batch (rows %d..: one row per sequence with "
+                              "this step implementation)", b);
+        if (pos >= seqs[b]->max_len)
             return v4_err_set(err, V4_ERR_RANGE, "v4_step",
                               "sequence %d is full (%d positions)", b, seqs[b]->max_len);
-        for (int j = 0; j < b; j++)
-            if (seqs[j] == seqs[b])
-                return v4_err_set(err, V4_ERR_INVALID, "v4_step", "sequence appears twice in one batch");
+        c->s.rowpos[b] = pos;
         if (seqs[b]->max_len > need)
             need = seqs[b]->max_len;
     }

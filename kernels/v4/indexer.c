@@ -90,7 +90,7 @@ void v4_indexer(v4_ctx *c, int layer, v4_seq *s, int b, v4_trace *tr)
     const v4_layer_w *lw = &c->w->layers[layer];
     v4_layer_state *L = &s->L[layer];
     const int ih = cfg->index_n_heads, id = cfg->index_head_dim, rd = cfg->rope_head_dim;
-    const int pos = s->pos;
+    const int pos = c->s.rowpos[b];
     float *q = c->s.iq + (size_t)b * ih * id;
 
     for (int h = 0; h < ih; h++) {

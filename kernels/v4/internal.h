@@ -55,6 +55,7 @@ typedef struct v4_scratch {
     int *route;      /* [B][n_act] */
     float *route_w;  /* [B][n_act] */
     float *ex_x, *ex_g, *ex_u, *ex_h, *ex_o;   /* [B][...] expert batch buffers */
+    int *rowpos;     /* [B] each row's position (a sequence's rows count up from its pos) */
     int *ex_rows;    /* [B*n_act] batch row of each gathered expert row */
     float *ex_wt;    /* [B*n_act] its routing weight */
     int *ex_start, *ex_cnt;   /* [n_routed] expert e's gathered rows: [start, start+cnt) */

@@ -99,6 +99,10 @@ const v4_config *v4_ctx_config(const v4_ctx *c);
 
 /* Feed tokens[i] to seqs[i] at its current position, for i < n (n <= max_batch);
  * logits: [n][vocab] f32 (may be NULL); traces: NULL or n pointers (each may be NULL).
+ * A sequence may fill several rows (a prefill chunk: one weight pass for many prompt
+ * positions): its rows take consecutive positions in row order, each attending to the
+ * ones before it, and the results equal feeding them one step at a time.  Not with a
+ * step implementation (v4_ctx_set_step_impl): there, one row per sequence.
  * Fails (state unchanged) on a bad token id or a full sequence.  When the expert
  * provider fails mid-step, the step fails with its error and the n sequences are
  * marked broken (their caches hold part of a position): later steps on them fail
