@@ -8,8 +8,10 @@
  * its output goes back to the summarizer and the next generation (next chunk, next
  * level, final pass) is prepared in the same slot at once, so the other tasks never
  * wait for a summary.  step(): run the sync jobs; poll every
- * active job's cancel hook (deadline, abort); gather one input token per active job
- * (prompt position or last sample) into one v4_step; accept each row's logits in its
+ * active job's cancel hook (deadline, abort); gather one input row per active job
+ * (prompt position or last sample), and for jobs still in their prompt a chunk of
+ * prompt positions while the step has spare rows (prefill chunks: one weight pass for
+ * many prompt tokens), into one v4_step; accept each row's logits in its
  * own generation state (sampling, stop strings, detokenization: the code the serial
  * path runs); retire finished jobs.  A slot freed by a step is free for the driver's
  * next submit, so the next step already carries the new job.
@@ -47,11 +49,13 @@ typedef struct cont_exec {
     v4_batch_exec_figs figs;
     double trunk_bytes, expert_bytes, trunk_macs, expert_macs;
     unsigned char *seen;        /* [n_routed_experts]: union of one layer's experts */
-    float *logits;              /* [n][vocab] */
-    v4_seq **seqs;
+    int cap_rows;               /* rows a step may carry (the context's): n + prefill chunks */
+    float *logits;              /* [cap_rows][vocab] */
+    v4_seq **seqs;              /* [cap_rows] per row: ... */
     int32_t *toks;
     v4_trace **trs;
-    int *row_slot, *row_want;
+    int *row_slot, *row_want, *row_k;   /* its slot, whether it needs logits, its index in the slot's rows */
+    v4_gen_state **row_gen;     /* the generation it belongs to */
 } cont_exec;
 
 static int cont_capacity(v4_batch_exec *x)
@@ -173,26 +177,40 @@ static void retire(cont_exec *c, cslot *s, int failed, const v4_error *err)
     s->state = SLOT_DONE;
 }
 
-/* One forward step over the active slots.  Returns the rows stepped. */
+/* One forward step over the active slots: one row each, and a prefill chunk (several
+ * rows) for slots still in their prompt while the step has room: every active slot
+ * keeps its row, the spare rows (cap_rows - active slots) go to prompts in slot order.
+ * Returns the rows stepped. */
 static int forward(cont_exec *c)
 {
     v4_runner *r = c->r;
-    const int V = r->m.cfg.vocab_size;
-    int rows = 0, any_logits = 0;
+    const int V = r->m.cfg.vocab_size, per_seq = v4_ctx_rows_per_seq(r->ctx);
+    int rows = 0, any_logits = 0, active = 0;
     for (int i = 0; i < c->n; i++) {
         cslot *s = &c->slots[i];
         if (s->state != SLOT_ACTIVE)
             continue;
         v4_error err = {0};
-        if (v4_gen_poll_cancel(s->rj.gen, &err)) {
+        if (v4_gen_poll_cancel(s->rj.gen, &err))
             retire(c, s, 1, &err);
+        else
+            active++;
+    }
+    int spare = c->cap_rows - active;
+    for (int i = 0; i < c->n; i++) {
+        cslot *s = &c->slots[i];
+        if (s->state != SLOT_ACTIVE)
             continue;
+        int lim = 1 + spare < per_seq ? 1 + spare : per_seq;
+        int k = v4_gen_rows(s->rj.gen, lim, c->toks + rows, c->trs + rows, c->row_want + rows);
+        spare -= k - 1;
+        for (int j = 0; j < k; j++, rows++) {
+            c->seqs[rows] = s->rj.seq;
+            c->row_slot[rows] = i;
+            c->row_k[rows] = j;
+            c->row_gen[rows] = s->rj.gen;
+            any_logits |= c->row_want[rows];
         }
-        c->seqs[rows] = s->rj.seq;
-        c->toks[rows] = v4_gen_input(s->rj.gen, &c->row_want[rows]);
-        c->trs[rows] = v4_gen_trace(s->rj.gen);
-        any_logits |= c->row_want[rows];
-        c->row_slot[rows++] = i;
     }
     if (!rows)
         return 0;
@@ -212,6 +230,10 @@ static int forward(cont_exec *c)
     }
     for (int k = 0; k < rows; k++) {
         cslot *s = &c->slots[c->row_slot[k]];
+        /* a generation retired at an earlier row of this step (its slot may already run
+         * the next generation of a summary): its remaining rows are dropped */
+        if (s->state != SLOT_ACTIVE || s->rj.gen != c->row_gen[k])
+            continue;
         if (s->job->first_step < 0)
             s->job->first_step = step;
         if (rc) {   /* the whole step failed: every row's sequence is unusable */
@@ -219,7 +241,7 @@ static int forward(cont_exec *c)
             continue;
         }
         v4_error aerr = {0};
-        if (v4_gen_accept(s->rj.gen, c->row_want[k] ? c->logits + (size_t)k * V : NULL, &aerr))
+        if (v4_gen_accept_row(s->rj.gen, c->row_k[k], c->row_want[k] ? c->logits + (size_t)k * V : NULL, &aerr))
             retire(c, s, 1, &aerr);
         else if (v4_gen_done(s->rj.gen))
             retire(c, s, 0, NULL);
@@ -278,6 +300,8 @@ static void cont_destroy(v4_batch_exec *x)
     free(c->trs);
     free(c->row_slot);
     free(c->row_want);
+    free(c->row_k);
+    free(c->row_gen);
     free(c);
 }
 
@@ -300,19 +324,29 @@ v4_batch_exec *v4_batch_exec_continuous(v4_runner *r, int n, int (*abort_fn)(voi
         c->abort_fn = abort_fn;
         c->abort_ud = abort_ud;
         c->slots = calloc((size_t)n, sizeof *c->slots);
-        c->logits = malloc(sizeof(float) * (size_t)n * (size_t)r->m.cfg.vocab_size);
-        c->seqs = calloc((size_t)n, sizeof *c->seqs);
-        c->toks = calloc((size_t)n, sizeof *c->toks);
-        c->trs = calloc((size_t)n, sizeof *c->trs);
-        c->row_slot = calloc((size_t)n, sizeof *c->row_slot);
-        c->row_want = calloc((size_t)n, sizeof *c->row_want);
+        /* one row per slot, plus one prefill chunk's spare rows when the context has them */
+        c->cap_rows = r->step_rows;
+        if (c->cap_rows > n + V4_GEN_CHUNK - 1)
+            c->cap_rows = n + V4_GEN_CHUNK - 1;
+        if (c->cap_rows < n)
+            c->cap_rows = n;
+        const size_t R = (size_t)c->cap_rows;
+        c->logits = malloc(sizeof(float) * R * (size_t)r->m.cfg.vocab_size);
+        c->seqs = calloc(R, sizeof *c->seqs);
+        c->toks = calloc(R, sizeof *c->toks);
+        c->trs = calloc(R, sizeof *c->trs);
+        c->row_slot = calloc(R, sizeof *c->row_slot);
+        c->row_want = calloc(R, sizeof *c->row_want);
+        c->row_k = calloc(R, sizeof *c->row_k);
+        c->row_gen = calloc(R, sizeof *c->row_gen);
         c->seen = malloc((size_t)r->m.cfg.n_routed_experts + 1);
         c->trunk_bytes = (double)v4_step_trunk_bytes(&r->m.w);
         c->expert_bytes = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_bytes(&r->m.w.layers[0].experts[0]) : 0;
         c->trunk_macs = (double)v4_step_trunk_macs(&r->m.w);
         c->expert_macs = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_macs(&r->m.w.layers[0].experts[0]) : 0;
     }
-    if (!c || !c->seen || !c->slots || !c->logits || !c->seqs || !c->toks || !c->trs || !c->row_slot || !c->row_want) {
+    if (!c || !c->seen || !c->slots || !c->logits || !c->seqs || !c->toks || !c->trs || !c->row_slot || !c->row_want ||
+        !c->row_k || !c->row_gen) {
         snprintf(err, err_cap, "out of memory");
         cont_destroy(c ? &c->base : NULL);
         return NULL;

@@ -29,7 +29,7 @@ struct v4_gen_state {
     v4_sampler *smp;
     v4_stop *stop;
     v4_tok_stream *ts;
-    v4_trace tr;                /* route ids / weights when counting */
+    v4_trace tr[V4_GEN_CHUNK];  /* per row of a step: route ids / weights when counting */
     int fed;                    /* positions forwarded (prompt then decode) */
     int32_t next;               /* the last sampled token (decode input) */
     int done, stopped;          /* stopped: by a stop string (no flush) */
@@ -41,8 +41,10 @@ void v4_gen_free(v4_gen_state *g)
 {
     if (!g)
         return;
-    free(g->tr.route_ids);
-    free(g->tr.route_w);
+    for (int k = 0; k < V4_GEN_CHUNK; k++) {
+        free(g->tr[k].route_ids);
+        free(g->tr[k].route_w);
+    }
     v4_sampler_free(g->smp);
     v4_stop_free(g->stop);
     v4_tok_stream_free(g->ts);
@@ -65,11 +67,13 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
     g->ud = ud;
     g->res.finish_reason = "length";
     g->res.tokens = malloc(sizeof(int32_t) * ((size_t)(req->max_tokens > 0 ? req->max_tokens : 0) + 1));
-    if (req->expert_counts) {   /* the trace's route ids and weights come together */
-        g->tr.route_ids = malloc(sizeof(int32_t) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
-        g->tr.route_w = malloc(sizeof(float) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+    int traces_ok = 1;
+    for (int k = 0; k < V4_GEN_CHUNK && req->expert_counts; k++) {   /* route ids and weights come together */
+        g->tr[k].route_ids = malloc(sizeof(int32_t) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+        g->tr[k].route_w = malloc(sizeof(float) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+        traces_ok &= g->tr[k].route_ids && g->tr[k].route_w;
     }
-    if (!g->res.tokens || (req->expert_counts && (!g->tr.route_ids || !g->tr.route_w))) {
+    if (!g->res.tokens || !traces_ok) {
         v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
         goto fail;
     }
@@ -120,7 +124,26 @@ int32_t v4_gen_input(const v4_gen_state *g, int *want_logits)
 
 v4_trace *v4_gen_trace(v4_gen_state *g)
 {
-    return g->req->expert_counts ? &g->tr : NULL;
+    return g->req->expert_counts ? &g->tr[0] : NULL;
+}
+
+int v4_gen_rows(v4_gen_state *g, int max_rows, int32_t *tokens, v4_trace **traces, int *want)
+{
+    const int np = g->req->n_prompt, left = np - g->fed;
+    int rows = left >= 2 ? left : 1;
+    if (rows > max_rows)
+        rows = max_rows;
+    if (rows > V4_GEN_CHUNK)
+        rows = V4_GEN_CHUNK;
+    if (rows < 1)
+        rows = 1;
+    for (int k = 0; k < rows; k++) {
+        const int p = g->fed + k;
+        tokens[k] = p < np ? g->req->prompt[p] : g->next;
+        traces[k] = g->req->expert_counts ? &g->tr[k] : NULL;
+        want[k] = p + 1 >= np;
+    }
+    return rows;
 }
 
 v4_seq *v4_gen_seq(const v4_gen_state *g)
@@ -133,16 +156,16 @@ int v4_gen_forwarded(const v4_gen_state *g)
     return g->fed;
 }
 
-/* Add the last step's routing to the request's counters. */
-static void count_routes(v4_gen_state *g)
+/* Add the routing of row k of the last step to the request's counters. */
+static void count_routes(v4_gen_state *g, int k)
 {
     uint32_t *counts = g->req->expert_counts;
     if (!counts)
         return;
     const int K = g->cfg->n_act_experts, E = g->cfg->n_routed_experts;
     for (int l = 0; l < g->cfg->n_layers; l++)
-        for (int k = 0; k < K; k++) {
-            int32_t id = g->tr.route_ids[l * K + k];
+        for (int i = 0; i < K; i++) {
+            int32_t id = g->tr[k].route_ids[l * K + i];
             if (id >= 0 && id < E)
                 counts[(size_t)l * E + id]++;
         }
@@ -150,8 +173,13 @@ static void count_routes(v4_gen_state *g)
 
 int v4_gen_accept(v4_gen_state *g, const float *logits, v4_error *err)
 {
+    return v4_gen_accept_row(g, 0, logits, err);
+}
+
+int v4_gen_accept_row(v4_gen_state *g, int k, const float *logits, v4_error *err)
+{
     const v4_gen_request *req = g->req;
-    count_routes(g);
+    count_routes(g, k);
     g->fed++;
     if (g->fed < req->n_prompt)
         return 0;
@@ -215,6 +243,27 @@ void v4_gen_end(v4_gen_state *g, v4_gen_result *res)
     g->res.n_tokens = 0;
 }
 
+int v4_gen_step_alone(v4_gen_state *g, v4_ctx *ctx, int max_rows, float *logits, v4_error *err)
+{
+    int32_t tokens[V4_GEN_CHUNK];
+    v4_trace *traces[V4_GEN_CHUNK];
+    v4_seq *seqs[V4_GEN_CHUNK];
+    int want[V4_GEN_CHUNK], any = 0;
+    const int lim = v4_ctx_rows_per_seq(ctx) < max_rows ? v4_ctx_rows_per_seq(ctx) : max_rows;
+    const int rows = v4_gen_rows(g, lim, tokens, traces, want);
+    for (int k = 0; k < rows; k++) {
+        seqs[k] = g->seq;
+        any |= want[k];
+    }
+    const int V = g->cfg->vocab_size;
+    if (v4_step(ctx, seqs, tokens, rows, any ? logits : NULL, g->req->expert_counts ? traces : NULL, err))
+        return -1;
+    for (int k = 0; k < rows; k++)
+        if (v4_gen_accept_row(g, k, want[k] ? logits + (size_t)k * V : NULL, err))
+            return -1;
+    return 0;
+}
+
 int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                 v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err)
 {
@@ -223,24 +272,18 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
     res->n_tokens = 0;
     res->finish_reason = "length";
     res->prefill_s = res->decode_s = 0;
-    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
+    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * V4_GEN_CHUNK);
     if (!logits) {
         v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
         return -1;
     }
     v4_gen_state *g = v4_gen_begin(cfg, seq, tok, req, emit, ud, err);
     int rc = g ? 0 : -1;
-    while (g && !v4_gen_done(g)) {
-        int want;
-        int32_t token = v4_gen_input(g, &want);
-        v4_trace *tr = v4_gen_trace(g);
-        if (v4_gen_poll_cancel(g, err) ||
-            v4_step(ctx, &seq, &token, 1, want ? logits : NULL, tr ? &tr : NULL, err) ||
-            v4_gen_accept(g, want ? logits : NULL, err)) {
+    while (g && !v4_gen_done(g))
+        if (v4_gen_poll_cancel(g, err) || v4_gen_step_alone(g, ctx, V4_GEN_CHUNK, logits, err)) {
             rc = -1;
             break;
         }
-    }
     if (!rc)
         v4_gen_end(g, res);
     v4_gen_free(g);

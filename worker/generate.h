@@ -2,7 +2,9 @@
  * as text; as a per-request state machine (v4_gen_state) that a batched driver steps
  * together with other requests, and as the one-request loop v4_generate over it.
  *
- * The prompt is fed one position at a time (prefill through the decode path), then
+ * The prompt is fed in chunks of up to V4_GEN_CHUNK positions per forward step (rows of
+ * one v4_step: one pass over the weights for the chunk, results identical to feeding
+ * one position at a time; the last position alone when one remains), then
  * each step samples the next token (sampling.h), feeds it back, and, when a tokenizer
  * is given, decodes it incrementally (complete UTF-8 only) through the stop-string
  * matcher (stop.h) into the caller's emit callback.  Generation ends on the EOS id
@@ -20,10 +22,13 @@
  *                                                       sampler, stop matcher, stream
  *   while (!v4_gen_done(g)) {
  *       v4_gen_poll_cancel(g)                           the request's cancel hook
- *       tok = v4_gen_input(g, &want_logits)             prompt token or last sample
- *       v4_step(ctx, {seq}, {tok}, logits, {v4_gen_trace(g)})   (alone or batched)
- *       v4_gen_accept(g, want_logits ? logits : NULL)   count routes, sample, stream
+ *       rows = v4_gen_rows(g, max, toks, trs, want)     a prefill chunk, or the one input
+ *       v4_step(ctx, {seq x rows}, toks, logits, trs)   (alone or batched with others)
+ *       v4_gen_accept_row(g, k, want[k] ? logits[k] : NULL) for k < rows, in order:
+ *                                                       count routes, sample, stream
  *   }
+ * (v4_gen_input / v4_gen_trace / v4_gen_accept are the one-row forms; v4_gen_step_alone
+ * is one such step for a request alone in its context.)
  *   v4_gen_end(g, res)                                  flush text, hand the result over
  * A request whose step failed is simply freed (v4_gen_free) after the error.
  *
@@ -76,6 +81,9 @@ void v4_gen_result_free(v4_gen_result *res);
 
 typedef struct v4_gen_state v4_gen_state;
 
+/* Most prompt positions one step carries for one request (a prefill chunk). */
+#define V4_GEN_CHUNK 16
+
 /* NULL (err filled) on a bad request: empty prompt, seq not fresh or too small. */
 v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                            v4_emit_fn emit, void *ud, v4_error *err);
@@ -95,6 +103,18 @@ int v4_gen_forwarded(const v4_gen_state *g);
 /* After the forward step of v4_gen_input(): counts the routes, and when logits are
  * given samples the next token and streams it.  0, or -1 (err filled). */
 int v4_gen_accept(v4_gen_state *g, const float *logits, v4_error *err);
+/* The rows for the next step, at most max_rows (>= 1; at most V4_GEN_CHUNK are used):
+ * the next prompt positions while two or more remain, else the one input of
+ * v4_gen_input.  Fills tokens[k], traces[k] (NULL when routes are not counted) and
+ * want[k] (whether row k's logits are needed) for k < the returned row count.  The
+ * caller feeds them as consecutive rows of one v4_step for this request's sequence. */
+int v4_gen_rows(v4_gen_state *g, int max_rows, int32_t *tokens, v4_trace **traces, int *want);
+/* v4_gen_accept for row k of the last v4_gen_rows, called for k = 0, 1, ... in order. */
+int v4_gen_accept_row(v4_gen_state *g, int k, const float *logits, v4_error *err);
+/* One forward step of this request alone in ctx (its rows, at most max_rows and what
+ * ctx allows, then accept): logits has room for V4_GEN_CHUNK rows.  0, or -1 (err
+ * filled). */
+int v4_gen_step_alone(v4_gen_state *g, v4_ctx *ctx, int max_rows, float *logits, v4_error *err);
 /* Flushes held text and moves the result into res (the state keeps nothing). */
 void v4_gen_end(v4_gen_state *g, v4_gen_result *res);
 void v4_gen_free(v4_gen_state *g);

@@ -69,7 +69,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     if (ex && ex->max_context > 0 && ex->max_context < r->context)
         r->context = ex->max_context;
     if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
-        !(r->ctx = v4_ctx_create(&r->m.w, r->be, ex && ex->max_batch > 1 ? ex->max_batch : 1, &err)))
+        !(r->ctx = v4_ctx_create(&r->m.w, r->be, (ex && ex->max_batch > 1 ? ex->max_batch : 1) + V4_GEN_CHUNK - 1,
+                                 &err)))
         goto fail;
     r->max_batch = ex && ex->max_batch > 1 ? ex->max_batch : 1;
     if (ex && ex->host_cache_bytes > 0) {
@@ -80,6 +81,19 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     }
     if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, eo.cuda_mode, eo.gpu_expert_mem, &err))
         goto fail;
+    /* prefill chunks add rows to a step; with paged experts the union of a layer's
+     * experts (<= rows x n_act) must fit the host cache's slots, so chunks shrink.  On
+     * a CUDA backend (resident step: one row per sequence; hybrid: its device expert
+     * slots are sized for max_batch rows) steps keep one row per sequence. */
+    r->step_rows = v4_ctx_rows_per_seq(r->ctx) > 1 && !strcmp(r->be->ops->name, "cpu") ? v4_ctx_max_rows(r->ctx)
+                                                                                       : r->max_batch;
+    if (r->xp && r->m.cfg.n_act_experts > 0) {
+        v4_xcache_stats st;
+        v4_xprov_stats(r->xp, &st);
+        const int fit = st.slots / r->m.cfg.n_act_experts;
+        if (fit < r->step_rows)
+            r->step_rows = fit > r->max_batch ? fit : r->max_batch;
+    }
     return r;
 fail:
     from_v4(e, &err);
@@ -385,21 +399,15 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     if (v4_runner_prepare(r, t, deadline_ms, abort_fn, abort_ud, &j, out, e))
         return -1;
     const v4_config *cfg = &r->m.cfg;
-    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size);
+    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * V4_GEN_CHUNK);
     v4_error err = {0};
     int failed = 0;
     if (!logits) {
         v4_err_set(&err, V4_ERR_NOMEM, "generate", "out of memory");
         failed = 1;
     }
-    while (!failed && !v4_gen_done(j.gen)) {   /* the one-sequence loop (as v4_generate) */
-        int want;
-        int32_t token = v4_gen_input(j.gen, &want);
-        v4_trace *tr = v4_gen_trace(j.gen);
-        failed = v4_gen_poll_cancel(j.gen, &err) ||
-                 v4_step(r->ctx, &j.seq, &token, 1, want ? logits : NULL, tr ? &tr : NULL, &err) ||
-                 v4_gen_accept(j.gen, want ? logits : NULL, &err);
-    }
+    while (!failed && !v4_gen_done(j.gen))   /* the one-sequence loop (as v4_generate) */
+        failed = v4_gen_poll_cancel(j.gen, &err) || v4_gen_step_alone(j.gen, r->ctx, r->step_rows, logits, &err);
     free(logits);
     return v4_runner_finish(&j, failed, &err, out, e);
 }

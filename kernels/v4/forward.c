@@ -135,6 +135,10 @@ void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl)
 
 const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
 
+int v4_ctx_rows_per_seq(const v4_ctx *c) { return c->impl.step ? 1 : c->max_batch; }
+
+int v4_ctx_max_rows(const v4_ctx *c) { return c->max_batch; }
+
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p)
 {
     if (p)

@@ -96,6 +96,10 @@ void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl);
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);
 void v4_ctx_free(v4_ctx *c);
 const v4_config *v4_ctx_config(const v4_ctx *c);
+/* Rows one sequence may fill in a step: max_batch, or 1 with a step implementation. */
+int v4_ctx_rows_per_seq(const v4_ctx *c);
+/* Rows a step takes (max_batch). */
+int v4_ctx_max_rows(const v4_ctx *c);
 
 /* Feed tokens[i] to seqs[i] at its current position, for i < n (n <= max_batch);
  * logits: [n][vocab] f32 (may be NULL); traces: NULL or n pointers (each may be NULL).
