@@ -166,8 +166,13 @@ int v4_cmd_generate(int argc, char **argv)
                    n_prompt, o.max_tokens, ctx_len > cfg->max_position ? cfg->max_position : (long long)ctx_len);
         goto out;
     }
-    if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)) ||
-        !(ctx = v4_ctx_create(&m.w, be, 1, &err)) || v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
+    /* the context takes a prefill chunk (V4_GEN_CHUNK prompt positions per step) on
+     * the CPU with resident experts; paged experts (a host cache sized by the user)
+     * and CUDA keep one position per step, as the worker's runner decides for them */
+    if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)))
+        goto out;
+    const int rows = o.eo.host_cache_bytes <= 0 && !strcmp(be->ops->name, "cpu") ? V4_GEN_CHUNK : 1;
+    if (!(ctx = v4_ctx_create(&m.w, be, rows, &err)) || v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
         goto out;
     int32_t eos = tok && v4_tok_eos(tok) >= 0 ? v4_tok_eos(tok) : cfg->eos_id;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
