@@ -218,7 +218,7 @@ static int forward(cont_exec *c)
     if (r->xp)
         v4_xprov_stats(r->xp, &a);
     v4_error err = {0};
-    int rc = v4_step(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->trs, &err);
+    int rc = v4_step_rows(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->row_want, c->trs, &err);
     long step = c->steps++;
     if (!rc)
         count_step(c, rows);

@@ -256,7 +256,7 @@ int v4_gen_step_alone(v4_gen_state *g, v4_ctx *ctx, int max_rows, float *logits,
         any |= want[k];
     }
     const int V = g->cfg->vocab_size;
-    if (v4_step(ctx, seqs, tokens, rows, any ? logits : NULL, g->req->expert_counts ? traces : NULL, err))
+    if (v4_step_rows(ctx, seqs, tokens, rows, any ? logits : NULL, want, g->req->expert_counts ? traces : NULL, err))
         return -1;
     for (int k = 0; k < rows; k++)
         if (v4_gen_accept_row(g, k, want[k] ? logits + (size_t)k * V : NULL, err))

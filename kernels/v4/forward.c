@@ -43,7 +43,7 @@ static void scratch_free(v4_scratch *s)
         *f[i] = NULL;
     }
     free(s->sel); free(s->csel); free(s->ncsel); free(s->route); free(s->ex_rows);
-    free(s->rowpos); free(s->ex_ids); free(s->ex_slot); free(s->ex_w); free(s->ex_start); free(s->ex_cnt); free(s->jobs);
+    free(s->rowpos); free(s->rowsel); free(s->ex_ids); free(s->ex_slot); free(s->ex_w); free(s->ex_start); free(s->ex_cnt); free(s->jobs);
     free((void *)s->cand);
 }
 
@@ -65,7 +65,7 @@ static int scratch_alloc(v4_scratch *s, const v4_config *cfg, int B)
     A(s->ex_x, B * K * dim); A(s->ex_g, B * K * I); A(s->ex_u, B * K * I);
     A(s->ex_h, B * K * I); A(s->ex_o, B * K * dim); A(s->ex_rows, B * K); A(s->ex_wt, B * K);
     A(s->sel, K + (size_t)cfg->index_topk); A(s->csel, B * (size_t)cfg->index_topk);
-    A(s->ncsel, (size_t)B); A(s->rowpos, (size_t)B);
+    A(s->ncsel, (size_t)B); A(s->rowpos, (size_t)B); A(s->rowsel, (size_t)B);
     A(s->ex_ids, cfg->n_routed_experts); A(s->ex_slot, cfg->n_routed_experts); A(s->ex_w, cfg->n_routed_experts);
     A(s->ex_start, cfg->n_routed_experts); A(s->ex_cnt, cfg->n_routed_experts);
     A(s->jobs, 2 * ((size_t)cfg->n_routed_experts + 1));
@@ -230,8 +230,40 @@ static void norm_rows(v4_ctx *c, const float *w, int n)
         v4_rmsnorm(c->s.x + (size_t)b * cfg->dim, w, cfg->dim, cfg->norm_eps, c->s.x + (size_t)b * cfg->dim);
 }
 
+/* The LM head for the rows with want[b] (all when want is NULL): the wanted rows'
+ * inputs are packed (hid), their logits computed into the first rows of logits and
+ * moved to their own rows, last first (row j goes to b_j >= j, never over a row
+ * still to move).  One pass over the head's weights for all wanted rows. */
+static void head_rows(v4_ctx *c, int n, const int *want, float *logits)
+{
+    const v4_config *cfg = &c->w->cfg;
+    const int dim = cfg->dim, V = cfg->vocab_size;
+    if (!want) {
+        v4_linear(c->be, &c->w->head, V4_LIN_EXACT, n, c->s.x, dim, logits, V);
+        return;
+    }
+    int m = 0;
+    for (int b = 0; b < n; b++)
+        if (want[b]) {
+            c->s.rowsel[m] = b;
+            memcpy(c->s.hid + (size_t)m++ * dim, c->s.x + (size_t)b * dim, sizeof(float) * dim);
+        }
+    if (!m)
+        return;
+    v4_linear(c->be, &c->w->head, V4_LIN_EXACT, m, c->s.hid, dim, logits, V);
+    for (int j = m - 1; j >= 0; j--)
+        if (c->s.rowsel[j] != j)
+            memmove(logits + (size_t)c->s.rowsel[j] * V, logits + (size_t)j * V, sizeof(float) * V);
+}
+
 int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
             float *logits, v4_trace *const *tr, v4_error *err)
+{
+    return v4_step_rows(c, seqs, tokens, n, logits, NULL, tr, err);
+}
+
+int v4_step_rows(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, float *logits, const int *want,
+                 v4_trace *const *tr, v4_error *err)
 {
     if (check_inputs(c, seqs, tokens, n, err))
         return -1;
@@ -279,7 +311,7 @@ int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
     v4_hc_head(c, n);
     norm_rows(c, w->norm, n);
     if (logits)
-        v4_linear(c->be, &w->head, V4_LIN_EXACT, n, c->s.x, dim, logits, cfg->vocab_size);
+        head_rows(c, n, want, logits);
     for (int b = 0; b < n; b++) {
         if (tr && tr[b] && tr[b]->hidden)
             memcpy(tr[b]->hidden, c->s.x + (size_t)b * dim, sizeof(float) * dim);

@@ -56,6 +56,8 @@ typedef struct v4_scratch {
     float *route_w;  /* [B][n_act] */
     float *ex_x, *ex_g, *ex_u, *ex_h, *ex_o;   /* [B][...] expert batch buffers */
     int *rowpos;     /* [B] each row's position (a sequence's rows count up from its pos) */
+    int *rowsel;     /* [B] the rows whose logits a step computes */
+    /* hid [B][dim]: those rows' head inputs, packed */
     int *ex_rows;    /* [B*n_act] batch row of each gathered expert row */
     float *ex_wt;    /* [B*n_act] its routing weight */
     int *ex_start, *ex_cnt;   /* [n_routed] expert e's gathered rows: [start, start+cnt) */
@@ -66,7 +68,7 @@ typedef struct v4_scratch {
     int *ex_slot;    /* [n_routed] expert id -> index in ex_ids, -1 if unused */
     v4_expert_w *ex_w;   /* [n_routed] the provider's experts */
     int n_ex;        /* entries of ex_ids acquired for the current layer */
-    float *hid;      /* [B][dim] */
+    float *hid;      /* [B][dim] the head inputs of the rows in rowsel, packed */
     int cap_entries; /* sized for the longest sequence seen */
 } v4_scratch;
 

@@ -111,6 +111,11 @@ int v4_ctx_max_rows(const v4_ctx *c);
  * provider fails mid-step, the step fails with its error and the n sequences are
  * marked broken (their caches hold part of a position): later steps on them fail
  * until v4_seq_reset. */
+/* v4_step, with the LM head only for the rows with want[b] != 0 (want NULL: all): the
+ * other rows of logits are left unspecified (a prefill chunk needs no logits but its
+ * last row's).  A step implementation may compute them all. */
+int v4_step_rows(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, float *logits, const int *want,
+                 v4_trace *const *tr, v4_error *err);
 int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
             float *logits, v4_trace *const *traces, v4_error *err);
 
