@@ -608,6 +608,16 @@ int main(void)
     run_case(&r, sc, be, nbe, V4_W_FP4, V4_LIN_QUANT, 72, 4096, 2, F_FLAT);
     /* NaN weight codes (scalar fallback per tile) */
     run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 2, 1);
+    /* FP8 batches of several passes (the AVX-512 kernel: 7 = 4 + 3, 12 = 4 + 4 + 4,
+     * 13 = 4 + 4 + 3 + 2, 16 = 4 x 4): partial tiles (130 rows), tiles straddling
+     * 128-row scale blocks (2+ threads), NaN codes at n = 8, and the order-sensitive
+     * flat data over a model row at n = 8 and 16 */
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 130, 384, 7, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 136, 512, 12, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 200, 256, 13, 0);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 256, 384, 8, 1);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 72, 4096, 8, F_FLAT);
+    run_case(&r, sc, be, nbe, V4_W_FP8, V4_LIN_QUANT, 72, 4096, 16, F_FLAT);
 
     /* EXACT: BF16, F32 (mHC-like 24 x 4*dim), FP8 dequantized; odd row/column counts */
     static const int xshapes[][2] = {{256, 256}, {129, 128}, {24, 1024}, {200, 300}, {64, 1000}, {5, 7}, {384, 640}};
