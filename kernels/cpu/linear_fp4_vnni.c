@@ -28,10 +28,13 @@
  * lane g, four partial sums of scale block g; a two-level transposed reduction turns
  * four rows' accumulators into one vector with a lane per (block g, row).
  *
- * Loop structure: tiles of 8 rows; per 128-column block the tile's weights are decoded
- * once into an L1 buffer and reused by every input vector (up to VCHUNK vectors keep
- * their float accumulators across the blocks), so a weight byte is read from memory
- * once per call and decoded once per VCHUNK vectors.
+ * Loop structure: tiles of 8 rows.  Up to 4 vectors (the common case: a routed expert
+ * sees 1-3 rows of a batched step) go in register passes of 1-3 vectors (tile_one,
+ * tile_small: each row's block decoded straight into the dot products, accumulators in
+ * registers); more vectors decode each 128-column block once into an L1 buffer reused by
+ * every vector (fp4_tile: up to VCHUNK vectors keep their float accumulators across the
+ * blocks), so a weight byte is read from memory once per call.  The tile's E8M0 scales
+ * are converted 32 blocks at a time (scales_seg); rows are prefetched 6 blocks ahead.
  *
  * Non-finite inputs: NaN/inf activations, columns not a multiple of 128, or a failed
  * allocation defer to the scalar reference.  E8M0 0xff scales give NaN like the scalar
@@ -209,6 +212,32 @@ static void scales_seg(const uint8_t *const *srow, int kb0, int nb, float *buf)
     }
 }
 
+/* A tile's weight rows and scale rows (rows past the matrix re-read its last row). */
+V4_INLINE void tile_rows(const v4_mat *W, int rt, int nr, const uint8_t **wrow, const uint8_t **srow)
+{
+    const int K = W->cols, nsb = K / 32;
+    for (int i = 0; i < TILE; i++) {
+        int r = rt + imin(i, nr - 1);
+        wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
+        srow[i] = W->scale + (size_t)r * nsb;
+    }
+}
+
+/* Start of block kb in a tile: prefetch the rows 6 blocks ahead (when the weights
+ * come from memory), convert the next scale segment when kb starts one (sbuf holds
+ * SSEG blocks), and give the block's two scale vectors. */
+V4_INLINE void block_begin(const uint8_t *const *wrow, const uint8_t *const *srow, int kb, int nkb, int prefetch,
+                           float *sbuf, __m512 *sw0, __m512 *sw1)
+{
+    if (prefetch)
+        for (int i = 0; i < TILE; i++)
+            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
+    if (kb % SSEG == 0)
+        scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
+    *sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
+    *sw1 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32 + 16);
+}
+
 V4_INLINE void bf16_store(float *dst, __m256 acc, int nr)
 {
     _mm256_mask_storeu_ps(dst, (__mmask8)((1u << nr) - 1), v4x_bf16_ps(acc));
@@ -279,24 +308,16 @@ V4_INLINE int load_acts(const acts *a, int nkb, int v, int kb, __m512i *H, __m51
  * accumulator stays in a register (measured faster than tile_small with NV = 1). */
 static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, int rt, int nr, int c0)
 {
-    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const int K = W->cols, nkb = K / 128;
     const __m512i tlo = k_lo_table(), thi = k_hi_table();
     const uint8_t *wrow[TILE], *srow[TILE];
-    for (int i = 0; i < TILE; i++) {
-        int r = rt + imin(i, nr - 1);
-        wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
-        srow[i] = W->scale + (size_t)r * nsb;
-    }
+    tile_rows(W, rt, nr, wrow, srow);
     const float *xsv = xs + (size_t)c0 * nkb;
     float sbuf[SSEG * 32];
     __m256 acc = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
-        for (int i = 0; i < TILE; i++)
-            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
-        if (kb % SSEG == 0)
-            scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
-        const __m512 sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
-        const __m512 sw1 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32 + 16);
+        __m512 sw0, sw1;
+        block_begin(wrow, srow, kb, nkb, 1, sbuf, &sw0, &sw1);
         __m512i H[4], L[4], r[TILE];
         const int has_l = load_acts(a, nkb, c0, kb, H, L);
         for (int j = 0; j < TILE; j++) {
@@ -311,30 +332,21 @@ static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, 
 
 /* Up to SMALLN vectors (NV, a constant after inlining): each row's decode goes
  * straight to the vectors' dot products and everything stays in registers (no L1
- * weight buffer: the general tile below spills at these sizes).  FULL: all 8 rows'
- * sums before the epilogue (NV <= 2), else 4 rows at a time. */
+ * weight buffer: the general tile below spills at these sizes). */
 V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float *y, int ldy,
                           int rt, int nr, int c0, const int NV)
 {
-    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const int K = W->cols, nkb = K / 128;
     const __m512i tlo = k_lo_table(), thi = k_hi_table();
     const uint8_t *wrow[TILE], *srow[TILE];
-    for (int i = 0; i < TILE; i++) {
-        int r = rt + imin(i, nr - 1);
-        wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
-        srow[i] = W->scale + (size_t)r * nsb;
-    }
+    tile_rows(W, rt, nr, wrow, srow);
     float sbuf[SSEG * 32];
     __m256 acc[SMALLN];
     for (int v = 0; v < NV; v++)
         acc[v] = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
-        for (int i = 0; i < TILE; i++)
-            _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
-        if (kb % SSEG == 0)
-            scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
-        const __m512 sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
-        const __m512 sw1 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32 + 16);
+        __m512 sw0, sw1;
+        block_begin(wrow, srow, kb, nkb, 1, sbuf, &sw0, &sw1);
         int has_l[SMALLN];
         __m512i H[SMALLN][4], L[SMALLN][4], r[SMALLN][TILE];
         for (int v = 0; v < NV; v++)
@@ -355,14 +367,10 @@ V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float
 static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, float *y, int ldy,
                      int rt, int nr)
 {
-    const int K = W->cols, nkb = K / 128, nsb = K / 32;
+    const int K = W->cols, nkb = K / 128;
     const __m512i tlo = k_lo_table(), thi = k_hi_table();
     const uint8_t *wrow[TILE], *srow[TILE];
-    for (int i = 0; i < TILE; i++) {
-        int r = rt + imin(i, nr - 1);
-        wrow[i] = (const uint8_t *)W->w + (size_t)r * (K / 2);
-        srow[i] = W->scale + (size_t)r * nsb;
-    }
+    tile_rows(W, rt, nr, wrow, srow);
     __m512i wd[TILE][4];
     for (int c0 = 0; c0 < n; c0 += VCHUNK) {
         const int nv = imin(VCHUNK, n - c0);
@@ -371,13 +379,8 @@ static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, flo
         for (int v = 0; v < nv; v++)
             acc[v] = _mm256_setzero_ps();
         for (int kb = 0; kb < nkb; kb++) {
-            if (c0 == 0)
-                for (int i = 0; i < TILE; i++)
-                    _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
-            if (kb % SSEG == 0)
-                scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
-            const __m512 sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
-            const __m512 sw1 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32 + 16);
+            __m512 sw0, sw1;
+            block_begin(wrow, srow, kb, nkb, c0 == 0, sbuf, &sw0, &sw1);
             __m512i H[4], L[4], r[TILE];
             if (nv == 1) {      /* one vector: each row's decode goes straight to its dots */
                 const int has_l = load_acts(a, nkb, c0, kb, H, L);
