@@ -193,9 +193,9 @@ static int forward(cont_exec *c)
         v4_error err = {0};
         if (v4_gen_poll_cancel(s->rj.gen, &err))
             retire(c, s, 1, &err);
-        else
-            active++;
     }
+    for (int i = 0; i < c->n; i++)   /* after the retirements (a summary may have moved on) */
+        active += c->slots[i].state == SLOT_ACTIVE;
     int spare = c->cap_rows - active;
     for (int i = 0; i < c->n; i++) {
         cslot *s = &c->slots[i];
