@@ -65,8 +65,12 @@ if ! diff <(key < "$WORK/serial.jsonl") <(key < "$WORK/queue.jsonl") > "$WORK/di
 fi
 
 echo "--- drain: SIGTERM with several tasks running"
+# Each drain task must outlast the time from the 4th task's start to SIGTERM (the tasks
+# are sent ~0.1 s apart, then /metrics is polled): 600 tokens took ~0.7 s on the tiny
+# model and a loaded CI machine once let one finish and a 5th start first.  3000 tokens
+# take several seconds each.
 for i in $(seq 0 7); do
-    qclient task "$P.tasks" "{\"id\":\"d$i\",\"prompt\":\"drain $i\",\"max_tokens\":600,\"ignore_eos\":true,\"temperature\":0}"
+    qclient task "$P.tasks" "{\"id\":\"d$i\",\"prompt\":\"drain $i\",\"max_tokens\":3000,\"ignore_eos\":true,\"temperature\":0}"
 done
 for _ in $(seq 1 200); do
     [ "$(curl -s "$URL/metrics" | sed -n 's/^v4fleet:num_requests_running \([0-9]*\)$/\1/p')" = 4 ] && break
