@@ -44,7 +44,7 @@ P="cc$$"
 export V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_REDIS_URL="$V4_TEST_REDIS_URL" V4_REDIS_PREFIX="$P" V4_MODEL_DIR="$WORK/model" \
     V4_MODEL_NAME=tiny V4_TASK_QUEUE="$P.tasks" V4_DEAD_QUEUE="$P.dead" V4_DLX_EXCHANGE="$P.dlx" \
     V4_INVALID_QUEUE="$P.invalid" V4_RESULTS_EXCHANGE="$P.results" V4_RESULTS_ROUTING_KEY="$P.results" \
-    V4_RESULTS_QUEUE="$P.results" V4_HTTP_PORT="$HPORT" V4_HTTP_ADDR=127.0.0.1 V4_CONCURRENCY=4 V4_GRACE_MS=60000
+    V4_RESULTS_QUEUE="$P.results" V4_HTTP_PORT="$HPORT" V4_HTTP_ADDR=127.0.0.1 V4_CONCURRENCY=4 V4_GRACE_MS=180000
 "$V4_BIN" worker > "$WORK/worker.log" 2>&1 &
 WPID=$!
 wait_lines "amqp: connected" 1 60 || fail "the worker did not connect"
@@ -67,10 +67,11 @@ fi
 echo "--- drain: SIGTERM with several tasks running"
 # Each drain task must outlast the time from the 4th task's start to SIGTERM (the tasks
 # are sent ~0.1 s apart, then /metrics is polled): 600 tokens took ~0.7 s on the tiny
-# model and a loaded CI machine once let one finish and a 5th start first.  3000 tokens
-# take several seconds each.
+# model and a loaded CI machine once let one finish and a 5th start first.  1500 tokens
+# take ~2 s each here, and well under the worker's grace (V4_GRACE_MS, 180 s here) with
+# ASan, where 3000 did not finish in 60 s.
 for i in $(seq 0 7); do
-    qclient task "$P.tasks" "{\"id\":\"d$i\",\"prompt\":\"drain $i\",\"max_tokens\":3000,\"ignore_eos\":true,\"temperature\":0}"
+    qclient task "$P.tasks" "{\"id\":\"d$i\",\"prompt\":\"drain $i\",\"max_tokens\":1500,\"ignore_eos\":true,\"temperature\":0}"
 done
 for _ in $(seq 1 200); do
     [ "$(curl -s "$URL/metrics" | sed -n 's/^v4fleet:num_requests_running \([0-9]*\)$/\1/p')" = 4 ] && break
