@@ -11,8 +11,8 @@
  *     overflowing to +-inf, NaN dots and scores), and of ties (repeated key rows, zero queries, equal
  *     scores); outputs compared with memcmp, plus a guard after o and unchanged
  *     inputs;
- *   - v4_index_scores_k against a copy of the reference loop (the one before the SIMD
- *     path, kept below): index dims 64, 128, 512; 1, 4, 8, 13, 16, 64 heads; 0..700
+ *   - v4_index_scores_k against the reference loop v4_index_scores_ref (indexer.c, the
+ *     loop from before the SIMD path): index dims 64, 128, 512; 1, 4, 8, 13, 16, 64 heads; 0..700
  *     keys, the same kinds of data and head weights of both signs;
  *   - the element-wise steps (div_bf16, relu_terms8) against their scalar expressions
  *     at bf16 rounding midpoints, NaN, +-inf, -0, all lengths 0..40;
@@ -196,24 +196,6 @@ static void attn_case(const v4_attn_kern *K, rng *r, int H, int hd, int L, int d
     free(cand);
 }
 
-/* The reference loop of v4_index_scores before the SIMD path (indexer.c, unchanged
- * numerics): kept here as the test's oracle. */
-static void index_scores_ref(const float *q, const float *keys, int n, const float *wh, int ih, int id,
-                             float *score)
-{
-    for (int j = 0; j < n; j++) {
-        const float *Kj = keys + (size_t)j * id;
-        double acc = 0.0;
-        for (int h = 0; h < ih; h++) {
-            float d = v4_bf16(v4_dot(q + (size_t)h * id, Kj, id));
-            if (d < 0.0f)
-                d = 0.0f;
-            acc += (double)v4_bf16(d * wh[h]);
-        }
-        score[j] = v4_bf16((float)acc);
-    }
-}
-
 static void index_case(const v4_attn_kern *K, rng *r, int ih, int id, int n, int data)
 {
     float *q = malloc(sizeof(float) * (size_t)ih * id);
@@ -242,7 +224,7 @@ static void index_case(const v4_attn_kern *K, rng *r, int ih, int id, int n, int
             }
     }
     v4_index_head_weights(iw, ih, id, wh);
-    index_scores_ref(q, keys, n, wh, ih, id, sref);
+    v4_index_scores_ref(q, keys, n, wh, ih, id, sref);
     for (int i = 0; i < n + 16; i++)
         s[i] = -7.25f;
     v4_index_scores_k(K, q, keys, n, wh, ih, id, s);
@@ -404,7 +386,7 @@ int main(void)
         float wh[16], sref[190], s[190];
         for (int h = 0; h < H; h++)
             wh[h] = v4_bf16((float)h * 0.03125f - 0.2f);
-        index_scores_ref(q, kv, L, wh, H, hd, sref);
+        v4_index_scores_ref(q, kv, L, wh, H, hd, sref);
         v4_index_scores(q, kv, L, wh, H, hd, s);
         CHECK(memcmp(s, sref, sizeof s) == 0, "v4_index_scores differs");
         free(kv);

@@ -8,7 +8,7 @@
  * The batched projections (wq_b, weights_proj, compressor wkv/wgate) were done by
  * attention.c; this file does the per-sequence part.  The scores use attn_kern.h's
  * SIMD dots (8 heads per vector, every chain in the reference's order: same bits as
- * the plain loop, which tests/test_attn_fast.c keeps a copy of).  Stack: ~37 KiB in
+ * the plain loop v4_index_scores_ref, which tests/test_attn_fast.c checks them against).  Stack: ~37 KiB in
  * v4_index_scores (q of 8 heads transposed, one tile's dots).  Thread: the caller's.
  */
 #include <math.h>
@@ -25,6 +25,21 @@ void v4_index_head_weights(const float *iw, int ih, int id, float *wh)
         wh[h] = v4_bf16(v4_bf16(iw[h]) * wscale);
 }
 
+void v4_index_scores_ref(const float *q, const float *keys, int n, const float *wh, int ih, int id, float *score)
+{
+    for (int j = 0; j < n; j++) {
+        const float *Kj = keys + (size_t)j * id;
+        double acc = 0.0;
+        for (int h = 0; h < ih; h++) {
+            float d = v4_bf16(v4_dot(q + (size_t)h * id, Kj, id));
+            if (d < 0.0f)
+                d = 0.0f;
+            acc += (double)v4_bf16(d * wh[h]);
+        }
+        score[j] = v4_bf16((float)acc);
+    }
+}
+
 /* score[j] for the keys of a tile at a time: per group of 8 heads (q transposed to
  * [id][8]) attn_kern.h's dots8 gives the 8 heads' q.K_j of the tile's keys (each lane
  * the reference's chain over d), relu_terms8 the 8 heads' bf16(relu(bf16(dot)) * w_h)
@@ -34,18 +49,8 @@ void v4_index_scores_k(const v4_attn_kern *K, const float *q, const float *keys,
                        int id, float *score)
 {
     enum { NL = V4_AK_LANES, JT = 64 };
-    if (id > V4_AK_MAX_HD) {     /* the reference loop */
-        for (int j = 0; j < n; j++) {
-            const float *Kj = keys + (size_t)j * id;
-            double acc = 0.0;
-            for (int h = 0; h < ih; h++) {
-                float d = v4_bf16(v4_dot(q + (size_t)h * id, Kj, id));
-                if (d < 0.0f)
-                    d = 0.0f;
-                acc += (double)v4_bf16(d * wh[h]);
-            }
-            score[j] = v4_bf16((float)acc);
-        }
+    if (id > V4_AK_MAX_HD) {
+        v4_index_scores_ref(q, keys, n, wh, ih, id, score);
         return;
     }
     float qT[V4_AK_MAX_HD * NL];

@@ -87,5 +87,8 @@ void v4_comp_pool(const float *kv, const float *sc, int W, int r, int d, int ove
  * score[j] = bf16(f32(sum_h double(bf16(relu(bf16(q_h . K_j)) * wh[h])))). */
 void v4_index_head_weights(const float *iw, int ih, int id, float *wh);
 void v4_index_scores(const float *q, const float *keys, int n, const float *wh, int ih, int id, float *score);
+/* The same scores by the plain loop over keys and heads (the reference the SIMD path is
+ * checked against, and its fallback for head dims above V4_AK_MAX_HD). */
+void v4_index_scores_ref(const float *q, const float *keys, int n, const float *wh, int ih, int id, float *score);
 
 #endif
