@@ -50,7 +50,22 @@ rmqctl() {
         "$(_brokers_sbin)/rabbitmqctl" -n "$(cat "$V4_TEST_BROKER_DIR/node")" "$@"
 }
 
+# The "free" ports come from binding port 0 and closing it, so under a parallel ctest
+# another test may take one before our servers bind it: a start whose RabbitMQ or
+# Redis does not come up is stopped, its state removed, and retried (3 tries) with
+# fresh ports (an AMQP_PORT given by the caller is kept).
 brokers_start() {
+    local try
+    for try in 1 2 3; do
+        _brokers_start_once "$@" && return 0
+        [ "${V4_TEST_BROKER_DIR:-}" != "$1" ] || brokers_stop
+        rm -rf "$1/home" "$1/mnesia" "$1/log" "$1/redis" "$1"/*.pid "$1/ports" 2> /dev/null
+        [ "$try" -lt 3 ] && echo "brokers.sh: start $try of 3 failed; retrying with other ports" >&2
+    done
+    return 1
+}
+
+_brokers_start_once() {
     local dir="$1" sbin amqp_port="${2:-}" extra="${3:-}" dist_port epmd_port redis_port node conf line
     sbin="$(_brokers_sbin)" || return 1
     command -v redis-server >/dev/null || { echo "brokers.sh: redis-server is not installed" >&2; return 1; }
@@ -83,6 +98,7 @@ $line"
     export V4_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$amqp_port/"
     export V4_TEST_REDIS_URL="redis://127.0.0.1:$redis_port/0"
     export V4_TEST_RABBITMQCTL="rmqctl"
+    _brokers_wait_redis "$redis_port" || return 1
     _brokers_wait_rabbit || return 1
     echo "brokers.sh: RabbitMQ $node on 127.0.0.1:$amqp_port, Redis on 127.0.0.1:$redis_port ($dir)"
 }
@@ -104,12 +120,36 @@ _brokers_launch_rabbit() {
     )
 }
 
-_brokers_wait_rabbit() {
-    local dir="$V4_TEST_BROKER_DIR" i
-    for i in $(seq 1 600); do
-        [ -s "$dir/rabbitmq.pid" ] && break
+# Redis daemonizes before it binds: a taken port only shows in its log (and the
+# daemon exits), so ask it, for up to ~5 s.  Another program on the port may accept
+# and never answer: each ping has a 1 s limit.
+_brokers_wait_redis() {
+    local end=$((SECONDS + 5)) pid
+    while [ "$SECONDS" -le "$end" ]; do
+        [ "$(timeout 1 redis-cli -h 127.0.0.1 -p "$1" ping 2> /dev/null)" = PONG ] && return 0
+        pid="$(cat "$V4_TEST_BROKER_DIR/redis.pid" 2> /dev/null)"
+        [ -n "$pid" ] && ! kill -0 "$pid" 2> /dev/null && break
         sleep 0.1
     done
+    echo "brokers.sh: Redis did not answer on 127.0.0.1:$1; see $V4_TEST_BROKER_DIR/log/redis.log" >&2
+    tail -n 5 "$V4_TEST_BROKER_DIR/log/redis.log" >&2 2> /dev/null
+    return 1
+}
+
+_brokers_wait_rabbit() {
+    local dir="$V4_TEST_BROKER_DIR" i lpid
+    lpid="$(cat "$dir/rabbitmq.launcher.pid" 2> /dev/null)"
+    for i in $(seq 1 600); do
+        [ -s "$dir/rabbitmq.pid" ] && break
+        # a node that failed to boot (e.g. its port was taken) exits: don't wait 60 s
+        [ -n "$lpid" ] && ! kill -0 "$lpid" 2> /dev/null && [ ! -s "$dir/rabbitmq.pid" ] && break
+        sleep 0.1
+    done
+    if [ ! -s "$dir/rabbitmq.pid" ]; then
+        echo "brokers.sh: RabbitMQ exited while starting; see $dir/log" >&2
+        tail -n 20 "$dir/log/console.log" >&2
+        return 1
+    fi
     if ! rmqctl wait --timeout 120 "$dir/rabbitmq.pid" > "$dir/log/wait.log" 2>&1; then
         echo "brokers.sh: RabbitMQ did not start; see $dir/log" >&2
         tail -n 20 "$dir/log/console.log" >&2

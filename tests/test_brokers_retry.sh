@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# test_brokers_retry.sh - the test harness's broker start survives a port that another
+# process takes between the harness picking it and the server binding it (the race of
+# parallel ctest runs): tests/lib/brokers.sh must notice the dead server and retry with
+# fresh ports.  Forces the race: the first try's AMQP port and the second try's Redis
+# port are ports this test already listens on; the third try must succeed.
+# No broker = FAIL.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/lib/brokers.sh
+source "$HERE/lib/brokers.sh"
+brokers_test_begin brokers_retry none
+HOLD=""
+test_cleanup() { [ -z "$HOLD" ] || kill "$HOLD" 2> /dev/null; }
+
+# two listening sockets held by a child process: the "other test" that took the ports
+/usr/bin/python3 -c '
+import socket, sys, time
+ss = []
+for _ in range(2):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); ss.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in ss), flush=True)
+time.sleep(600)' > "$WORK/held" &
+HOLD=$!
+for _ in $(seq 1 50); do [ -s "$WORK/held" ] && break; sleep 0.1; done
+read -r TAKEN_A TAKEN_R < "$WORK/held" || { fail "no held ports"; exit 1; }
+
+# The harness asks for ports in the order amqp, dist, epmd, redis on every try: hand
+# out the taken ones as try 1's amqp (call 1) and try 2's redis (call 8).
+CALLS="$WORK/calls"
+echo 0 > "$CALLS"
+_brokers_free_port() {
+    local n
+    n=$(($(cat "$CALLS") + 1))
+    echo "$n" > "$CALLS"
+    case "$n" in
+    1) echo "$TAKEN_A" ;;
+    8) echo "$TAKEN_R" ;;
+    *) /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' ;;
+    esac
+}
+
+t0=$(date +%s)
+brokers_start "$WORK/brokers" > "$WORK/start.log" 2>&1 || { cat "$WORK/start.log" >&2; fail "brokers_start gave up"; exit 1; }
+t1=$(date +%s)
+cat "$WORK/start.log"
+grep -q "RabbitMQ exited while starting\|RabbitMQ did not start" "$WORK/start.log" ||
+    fail "the taken AMQP port did not make the first start fail"
+grep -q "Redis did not answer" "$WORK/start.log" || fail "the taken Redis port did not make the second start fail"
+grep -q "start 2 of 3 failed" "$WORK/start.log" || fail "no second retry"
+case "$V4_TEST_AMQP_URL" in *":$TAKEN_A/"*) fail "RabbitMQ URL still names the taken port" ;; esac
+case "$V4_TEST_REDIS_URL" in *":$TAKEN_R/"*) fail "Redis URL still names the taken port" ;; esac
+rport="${V4_TEST_REDIS_URL##*:}"
+rport="${rport%%/*}"
+[ "$(timeout 5 redis-cli -h 127.0.0.1 -p "$rport" ping)" = PONG ] || fail "Redis does not answer on $rport"
+rmqctl status > /dev/null 2>&1 || fail "RabbitMQ does not answer after the retry"
+/usr/bin/python3 - "$V4_TEST_AMQP_URL" <<'EOF' || fail "cannot publish to the retried RabbitMQ"
+import sys, pika
+c = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+ch = c.channel()
+ch.queue_declare("retry_probe")
+ch.basic_publish("", "retry_probe", b"x")
+c.close()
+EOF
+echo "broker start with a forced port race: $((t1 - t0)) s"
+[ $((t1 - t0)) -le 60 ] || fail "the failed first start took too long to notice ($((t1 - t0)) s)"
+exit "$status"
