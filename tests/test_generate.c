@@ -87,6 +87,7 @@ int main(void)
     /* prefill chunks (a context of V4_GEN_CHUNK rows; the request's max_rows): the same
      * tokens and text as one position per step, in the steps the chunk size implies
      * (counted through the cancel hook, polled once before every forward step) */
+    v4_gen_result_free(&rb);
     {
         v4_ctx *one = e.ctx, *wide = v4_ctx_create(&e.m.w, e.be, V4_GEN_CHUNK, &err);
         CHECK(wide != NULL, "a context of %d rows: %s", V4_GEN_CHUNK, err.msg);
