@@ -16,7 +16,12 @@
  *     keys, the same kinds of data and head weights of both signs;
  *   - the element-wise steps (div_bf16, relu_terms8) against their scalar expressions
  *     at bf16 rounding midpoints, NaN, +-inf, -0, all lengths 0..40;
- *   - the public entry points (v4_sparse_attn_heads, v4_index_scores) once each.
+ *   - the public entry points (v4_sparse_attn_heads, v4_index_scores) once each;
+ *   - the choice that follows the CPU backend's ISA (v4_attn_kern_for_isa, and the
+ *     path a v4_ctx on such a backend reports): scalar -> the reference loops
+ *     (NULL), avx2 -> avx2, avx512 / avx512vnni -> avx512, auto -> the widest, for
+ *     every ISA the CPU supports, named or through V4_CPU_ISA, each giving the
+ *     reference's bits.
  * The double chains are long (hd up to 512 terms) with mixed signs and magnitudes, so
  * any change of summation order or a missing/extra rounding shows in the low bits.
  * Mutations tried during development and caught: the dots8 chain summed from d = hd-1
@@ -33,7 +38,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/model_files.h"
 #include "kernels/codec.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/v4/model.h"
 #include "kernels/v4/attn_kern.h"
 #include "kernels/v4/ops.h"
 #include "tests/testutil.h"
@@ -179,13 +187,13 @@ static void attn_case(const v4_attn_kern *K, rng *r, int H, int hd, int L, int d
     v4_sparse_attn_heads_k(K, q, H, cand, L, hd, scale, sinks, o);
     const size_t i = first_diff(o, oref, (size_t)H * hd);
     CHECK(i == SIZE_MAX, "attn %s H=%d hd=%d L=%d data=%s mask=%s: first difference head %zu d %zu: %a vs reference %a",
-          K->name, H, hd, L, data_name[data], mask_name[mask], i / (size_t)hd, i % (size_t)hd,
+          v4_attn_kern_name(K), H, hd, L, data_name[data], mask_name[mask], i / (size_t)hd, i % (size_t)hd,
           i == SIZE_MAX ? 0.0 : (double)o[i], i == SIZE_MAX ? 0.0 : (double)oref[i]);
     int guard = 1;
     for (int i = 0; i < 16; i++)
         guard &= o[(size_t)H * hd + i] == -7.25f;
-    CHECK(guard, "attn %s H=%d hd=%d L=%d: wrote past o", K->name, H, hd, L);
-    CHECK(memcmp(q, q0, sizeof(float) * (size_t)H * hd) == 0, "attn %s: q modified", K->name);
+    CHECK(guard, "attn %s H=%d hd=%d L=%d: wrote past o", v4_attn_kern_name(K), H, hd, L);
+    CHECK(memcmp(q, q0, sizeof(float) * (size_t)H * hd) == 0, "attn %s: q modified", v4_attn_kern_name(K));
     g_cases++;
     free(kvbuf);
     free(q);
@@ -229,12 +237,12 @@ static void index_case(const v4_attn_kern *K, rng *r, int ih, int id, int n, int
         s[i] = -7.25f;
     v4_index_scores_k(K, q, keys, n, wh, ih, id, s);
     const size_t j = first_diff(s, sref, (size_t)n);
-    CHECK(j == SIZE_MAX, "index %s ih=%d id=%d n=%d data=%s: first difference key %zu: %a vs reference %a", K->name,
-          ih, id, n, data_name[data], j, j == SIZE_MAX ? 0.0 : (double)s[j], j == SIZE_MAX ? 0.0 : (double)sref[j]);
+    CHECK(j == SIZE_MAX, "index %s ih=%d id=%d n=%d data=%s: first difference key %zu: %a vs reference %a",
+          v4_attn_kern_name(K), ih, id, n, data_name[data], j, j == SIZE_MAX ? 0.0 : (double)s[j], j == SIZE_MAX ? 0.0 : (double)sref[j]);
     int guard = 1;
     for (int i = 0; i < 16; i++)
         guard &= s[n + i] == -7.25f;
-    CHECK(guard, "index %s ih=%d id=%d n=%d: wrote past score", K->name, ih, id, n);
+    CHECK(guard, "index %s ih=%d id=%d n=%d: wrote past score", v4_attn_kern_name(K), ih, id, n);
     g_cases++;
     free(q);
     free(keys);
@@ -342,6 +350,79 @@ static void run_impl(const v4_attn_kern *K, uint64_t seed)
     elementwise(K, &r);
 }
 
+/* The engine follows the CPU backend's ISA: for every ISA this CPU supports,
+ * v4_attn_kern_for_isa picks the expected set (scalar: NULL, the reference loops;
+ * avx512vnni: the AVX-512 set; auto: the widest), a context on a backend created with
+ * that ISA (also through V4_CPU_ISA) reports the same path, and the set gives the
+ * reference's bits on a few cases of each kind.  The context needs a model: the golden
+ * tiny checkpoint (V4_TEST_DATA). */
+static void isa_selection(void)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/golden/tiny/model", t_env("V4_TEST_DATA", "tests/data"));
+    v4_model_files m;
+    v4_error err = {0};
+    if (v4_model_open(dir, &m, &err)) {
+        CHECK(0, "open %s: %s", dir, err.msg);
+        return;
+    }
+    unsetenv("V4_CPU_ISA");
+    const v4_attn_kern *best = v4_attn_kern_get();
+    static const struct { const char *isa, *path; } sel[] = {
+        {"scalar", "reference"}, {"avx2", "avx2"}, {"avx512", "avx512"}, {"avx512vnni", "avx512"}, {"auto", NULL},
+    };
+    int ran = 0;
+    for (size_t i = 0; i < sizeof sel / sizeof sel[0]; i++) {
+        const char *isa = sel[i].isa, *want = sel[i].path ? sel[i].path : best->name;
+        if (!v4_cpu_isa_supported(isa)) {
+            printf("  isa %-10s skipped (not supported by this CPU)\n", isa);
+            continue;
+        }
+        const v4_attn_kern *K = v4_attn_kern_for_isa(isa);
+        CHECK(strcmp(v4_attn_kern_name(K), want) == 0, "isa %s: attention path %s, expected %s", isa,
+              v4_attn_kern_name(K), want);
+        CHECK((K == NULL) == (strcmp(isa, "scalar") == 0), "isa %s: the reference loops iff scalar", isa);
+        v4_backend *be = v4_cpu_backend_create(1, isa, &err);
+        CHECK(be != NULL, "backend %s: %s", isa, err.msg);
+        v4_ctx *ctx = be ? v4_ctx_create(&m.w, be, 1, &err) : NULL;
+        CHECK(ctx != NULL, "context on %s: %s", isa, err.msg);
+        if (ctx) {
+            CHECK(strcmp(v4_cpu_backend_isa_asked(be), isa) == 0, "backend %s: asked %s", isa,
+                  v4_cpu_backend_isa_asked(be));
+            CHECK(strcmp(v4_ctx_attn_path(ctx), want) == 0, "context on isa %s: attention path %s, expected %s",
+                  isa, v4_ctx_attn_path(ctx), want);
+        }
+        v4_ctx_free(ctx);
+        if (be)
+            be->ops->destroy(be);
+        /* the same ISA named through the environment with an "auto" backend */
+        if (strcmp(isa, "auto") != 0) {
+            setenv("V4_CPU_ISA", isa, 1);
+            be = v4_cpu_backend_create(1, "auto", &err);
+            ctx = be ? v4_ctx_create(&m.w, be, 1, &err) : NULL;
+            CHECK(ctx && strcmp(v4_ctx_attn_path(ctx), want) == 0, "V4_CPU_ISA=%s: attention path %s, expected %s",
+                  isa, ctx ? v4_ctx_attn_path(ctx) : "(no context)", want);
+            v4_ctx_free(ctx);
+            if (be)
+                be->ops->destroy(be);
+            unsetenv("V4_CPU_ISA");
+        }
+        rng r = {0xa11a0000u + i};
+        const int before = g_cases;
+        for (int data = 0; data < N_DATA; data++) {
+            attn_case(K, &r, 13, data % 2 ? 70 : 128, 150 + 37 * data, data, (MASK_RANDOM + data) % N_MASK);
+            index_case(K, &r, 13, data % 2 ? 64 : 128, 65 + 50 * data, data);
+        }
+        printf("  isa %-10s -> %-9s %d cases identical to the reference\n", isa, v4_attn_kern_name(K),
+               g_cases - before);
+        ran++;
+    }
+    CHECK(ran >= 2, "scalar and auto always run (%d ran)", ran);
+    CHECK(v4_attn_kern_for_isa(NULL) == best && v4_attn_kern_for_isa("auto") == best, "auto / NULL: the widest");
+    CHECK(v4_cpu_backend_isa_asked(NULL) == NULL, "no backend: no ISA");
+    v4_model_close(&m);
+}
+
 int main(void)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};
@@ -395,5 +476,6 @@ int main(void)
         free(oref);
         free(cand);
     }
+    isa_selection();
     TEST_DONE();
 }

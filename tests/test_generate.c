@@ -3,7 +3,9 @@
  * string ends generation and is cut from the text, EOS ends generation, max_tokens
  * gives finish_reason "length", and a request that does not fit the sequence fails
  * cleanly, and the per-(layer, expert) routing counts match the decode path's traced
- * routes.  Text is collected from the streaming callback. */
+ * routes, and prefill chunks (the request's max_rows, a wide context) give the same
+ * tokens in the expected number of steps.  Text is collected from the streaming
+ * callback. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,13 @@ static int gen(env *e, v4_gen_request req, int cap, sink *out, v4_gen_result *re
     return rc;
 }
 
+/* A cancel hook that never cancels: counts the forward steps. */
+static int count_poll(void *ud)
+{
+    ++*(long *)ud;
+    return 0;
+}
+
 int main(void)
 {
     char dir[4200], cmd[9000];
@@ -65,7 +74,7 @@ int main(void)
     v4_chat_msg msg = {V4_CHAT_USER, "Write a short poem about queues."};
     CHECK(v4_chat_encode(e.tok, NULL, &msg, 1, 0, &e.prompt, &err) == 0, "chat encode: %s", err.msg);
 
-    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0, NULL, NULL, NULL};
+    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0, NULL, NULL, NULL, 0};
     static sink a, b;
     v4_gen_result ra = {0}, rb = {0};
     int cap = (int)e.prompt.n + 64;
@@ -75,6 +84,36 @@ int main(void)
           ra.n_tokens, ra.finish_reason);
     CHECK(rb.n_tokens == ra.n_tokens && !memcmp(ra.tokens, rb.tokens, sizeof(int32_t) * ra.n_tokens) &&
           !strcmp(a.buf, b.buf), "same seed, same tokens and text");
+    /* prefill chunks (a context of V4_GEN_CHUNK rows; the request's max_rows): the same
+     * tokens and text as one position per step, in the steps the chunk size implies
+     * (counted through the cancel hook, polled once before every forward step) */
+    v4_gen_result_free(&rb);
+    {
+        v4_ctx *one = e.ctx, *wide = v4_ctx_create(&e.m.w, e.be, V4_GEN_CHUNK, &err);
+        CHECK(wide != NULL, "a context of %d rows: %s", V4_GEN_CHUNK, err.msg);
+        static const int limits[] = {0, 1, 2, 3, 7, V4_GEN_CHUNK, 40};
+        for (size_t i = 0; wide && i < sizeof limits / sizeof limits[0]; i++) {
+            const int r = limits[i] > 0 && limits[i] < V4_GEN_CHUNK ? limits[i] : V4_GEN_CHUNK;
+            long polls = 0, expect = ra.n_tokens - 1;   /* decode steps: the last token is not fed */
+            for (int fed = 0, np = (int)e.prompt.n; fed < np; expect++) {
+                const int left = np - fed;
+                fed += left < 2 ? 1 : left < r ? left : r;
+            }
+            v4_gen_request rr = req;
+            rr.max_rows = limits[i];
+            rr.cancel = count_poll;
+            rr.cancel_ud = &polls;
+            e.ctx = wide;
+            CHECK(gen(&e, rr, cap, &b, &rb, &err) == 0, "generate, max_rows %d: %s", limits[i], err.msg);
+            e.ctx = one;
+            CHECK(rb.n_tokens == ra.n_tokens && !memcmp(ra.tokens, rb.tokens, sizeof(int32_t) * ra.n_tokens) &&
+                  !strcmp(a.buf, b.buf), "max_rows %d: the tokens and text of one position per step", limits[i]);
+            CHECK(polls == expect, "max_rows %d: %ld steps for a %zu-token prompt + %d tokens (expected %ld)",
+                  limits[i], polls, e.prompt.n, ra.n_tokens, expect);
+            v4_gen_result_free(&rb);
+        }
+        v4_ctx_free(wide);
+    }
     char *full = NULL;
     size_t flen = 0;
     CHECK(v4_tok_decode(e.tok, ra.tokens, (size_t)ra.n_tokens, V4_TOK_SKIP_SPECIAL, &full, &flen, &err) == 0 &&

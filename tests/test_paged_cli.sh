@@ -3,8 +3,9 @@
 # (--host-cache-bytes [--pack DIR] [--cache-policy P]): on a synthetic tiny model the
 # logits file and the generated ids are byte-identical to the all-resident run, for a
 # pack and for the safetensors source, with a budget that evicts and one that holds
-# everything; a budget below one layer's experts and paging flags without a budget are
-# clear errors (exit 1, one line).
+# everything; `generate` with paged experts prefills in chunks of slots / n_act prompt
+# positions (1..16, said on stderr) with the same ids; a budget below one layer's
+# experts and paging flags without a budget are clear errors (exit 1, one line).
 set -euo pipefail
 : "${V4_BIN:?}" "${V4_TMP:?}"
 WORK="$(mktemp -d "$V4_TMP/paged_cli.XXXXXX")"
@@ -31,6 +32,21 @@ for src in pack safetensors; do
             cmp -s "$WORK/ref.txt" "$WORK/p.txt" || fail "generated ids differ: $src $budget $pol"
         done
     done
+done
+# prefill chunks with paged experts (worker/step_rows.h): a step carries at most
+# slots / n_act prompt positions (between 1 and 16), and the ids stay identical
+K=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["num_experts_per_tok"])' "$M/config.json")
+for budget in 400K 500K 900K 1100K 64M; do
+    "$V4_BIN" generate --model "$M" --prompt-ids "$WORK/ids.json" --max-tokens 12 --greedy \
+        --host-cache-bytes "$budget" > "$WORK/p.txt" 2> "$WORK/err" || fail "generate $budget: $(cat "$WORK/err")"
+    cmp -s "$WORK/ref.txt" "$WORK/p.txt" || fail "generated ids differ: chunked prefill, $budget"
+    line=$(grep "host cache of" "$WORK/err" || true)
+    slots=$(sed -n 's/.*host cache of \([0-9]*\) slots.*/\1/p' <<< "$line")
+    rows=$(sed -n 's/.*chunks of up to \([0-9]*\) prompt positions.*/\1/p' <<< "$line")
+    want=$(( slots / K )); [ "$want" -gt 16 ] && want=16; [ "$want" -lt 1 ] && want=1
+    [ -n "$slots" ] && [ "$rows" = "$want" ] ||
+        fail "$budget: chunk of '$rows' rows for '$slots' slots and $K experts per token (want $want): $line"
+    echo "  $budget: $slots slots -> prefill chunks of $rows"
 done
 rc=0
 "$V4_BIN" logits --model "$M" --tokens "$WORK/ids.json" --out "$WORK/p.bin" --host-cache-bytes 60K \

@@ -11,6 +11,10 @@
  * Sampling: --greedy (= --temperature 0), --temperature, --top-p, --top-k, --seed;
  * stopping: EOS (unless --ignore-eos), --stop STR (repeatable), --max-tokens.
  * --model defaults to the demo model (models/tiny) so the README's command works.
+ * The prompt goes through in prefill chunks (several positions per forward step, the
+ * same results as one at a time), sized by worker/step_rows.h: with paged experts
+ * (--host-cache-bytes) the chunk shrinks so a layer's experts fit the cache, and a
+ * line on stderr says the cache's slots and the chunk.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "generate.h"
+#include "step_rows.h"
 
 #define PROG "generate"
 #define MAX_STOPS 16
@@ -166,17 +171,24 @@ int v4_cmd_generate(int argc, char **argv)
                    n_prompt, o.max_tokens, ctx_len > cfg->max_position ? cfg->max_position : (long long)ctx_len);
         goto out;
     }
-    /* the context takes a prefill chunk (V4_GEN_CHUNK prompt positions per step) on
-     * the CPU with resident experts; paged experts (a host cache sized by the user)
-     * and CUDA keep one position per step, as the worker's runner decides for them */
+    /* prefill chunks: the context takes the rows worker/step_rows.h allows without a
+     * cache (V4_GEN_CHUNK on the CPU, 1 on CUDA); with paged experts (opened after the
+     * context) each step then carries at most the rows whose experts fit the cache */
     if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)))
         goto out;
-    const int rows = o.eo.host_cache_bytes <= 0 && !strcmp(be->ops->name, "cpu") ? V4_GEN_CHUNK : 1;
-    if (!(ctx = v4_ctx_create(&m.w, be, rows, &err)) || v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
+    if (!(ctx = v4_ctx_create(&m.w, be, v4_fit_step_rows(be, NULL, cfg, V4_GEN_CHUNK, 1), &err)) ||
+        v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
         goto out;
+    const int rows = v4_fit_step_rows(be, xp, cfg, V4_GEN_CHUNK, 1);
+    if (xp) {
+        v4_xcache_stats st;
+        v4_xprov_stats(xp, &st);
+        fprintf(stderr, "v4fleet %s: experts paged through a host cache of %d slots: prefill chunks of up to %d "
+                        "prompt positions per step\n", PROG, st.slots, rows);
+    }
     int32_t eos = tok && v4_tok_eos(tok) >= 0 ? v4_tok_eos(tok) : cfg->eos_id;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
-                          o.stops, o.n_stops, NULL, NULL, NULL};
+                          o.stops, o.n_stops, NULL, NULL, NULL, rows};
     if (v4_generate(ctx, seq, tok, &req, emit_stdout, NULL, &res, &err))
         goto out;
     if (o.prompt) {

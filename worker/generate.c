@@ -279,8 +279,9 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
     }
     v4_gen_state *g = v4_gen_begin(cfg, seq, tok, req, emit, ud, err);
     int rc = g ? 0 : -1;
+    const int max_rows = req->max_rows > 0 && req->max_rows < V4_GEN_CHUNK ? req->max_rows : V4_GEN_CHUNK;
     while (g && !v4_gen_done(g))
-        if (v4_gen_poll_cancel(g, err) || v4_gen_step_alone(g, ctx, V4_GEN_CHUNK, logits, err)) {
+        if (v4_gen_poll_cancel(g, err) || v4_gen_step_alone(g, ctx, max_rows, logits, err)) {
             rc = -1;
             break;
         }

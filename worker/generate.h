@@ -2,7 +2,8 @@
  * as text; as a per-request state machine (v4_gen_state) that a batched driver steps
  * together with other requests, and as the one-request loop v4_generate over it.
  *
- * The prompt is fed in chunks of up to V4_GEN_CHUNK positions per forward step (rows of
+ * The prompt is fed in chunks of up to V4_GEN_CHUNK positions (or the request's
+ * max_rows) per forward step (rows of
  * one v4_step: one pass over the weights for the chunk, results identical to feeding
  * one position at a time; the last position alone when one remains), then
  * each step samples the next token (sampling.h), feeds it back, and, when a tokenizer
@@ -64,6 +65,11 @@ typedef struct v4_gen_request {
      * each (layer, expert) its token was routed to (learned and hash layers alike).
      * The caller zeroes it; NULL = not collected. */
     uint32_t *expert_counts;
+    /* The most prompt positions one forward step of v4_generate carries (a prefill
+     * chunk; the context's rows limit it too): 0 = V4_GEN_CHUNK, 1 = one position per
+     * step.  The results do not depend on it.  Callers that step the state themselves
+     * pass their own limit to v4_gen_rows / v4_gen_step_alone instead. */
+    int max_rows;
 } v4_gen_request;
 
 typedef struct v4_gen_result {

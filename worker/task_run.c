@@ -12,6 +12,7 @@
 #include "../cache/model_files.h"
 #include "../kernels/v4/model.h"
 #include "cli_util.h"
+#include "step_rows.h"
 #include "task_run_internal.h"
 
 
@@ -81,19 +82,12 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     }
     if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, eo.cuda_mode, eo.gpu_expert_mem, &err))
         goto fail;
-    /* prefill chunks add rows to a step; with paged experts the union of a layer's
-     * experts (<= rows x n_act) must fit the host cache's slots, so chunks shrink.  On
-     * a CUDA backend (resident step: one row per sequence; hybrid: its device expert
-     * slots are sized for max_batch rows) steps keep one row per sequence. */
-    r->step_rows = v4_ctx_rows_per_seq(r->ctx) > 1 && !strcmp(r->be->ops->name, "cpu") ? v4_ctx_max_rows(r->ctx)
-                                                                                       : r->max_batch;
-    if (r->xp && r->m.cfg.n_act_experts > 0) {
-        v4_xcache_stats st;
-        v4_xprov_stats(r->xp, &st);
-        const int fit = st.slots / r->m.cfg.n_act_experts;
-        if (fit < r->step_rows)
-            r->step_rows = fit > r->max_batch ? fit : r->max_batch;
-    }
+    /* one row per sequence plus a prefill chunk's spare rows, as worker/step_rows.h
+     * decides (fewer with paged experts, one row per sequence on CUDA); a step
+     * implementation (the resident CUDA step) takes one row per sequence anyway. */
+    r->step_rows = v4_ctx_rows_per_seq(r->ctx) > 1
+                       ? v4_fit_step_rows(r->be, r->xp, &r->m.cfg, v4_ctx_max_rows(r->ctx), r->max_batch)
+                       : r->max_batch;
     return r;
 fail:
     from_v4(e, &err);
@@ -331,7 +325,7 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
     out->expert_k = mc->n_act_experts;
     j->guard = (v4_run_guard){deadline_ms, abort_fn, abort_ud, 0};
     j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
-                              t->n_stops, guard_cancel, &j->guard, out->expert_counts};
+                              t->n_stops, guard_cancel, &j->guard, out->expert_counts, 0};
     if (!(j->gen = v4_gen_begin(mc, j->seq, r->tok, &j->req, emit_buf, &j->buf, &err))) {
         from_v4(e, &err);
         goto fail;

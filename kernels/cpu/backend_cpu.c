@@ -8,7 +8,8 @@
  * avx2+fma).  The environment variable V4_CPU_ISA (scalar|avx2|avx512|avx512vnni|auto)
  * overrides an "auto" request, e.g. to compare
  * paths in production; an explicit isa argument wins over the environment.  Asking for
- * an ISA the CPU lacks is an error (V4_ERR_INVALID).
+ * an ISA the CPU lacks is an error (V4_ERR_INVALID).  The ISA as asked ("auto" or the
+ * name) is kept for the engine's attention loops (v4_cpu_backend_isa_asked).
  *
  * A linear call: in QUANT mode every input vector is quantized once (v4_act_quant or
  * its SIMD twin, bit-identical) into instance-owned buffers on the calling thread;
@@ -63,6 +64,7 @@ typedef struct lin_task_t {
 
 typedef struct cpu_impl {
     const char *isa;
+    const char *asked;  /* "auto" (chosen here) or isa (named by the caller or V4_CPU_ISA) */
     v4_act_quant_fn act_quant;
     v4_rows_fn fp8, fp4, exact;
     v4_pool *pool;
@@ -362,7 +364,8 @@ v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err)
         if (env && *env)
             isa = env;
     }
-    if (strcmp(isa, "auto") == 0)
+    const int asked_auto = strcmp(isa, "auto") == 0;
+    if (asked_auto)
         isa = v4_cpu_isa_supported("avx512vnni") ? "avx512vnni" : v4_cpu_isa_supported("avx512") ? "avx512"
               : v4_cpu_isa_supported("avx2") ? "avx2" : "scalar";
     if (strcmp(isa, "scalar") != 0 && strcmp(isa, "avx2") != 0 && strcmp(isa, "avx512") != 0 &&
@@ -396,6 +399,7 @@ v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err)
         v4_err_set(err, V4_ERR_INTERNAL, "cpu backend", "ISA '%s' not compiled in", isa);
         return NULL;
     }
+    c->asked = asked_auto ? "auto" : c->isa;
     c->n_threads = n_threads;
     c->pool = v4_pool_create(n_threads);
     if (!c->pool) {
@@ -414,6 +418,13 @@ const char *v4_cpu_backend_isa(const v4_backend *be)
     if (!be || be->ops != &cpu_ops)
         return NULL;
     return ((const cpu_impl *)be->impl)->isa;
+}
+
+const char *v4_cpu_backend_isa_asked(const v4_backend *be)
+{
+    if (!be || be->ops != &cpu_ops)
+        return NULL;
+    return ((const cpu_impl *)be->impl)->asked;
 }
 
 int v4_cpu_backend_threads(const v4_backend *be)

@@ -20,6 +20,11 @@
 v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err);
 /* The ISA the backend actually uses ("scalar", "avx2", "avx512", "avx512vnni"). */
 const char *v4_cpu_backend_isa(const v4_backend *be);
+/* The ISA as asked: "auto" when the backend chose it (isa "auto" or NULL, and
+ * V4_CPU_ISA unset or "auto"), else the one named ("scalar", "avx2", "avx512",
+ * "avx512vnni"); NULL when be is not the CPU backend.  The engine's attention loops
+ * follow it (kernels/v4/attn_kern.h v4_attn_kern_for_isa). */
+const char *v4_cpu_backend_isa_asked(const v4_backend *be);
 /* Threads the backend uses (including the caller). */
 int v4_cpu_backend_threads(const v4_backend *be);
 /* Which ISAs this CPU supports (for tests that run every path); "scalar" and "auto"

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "attn_kern.h"
 #include "internal.h"
 #include "ops.h"
 
@@ -117,7 +118,7 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
 
         int nc = candidates(c, lw, L, pos, b);
         float *o = S->o + (size_t)b * H * hd;
-        v4_sparse_attn_heads(q, H, S->cand, nc, hd, scale, lw->attn_sink, o);
+        v4_sparse_attn_heads_k(c->attn, q, H, S->cand, nc, hd, scale, lw->attn_sink, o);
         for (int h = 0; h < H; h++)
             v4_rope(o + (size_t)h * hd + hd - rd, rd / 2, freqs, pos, 1);
     }

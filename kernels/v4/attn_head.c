@@ -79,7 +79,8 @@ void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd
         o[d] = v4_bf16(acc[d] / l);
 }
 
-/* v4_sparse_attn_heads through the kernel set K (tests run every set). */
+/* v4_sparse_attn_heads through the kernel set K (tests run every set; NULL: the
+ * reference, one head at a time). */
 void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const float *const *cand, int L,
                             int hd, float scale, const float *sinks, float *o)
 {
@@ -87,7 +88,7 @@ void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const 
     float qT[V4_AK_MAX_HD * NL];
     double D[CH * NL], pbd[NL * CH];
     const float *kv[CH];
-    if (hd > V4_AK_MAX_HD) {     /* (the reference is limited to 1024 too) */
+    if (!K || hd > V4_AK_MAX_HD) {   /* the reference loops (which are limited to 1024 too) */
         for (int h = 0; h < H; h++)
             v4_sparse_attn_head(q + (size_t)h * hd, cand, L, hd, scale, sinks[h], o + (size_t)h * hd);
         return;

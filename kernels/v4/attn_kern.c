@@ -1,7 +1,8 @@
 /* attn_kern.c - the baseline instance of attn_kern.h's loops (attn_kern_body.h with
  * the target's default ISA: SSE2 on x86-64, any other architecture too) and the
- * run-time choice of the widest instance the CPU supports.  No state: the choice
- * reads the CPU's feature bits on every call (cheap; once per sequence and layer).
+ * run-time choice: the widest instance the CPU supports, or the one for a CPU backend
+ * ISA (v4_attn_kern_for_isa, once per context).  No state: the choice reads the CPU's
+ * feature bits on every call (cheap).
  * Thread: any. */
 #define V4_AK_SUFFIX portable
 #define V4_AK_VW 2
@@ -57,4 +58,22 @@ const v4_attn_kern *v4_attn_kern_by_name(const char *name)
         return have_avx512() ? &k_avx512 : NULL;
 #endif
     return NULL;
+}
+
+const v4_attn_kern *v4_attn_kern_for_isa(const char *isa)
+{
+    if (!isa)
+        return v4_attn_kern_get();
+    if (strcmp(isa, "scalar") == 0)
+        return NULL;
+    if (strcmp(isa, "avx2") == 0)
+        return v4_attn_kern_by_name("avx2");
+    if (strcmp(isa, "avx512") == 0 || strcmp(isa, "avx512vnni") == 0)
+        return v4_attn_kern_by_name("avx512");
+    return v4_attn_kern_get();
+}
+
+const char *v4_attn_kern_name(const v4_attn_kern *K)
+{
+    return K ? K->name : "reference";
 }

@@ -23,7 +23,11 @@
  * elsewhere), attn_kern_avx2.c (-mavx2 -mfma) and attn_kern_avx512.c
  * (-mavx512f/bw/vl/dq): CMake gives those files their flags by name, and
  * v4_attn_kern_get() picks the widest the CPU supports (__builtin_cpu_supports), so
- * the binary still runs on a baseline x86-64.  The results do not depend on the choice.
+ * the binary still runs on a baseline x86-64.  The engine follows the CPU backend's
+ * ISA instead (--isa, V4_CPU_ISA): v4_attn_kern_for_isa gives the set for it, NULL
+ * for "scalar" = the plain reference loops (v4_sparse_attn_head per head,
+ * v4_index_scores_ref); v4_ctx_create stores the choice in the context.  The results
+ * do not depend on the choice.
  *
  * Ownership: callers own every buffer; no state.  Thread: any (pure functions).
  */
@@ -69,8 +73,17 @@ static inline void v4_ak_transpose8(const float *q, int hd, int nh, float *qT)
 const v4_attn_kern *v4_attn_kern_get(void);
 /* "portable", "avx2" or "avx512"; NULL when unknown or not supported by this CPU. */
 const v4_attn_kern *v4_attn_kern_by_name(const char *name);
+/* The set for a CPU backend ISA as asked (cpu_backend.h v4_cpu_backend_isa_asked):
+ * "scalar" -> NULL (the reference loops); "avx2" -> the AVX2 set; "avx512" and
+ * "avx512vnni" -> the AVX-512 set (NULL, the reference, when this CPU lacks the ISA:
+ * the backend refuses such ISAs anyway); "auto", NULL (not the CPU backend) or any
+ * other name -> v4_attn_kern_get(). */
+const v4_attn_kern *v4_attn_kern_for_isa(const char *isa);
+/* K's name, "reference" for NULL. */
+const char *v4_attn_kern_name(const v4_attn_kern *K);
 
-/* v4_sparse_attn_heads / v4_index_scores (ops.h) through a given implementation. */
+/* v4_sparse_attn_heads / v4_index_scores (ops.h) through a given implementation;
+ * K == NULL: the reference loops (the same bits). */
 void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const float *const *cand, int L,
                             int hd, float scale, const float *sinks, float *o);
 void v4_index_scores_k(const v4_attn_kern *K, const float *q, const float *keys, int n, const float *wh, int ih,

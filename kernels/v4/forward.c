@@ -8,11 +8,14 @@
  *
  * Each step runs a batch of rows, each a sequence at its own position (a sequence's
  * several rows, a prefill chunk, take consecutive positions: rowpos); every weight is
- * read once per step for the whole batch.
+ * read once per step for the whole batch.  The context follows its CPU backend's ISA
+ * in the attention loops too (attn_kern.h; "scalar": the reference loops).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cpu/cpu_backend.h"
+#include "attn_kern.h"
 #include "internal.h"
 #include "ops.h"
 
@@ -109,6 +112,7 @@ v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_err
     c->w = w;
     c->be = be;
     c->max_batch = max_batch;
+    c->attn = v4_attn_kern_for_isa(v4_cpu_backend_isa_asked(be));   /* not the CPU backend: auto */
     const v4_config *cfg = &w->cfg;
     v4_rope_freqs(c->freqs_swa, cfg->rope_head_dim, cfg->rope_theta, 1.0, 0, 0, 0);
     v4_rope_freqs(c->freqs_comp, cfg->rope_head_dim, cfg->compress_rope_theta, cfg->rope_factor,
@@ -138,6 +142,8 @@ const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
 int v4_ctx_rows_per_seq(const v4_ctx *c) { return c->impl.step ? 1 : c->max_batch; }
 
 int v4_ctx_max_rows(const v4_ctx *c) { return c->max_batch; }
+
+const char *v4_ctx_attn_path(const v4_ctx *c) { return v4_attn_kern_name(c->attn); }
 
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p)
 {

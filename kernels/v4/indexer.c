@@ -49,7 +49,7 @@ void v4_index_scores_k(const v4_attn_kern *K, const float *q, const float *keys,
                        int id, float *score)
 {
     enum { NL = V4_AK_LANES, JT = 64 };
-    if (id > V4_AK_MAX_HD) {
+    if (!K || id > V4_AK_MAX_HD) {
         v4_index_scores_ref(q, keys, n, wh, ih, id, score);
         return;
     }
@@ -113,7 +113,7 @@ void v4_indexer(v4_ctx *c, int layer, v4_seq *s, int b, v4_trace *tr)
     v4_index_head_weights(c->s.iw + (size_t)b * ih, ih, id, wh);
     const int n = L->n_idx;
     float *score = c->s.score;
-    v4_index_scores(q, L->idx_keys, n, wh, ih, id, score);
+    v4_index_scores_k(c->attn, q, L->idx_keys, n, wh, ih, id, score);
     int k = n < cfg->index_topk ? n : cfg->index_topk;
     int *sel = c->s.csel + (size_t)b * cfg->index_topk;
     v4_topk(score, n, k, sel);

@@ -100,6 +100,11 @@ const v4_config *v4_ctx_config(const v4_ctx *c);
 int v4_ctx_rows_per_seq(const v4_ctx *c);
 /* Rows a step takes (max_batch). */
 int v4_ctx_max_rows(const v4_ctx *c);
+/* The attention / indexer loops c runs, chosen at create from its CPU backend's ISA
+ * as asked (--isa / V4_CPU_ISA): "reference" (scalar), "avx2", "avx512" (avx512 and
+ * avx512vnni), or for auto (and other backends) the widest the CPU runs, "portable"
+ * without AVX2.  Every choice gives the same bits. */
+const char *v4_ctx_attn_path(const v4_ctx *c);
 
 /* Feed tokens[i] to seqs[i] at its current position, for i < n (n <= max_batch);
  * logits: [n][vocab] f32 (may be NULL); traces: NULL or n pointers (each may be NULL).

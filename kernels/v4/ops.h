@@ -76,8 +76,10 @@ void v4_head_rms_bf16(float *q, int n, float eps);
  * masked), in chunks of 64 (online max/sum), o = bf16(acc / l); hd <= 1024. */
 void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd, float scale, float sink, float *o);
 /* attention.c: v4_sparse_attn_head for the H heads of one sequence, q/o [H][hd],
- * sinks[H]; the same bits, computed several heads and candidates at a time (SIMD where
- * the CPU has it, attn_kern.h).  o must not overlap q or the candidates. */
+ * sinks[H]; the same bits, computed several heads and candidates at a time (the widest
+ * SIMD the CPU has, attn_kern.h; the engine itself calls v4_sparse_attn_heads_k with
+ * its context's choice, which follows the CPU backend's ISA).  o must not overlap q or
+ * the candidates. */
 void v4_sparse_attn_heads(const float *q, int H, const float *const *cand, int L, int hd, float scale,
                           const float *sinks, float *o);
 /* compressor.c: the gated pooling of a complete block from the compressor state
@@ -86,6 +88,8 @@ void v4_comp_pool(const float *kv, const float *sc, int W, int r, int d, int ove
 /* indexer.c: wh[h] = bf16(bf16(iw[h]) * f32(id^-0.5 * ih^-0.5)); the scores
  * score[j] = bf16(f32(sum_h double(bf16(relu(bf16(q_h . K_j)) * wh[h])))). */
 void v4_index_head_weights(const float *iw, int ih, int id, float *wh);
+/* (the widest SIMD the CPU has; the engine calls v4_index_scores_k with its context's
+ * choice) */
 void v4_index_scores(const float *q, const float *keys, int n, const float *wh, int ih, int id, float *score);
 /* The same scores by the plain loop over keys and heads (the reference the SIMD path is
  * checked against, and its fallback for head dims above V4_AK_MAX_HD). */

@@ -1,0 +1,100 @@
+/* test_step_rows.c - the rows-per-step policy (worker/step_rows.h) on a synthetic tiny
+ * model (made by `v4fleet mkmodel`) with real host expert caches: the CPU backend with
+ * resident experts gets want_rows; with a cache of S slots and n_act experts per token
+ * it gets min(want, max(floor, S / n_act)); any other backend gets floor_rows. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/expert_provider.h"
+#include "cache/model_files.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "testutil.h"
+#include "worker/generate.h"
+#include "worker/step_rows.h"
+
+int main(void)
+{
+    char dir[4200], cmd[9000];
+    snprintf(dir, sizeof dir, "%s/step_rows_model", t_env("V4_TMP", "/tmp"));
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 5 --force --no-sync >/dev/null 2>&1",
+             t_env("V4_BIN", "build/v4fleet"), dir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+        return 1;
+    }
+    v4_model_files m;
+    v4_error err = {0};
+    if (v4_model_open(dir, &m, &err)) {
+        fprintf(stderr, "%s: %s\n", err.where, err.msg);
+        return 1;
+    }
+    const v4_config *cfg = &m.cfg;
+    const int K = cfg->n_act_experts;
+    CHECK(K == 4, "the tiny preset routes each token to 4 experts (got %d)", K);
+    v4_backend *cpu = v4_cpu_backend_create(1, "auto", &err);
+    CHECK(cpu != NULL, "cpu backend: %s", err.msg);
+    if (!cpu)
+        TEST_DONE();
+
+    /* resident experts on the CPU: what the caller wants, never below the floor */
+    CHECK(v4_fit_step_rows(cpu, NULL, cfg, V4_GEN_CHUNK, 1) == V4_GEN_CHUNK, "cpu, resident: want");
+    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 8 + V4_GEN_CHUNK - 1, 8) == 8 + V4_GEN_CHUNK - 1, "cpu, batch 8: want");
+    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 1, 1) == 1, "want 1: 1");
+    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 2, 5) == 5, "floor above want: floor");
+    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 16, 0) == 16, "floor 0 taken as 1");
+
+    /* any other backend: the floor (one row per sequence) */
+    const v4_backend_ops other_ops = {.name = "cuda"};
+    const v4_backend other = {&other_ops, NULL};
+    CHECK(v4_fit_step_rows(&other, NULL, cfg, V4_GEN_CHUNK, 1) == 1, "cuda: 1 row");
+    CHECK(v4_fit_step_rows(&other, NULL, cfg, 4 + V4_GEN_CHUNK - 1, 4) == 4, "cuda, batch 4: 4 rows");
+
+    /* paged experts: slots / n_act, between floor and want.  The slot size comes from
+     * a first cache; the others get budgets of exactly S slots. */
+    v4_xprov_opts xo = {dir, NULL, 64u << 20, "lru", 1, 0};
+    v4_xprov *xp = v4_xprov_open(cfg, m.ck, &xo, &err);
+    CHECK(xp != NULL, "open a 64 MiB cache: %s", err.msg);
+    size_t slot_bytes = 0;
+    if (xp) {
+        v4_xcache_stats st;
+        v4_xprov_stats(xp, &st);
+        slot_bytes = st.slot_bytes;
+        CHECK(st.slots == cfg->n_layers * cfg->n_routed_experts, "64 MiB: one slot per expert (%d slots)",
+              st.slots);
+        CHECK(v4_fit_step_rows(cpu, xp, cfg, V4_GEN_CHUNK, 1) == V4_GEN_CHUNK, "a large cache: want");
+        CHECK(v4_fit_step_rows(cpu, xp, cfg, 8 + V4_GEN_CHUNK - 1, 8) == st.slots / K,
+              "a large cache, batch 8: slots / n_act = %d rows", st.slots / K);
+        CHECK(v4_fit_step_rows(&other, xp, cfg, V4_GEN_CHUNK, 1) == 1, "a large cache on cuda: floor");
+        v4_xprov_close(xp);
+    }
+    static const struct { int slots, want, floor, expect; } cases[] = {
+        {16, V4_GEN_CHUNK, 1, 4},       /* 16 / 4 */
+        {19, V4_GEN_CHUNK, 1, 4},       /* rounds down */
+        {63, V4_GEN_CHUNK, 1, 15},
+        {64, V4_GEN_CHUNK, 1, 16},
+        {64, 12, 1, 12},                /* never above want */
+        {16, 8 + V4_GEN_CHUNK - 1, 8, 8},   /* never below the floor (a batch of 8) */
+        {40, 8 + V4_GEN_CHUNK - 1, 8, 10},
+        {16, 1, 1, 1},
+    };
+    for (size_t i = 0; slot_bytes && i < sizeof cases / sizeof cases[0]; i++) {
+        xo.budget_bytes = slot_bytes * (size_t)cases[i].slots;
+        if (!(xp = v4_xprov_open(cfg, m.ck, &xo, &err))) {
+            CHECK(0, "open a cache of %d slots: %s", cases[i].slots, err.msg);
+            continue;
+        }
+        v4_xcache_stats st;
+        v4_xprov_stats(xp, &st);
+        CHECK(st.slots == cases[i].slots, "budget of %d slots: %d", cases[i].slots, st.slots);
+        const int got = v4_fit_step_rows(cpu, xp, cfg, cases[i].want, cases[i].floor);
+        CHECK(got == cases[i].expect, "%d slots, want %d, floor %d: %d rows (expected %d)", cases[i].slots,
+              cases[i].want, cases[i].floor, got, cases[i].expect);
+        CHECK(v4_fit_step_rows(&other, xp, cfg, cases[i].want, cases[i].floor) == cases[i].floor,
+              "%d slots on cuda: the floor", cases[i].slots);
+        v4_xprov_close(xp);
+    }
+    cpu->ops->destroy(cpu);
+    v4_model_close(&m);
+    TEST_DONE();
+}
