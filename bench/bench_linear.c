@@ -12,8 +12,16 @@
  * counted).
  * Read bandwidth: STREAM-like sum of a 1 GiB buffer with 2 threads, median of 5.
  *
+ * --moe: instead, the routed-expert half of a batched MoE layer of the `small` model
+ * as the engine runs it (one v4_linear_many list): E = 36 FP4 experts (the union a
+ * step of 8 rows routes to, top-6 of 64), each with n = 1, 2 or 3 rows through w1 and
+ * w3 [1024 x 4096], then w2 [4096 x 1024]; 2 threads; GB/s of expert weights.  The
+ * experts (226 MB) do not fit a cache, like a real layer's.
+ *
  * Usage: bench_linear [isa ...]   (default: all supported; scalar is slow on the
  *        BF16 EXACT sets)
+ *        bench_linear --moe [isa|auto [E]]  (default: the best ISA, E = 36; a small E
+ *        keeps the experts in the cache: the kernel's compute rate)
  * Env: V4_BENCH_SAMPLES (default 5).
  */
 #include <stdint.h>
@@ -46,7 +54,7 @@ typedef struct wset {
     const char *name;
 } wset;
 
-static wset make_set(v4_wtype t, int rows, int cols, v4_layout layout, uint64_t *rs)
+static wset make_set(v4_wtype t, int rows, int cols, v4_layout layout, int min_copies, uint64_t *rs)
 {
     wset s;
     size_t wb = t == V4_W_FP8 ? (size_t)rows * cols : t == V4_W_BF16 ? (size_t)rows * cols * 2 : (size_t)rows * cols / 2;
@@ -56,8 +64,8 @@ static wset make_set(v4_wtype t, int rows, int cols, v4_layout layout, uint64_t 
     s.mode = t == V4_W_BF16 ? V4_LIN_EXACT : V4_LIN_QUANT;
     s.name = t == V4_W_FP8 ? "fp8" : t == V4_W_FP4 ? "fp4" : layout == V4_LAYOUT_R8 ? "bf16-r8" : "bf16-rm";
     s.copies = (int)(((size_t)128 << 20) / wb);
-    if (s.copies < 2)
-        s.copies = 2;
+    if (s.copies < min_copies)
+        s.copies = min_copies;
     s.m = calloc((size_t)s.copies, sizeof *s.m);
     for (int c = 0; c < s.copies; c++) {
         uint8_t *w = malloc(wb), *sc = malloc(sb);
@@ -113,6 +121,76 @@ static double time_linear(v4_backend *be, const wset *s, int n, const float *x, 
     return v4_bench_median(t, samples);
 }
 
+/* --moe (see the header): median seconds per layer of E experts at n rows each */
+static double time_moe(v4_backend *be, const wset *w13, const wset *w2, int E, int n, float *x, float *h,
+                       float *y, int samples)
+{
+    v4_lin_job jobs[2 * 64];
+    double t[16];
+    for (int k = -1; k < samples; k++) {   /* k = -1: warm-up */
+        double t0 = v4_bench_now();
+        for (int e = 0; e < E; e++) {
+            const float *xe = x + (size_t)e * n * 4096;
+            float *he = h + (size_t)e * 2 * n * 1024;
+            jobs[2 * e] = (v4_lin_job){&w13->m[2 * e], V4_LIN_QUANT, n, xe, 4096, he, 1024};
+            jobs[2 * e + 1] = (v4_lin_job){&w13->m[2 * e + 1], V4_LIN_QUANT, n, xe, 4096, he + (size_t)n * 1024, 1024};
+        }
+        v4_linear_many(be, jobs, 2 * E);
+        for (int e = 0; e < E; e++)
+            jobs[e] = (v4_lin_job){&w2->m[e], V4_LIN_QUANT, n, h + (size_t)e * 2 * n * 1024, 1024,
+                                   y + (size_t)e * n * 4096, 4096};
+        v4_linear_many(be, jobs, E);
+        if (k >= 0)
+            t[k] = v4_bench_now() - t0;
+    }
+    return v4_bench_median(t, samples);
+}
+
+static int moe_main(const char *isa, int E, int samples)
+{
+    enum { NMAX = 3 };
+    if (E < 1 || E > 64)
+        E = 36;
+    uint64_t seed = 0x2468ace13579bdfull, *rs = &seed;
+    double bw = v4_bench_read_bandwidth((size_t)1 << 30, 2, samples);
+    printf("read bandwidth (1 GiB sum, 2 threads, median of %d): %.1f GB/s\n", samples, bw);
+    v4_error err;
+    v4_err_clear(&err);
+    if (!isa)
+        isa = v4_cpu_isa_supported("avx512vnni") ? "avx512vnni" : v4_cpu_isa_supported("avx512") ? "avx512" : "avx2";
+    v4_backend *be = v4_cpu_backend_create(2, isa, &err);
+    if (!be) {
+        fprintf(stderr, "bench_linear: %s\n", err.msg);
+        return 1;
+    }
+    /* make_set's copies: w13 gets 2E matrices of [1024 x 4096], w2 E of [4096 x 1024] */
+    wset w13 = make_set(V4_W_FP4, 1024, 4096, V4_LAYOUT_ROWMAJOR, 2 * E, rs);
+    wset w2 = make_set(V4_W_FP4, 4096, 1024, V4_LAYOUT_ROWMAJOR, E, rs);
+    if (w13.copies < 2 * E || w2.copies < E) {
+        fprintf(stderr, "bench_linear: too few expert copies\n");
+        return 1;
+    }
+    float *x = malloc(sizeof(float) * E * NMAX * 4096), *h = malloc(sizeof(float) * E * NMAX * 2 * 1024),
+          *y = malloc(sizeof(float) * E * NMAX * 4096);
+    for (int i = 0; i < E * NMAX * 4096; i++)
+        x[i] = (float)((double)(rnd(rs) >> 11) * 0x1p-53 - 0.5);
+    const double bytes = (double)E * 3 * 1024 * 4096 / 2;
+    printf("MoE layer: %d FP4 experts (w1, w3 [1024 x 4096], w2 [4096 x 1024]), %s, 2 threads, median of %d\n\n",
+           E, isa, samples);
+    printf("%3s %12s %10s %10s\n", "n", "ms/layer", "GB/s", "% of BW");
+    for (int n = 1; n <= NMAX; n++) {
+        double sec = time_moe(be, &w13, &w2, E, n, x, h, y, samples);
+        printf("%3d %12.3f %10.2f %9.0f%%\n", n, sec * 1e3, bytes / sec / 1e9, bw > 0 ? 100.0 * bytes / sec / 1e9 / bw : 0.0);
+    }
+    free(x);
+    free(h);
+    free(y);
+    free_set(&w13);
+    free_set(&w2);
+    be->ops->destroy(be);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *env = getenv("V4_BENCH_SAMPLES");
@@ -122,6 +200,8 @@ int main(int argc, char **argv)
     const char *all[4] = {"scalar", "avx2", "avx512", "avx512vnni"};
     const char *isas[8];
     int nisa = 0;
+    if (argc > 1 && !strcmp(argv[1], "--moe"))
+        return moe_main(argc > 2 && strcmp(argv[2], "auto") ? argv[2] : NULL, argc > 3 ? atoi(argv[3]) : 36, samples);
     if (argc > 1) {
         for (int i = 1; i < argc && nisa < 8; i++)
             isas[nisa++] = argv[i];
@@ -135,8 +215,8 @@ int main(int argc, char **argv)
 
     enum { R = 4096, C = 4096, RH = 32768, NMAX = 8, NSET = 4 };
     uint64_t seed = 0x123456789abcdefull, *rs = &seed;
-    wset sets[NSET] = {make_set(V4_W_FP8, R, C, V4_LAYOUT_ROWMAJOR, rs), make_set(V4_W_FP4, R, C, V4_LAYOUT_ROWMAJOR, rs),
-                       make_set(V4_W_BF16, RH, C, V4_LAYOUT_ROWMAJOR, rs), make_set(V4_W_BF16, RH, C, V4_LAYOUT_R8, rs)};
+    wset sets[NSET] = {make_set(V4_W_FP8, R, C, V4_LAYOUT_ROWMAJOR, 2, rs), make_set(V4_W_FP4, R, C, V4_LAYOUT_ROWMAJOR, 2, rs),
+                       make_set(V4_W_BF16, RH, C, V4_LAYOUT_ROWMAJOR, 2, rs), make_set(V4_W_BF16, RH, C, V4_LAYOUT_R8, 2, rs)};
     float *x = malloc(sizeof(float) * NMAX * C), *y = malloc(sizeof(float) * NMAX * RH);
     for (int i = 0; i < NMAX * C; i++)
         x[i] = (float)((double)(rnd(rs) >> 11) * 0x1p-53 - 0.5);
