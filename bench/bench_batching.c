@@ -22,7 +22,14 @@
  * run at max(weight bytes / bandwidth, multiply-adds / rate) seconds, so "roofline
  * tok/s" is the most any kernel doing FP32 multiply-adds could reach for that N and
  * "roofline speed-up" the most batching could gain over N = 1 on this machine (a
- * compute-bound N = 8 against a memory-bound N = 1 caps it).  Not a test: prints,
+ * compute-bound N = 8 against a memory-bound N = 1 caps it).  "exact roof" is the same
+ * bound for the arithmetic this engine must do to reproduce the golden bit for bit
+ * (README "Numerics"): the trunk's products (FP8, BF16) are double sums, so they run
+ * at most at half the FP32 rate (8 lanes, not 16), the routed FP4 experts' byte dot
+ * products at most at twice it; the trunk and the experts are separate phases of a
+ * step, so the bound is max(trunk bytes / BW, trunk MACs / (rate / 2)) + max(expert
+ * bytes / BW, expert MACs / (2 rate)) seconds, and "exact roof speed-up" the most
+ * batching could gain over N = 1 if every N ran at that bound.  Not a test: prints,
  * never fails on speed.  With --device cuda the engine runs on the GPU (the resident
  * step batches the same way), % of BW is against 4.8 TB/s and the roofline columns
  * are n/a.
@@ -82,7 +89,7 @@ static void page_in(const char *dir)
 }
 
 typedef struct run_figs {
-    double tps, rows_per_step, bytes_per_row, gbs, macs_per_row, bytes, macs, tokens;
+    double tps, rows_per_step, bytes_per_row, gbs, macs_per_row, bytes, macs, tokens, ebytes, emacs;
 } run_figs;
 
 static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs *rf)
@@ -149,6 +156,8 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
     rf->macs_per_row = f.rows ? f.macs / (double)f.rows : 0;
     rf->bytes = f.weight_bytes;
     rf->macs = f.macs;
+    rf->ebytes = f.expert_bytes;
+    rf->emacs = f.expert_macs;
     rf->tokens = (double)tokens;
     return failed ? -1 : 0;
 }
@@ -246,11 +255,12 @@ int main(int argc, char **argv)
     printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n\n",
            o.k, o.prompt, o.tokens, o.runs);
     printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW "
-           "| MACs/position | roofline tok/s | %% of roofline | roofline speed-up |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "| MACs/position | roofline tok/s | %% of roofline | roofline speed-up | exact roof tok/s | %% of exact roof "
+           "| exact roof speed-up |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
     unsigned rng = 12345;
-    double base = 0, roof_base = 0;
+    double base = 0, roof_base = 0, xroof_base = 0;
     int rc = 0;
     for (int t = 0; t < nn; t++) {
         run_figs rf[32], med = {0};
@@ -276,10 +286,19 @@ int main(int argc, char **argv)
             base = ns[t] == 1 ? med.tps : base;
         if (ns[t] == 1)
             roof_base = roof;
-        char rcell[160] = "n/a | n/a | n/a";
-        if (roof > 0)
-            snprintf(rcell, sizeof rcell, "%.1f | %.0f%% | %s%.2fx", roof, 100.0 * med.tps / roof, roof_base ? "" : "n/a ",
-                     roof_base ? roof / roof_base : 0);
+        char rcell[240] = "n/a | n/a | n/a | n/a | n/a | n/a";
+        if (roof > 0) {
+            /* the exact-arithmetic bound (see the header) */
+            const double Bs = bw * 1e9, tb = med.bytes - med.ebytes, tm = med.macs - med.emacs;
+            const double trunk_s = tb / Bs > tm / (peak / 2) ? tb / Bs : tm / (peak / 2);
+            const double exp_s = med.ebytes / Bs > med.emacs / (2 * peak) ? med.ebytes / Bs : med.emacs / (2 * peak);
+            const double xroof = med.tokens / (trunk_s + exp_s);
+            if (ns[t] == 1)
+                xroof_base = xroof;
+            snprintf(rcell, sizeof rcell, "%.1f | %.0f%% | %s%.2fx | %.1f | %.0f%% | %s%.2fx", roof,
+                     100.0 * med.tps / roof, roof_base ? "" : "n/a ", roof_base ? roof / roof_base : 0, xroof,
+                     100.0 * med.tps / xroof, xroof_base ? "" : "n/a ", xroof_base ? xroof / xroof_base : 0);
+        }
         const char *mname = strrchr(o.model, '/') && strrchr(o.model, '/')[1] ? strrchr(o.model, '/') + 1 : o.model;
         printf("| %s | %s (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %.2f-%.2f | %s%.2fx | %.2f | "
                "%.3e | %.2f | %.1f%% | %.3e | %s |\n",

@@ -47,6 +47,8 @@ typedef struct v4_batch_exec v4_batch_exec;
 typedef struct v4_batch_exec_figs {
     long steps, rows;
     double weight_bytes, macs;
+    /* the routed experts' share of those (the rest is the trunk's) */
+    double expert_bytes, expert_macs;
 } v4_batch_exec_figs;
 
 typedef struct v4_batch_exec_ops {

@@ -104,6 +104,8 @@ static void count_step(cont_exec *c, int rows)
     c->figs.rows += rows;
     c->figs.weight_bytes += c->trunk_bytes + (double)distinct * c->expert_bytes;
     c->figs.macs += c->trunk_macs * rows + (double)uses * c->expert_macs;
+    c->figs.expert_bytes += (double)distinct * c->expert_bytes;
+    c->figs.expert_macs += (double)uses * c->expert_macs;
 }
 
 /* A summarize slot: prepare its next generation (active), or, when the tree is
