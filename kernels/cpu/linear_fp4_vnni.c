@@ -38,7 +38,8 @@
  * registers); more vectors decode each 128-column block once into an L1 buffer reused by
  * every vector (fp4_tile: up to VCHUNK vectors keep their float accumulators across the
  * blocks), so a weight byte is read from memory once per call.  The tile's E8M0 scales
- * are converted 32 blocks at a time (scales_seg); rows are prefetched 6 blocks ahead.
+ * are converted 32 blocks at a time (scales_seg); each tile prefetches the next one
+ * (pfetch), the first tile of a call its own rows 6 blocks ahead.
  *
  * Non-finite inputs: NaN/inf activations, columns not a multiple of 128, or a failed
  * allocation defer to the scalar reference.  E8M0 0xff scales give NaN like the scalar
@@ -236,15 +237,29 @@ V4_INLINE void tile_rows(const v4_mat *W, int rt, int nr, const uint8_t **wrow, 
     }
 }
 
-/* Start of block kb in a tile: prefetch the rows 6 blocks ahead (when the weights
- * come from memory), convert the next scale segment when kb starts one (sbuf holds
- * SSEG blocks), and give the block's two scale vectors. */
-V4_INLINE void block_begin(const uint8_t *const *wrow, const uint8_t *const *srow, int kb, int nkb, int prefetch,
+/* What a tile prefetches: the next tile's weights and scales (contiguous: rows rt+8 ..
+ * rt+15), spread over its blocks (8 lines of weights per block: the next tile arrives
+ * as this one is consumed), and, for the first tile of a call, its own rows 6 blocks
+ * ahead.  next == NULL: nothing (a tile's repeated pass, or the last tile). */
+typedef struct pfetch {
+    const uint8_t *next, *next_s;
+    int first;
+} pfetch;
+
+/* Start of block kb in a tile: the prefetches, convert the next scale segment when kb
+ * starts one (sbuf holds SSEG blocks), and give the block's two scale vectors. */
+V4_INLINE void block_begin(const uint8_t *const *wrow, const uint8_t *const *srow, int kb, int nkb, pfetch pf,
                            float *sbuf, __m512 *sw0, __m512 *sw1)
 {
-    if (prefetch)
+    if (pf.first)
         for (int i = 0; i < TILE; i++)
             _mm_prefetch((const char *)(wrow[i] + (size_t)(kb + 6) * 64), _MM_HINT_T0);
+    if (pf.next) {
+        for (int i = 0; i < TILE; i++)
+            _mm_prefetch((const char *)(pf.next + ((size_t)kb * TILE + i) * 64), _MM_HINT_T0);
+        if (2 * kb < nkb)   /* the next tile's scales: TILE * nkb * 4 bytes = nkb / 2 lines */
+            _mm_prefetch((const char *)(pf.next_s + (size_t)kb * 64), _MM_HINT_T0);
+    }
     if (kb % SSEG == 0)
         scales_seg(srow, kb, imin(SSEG, nkb - kb), sbuf);
     *sw0 = _mm512_loadu_ps(sbuf + (kb % SSEG) * 32);
@@ -330,7 +345,7 @@ V4_INLINE int load_acts(const acts *a, int nkb, int v, int kb, __m512i *H, __m51
 
 /* One vector: each row's decode goes straight to its dot products and the
  * accumulator stays in a register (measured faster than tile_small with NV = 1). */
-static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, int rt, int nr, int c0)
+static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, int rt, int nr, int c0, pfetch pf)
 {
     const int K = W->cols, nkb = K / 128;
     const __m512i tu = u_table();
@@ -341,7 +356,7 @@ static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, 
     __m256 acc = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
         __m512 sw0, sw1;
-        block_begin(wrow, srow, kb, nkb, 1, sbuf, &sw0, &sw1);
+        block_begin(wrow, srow, kb, nkb, pf, sbuf, &sw0, &sw1);
         __m512i H[4], L[2], C, r[TILE];
         const int has_l = load_acts(a, nkb, c0, kb, H, L, &C);
         for (int j = 0; j < TILE; j++) {
@@ -358,7 +373,7 @@ static void tile_one(const v4_mat *W, const float *xs, const acts *a, float *y, 
  * straight to the vectors' dot products and everything stays in registers (no L1
  * weight buffer: the general tile below spills at these sizes). */
 V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float *y, int ldy,
-                          int rt, int nr, int c0, const int NV)
+                          int rt, int nr, int c0, pfetch pf, const int NV)
 {
     const int K = W->cols, nkb = K / 128;
     const __m512i tu = u_table();
@@ -370,7 +385,7 @@ V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float
         acc[v] = _mm256_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
         __m512 sw0, sw1;
-        block_begin(wrow, srow, kb, nkb, 1, sbuf, &sw0, &sw1);
+        block_begin(wrow, srow, kb, nkb, pf, sbuf, &sw0, &sw1);
         int has_l[SMALLN];
         __m512i H[SMALLN][4], L[SMALLN][2], C[SMALLN], r[SMALLN][TILE];
         for (int v = 0; v < NV; v++)
@@ -389,7 +404,7 @@ V4_INLINE void tile_small(const v4_mat *W, const float *xs, const acts *a, float
 }
 
 static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, float *y, int ldy,
-                     int rt, int nr)
+                     int rt, int nr, pfetch pf)
 {
     const int K = W->cols, nkb = K / 128;
     const __m512i tu = u_table();
@@ -404,7 +419,7 @@ static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, flo
             acc[v] = _mm256_setzero_ps();
         for (int kb = 0; kb < nkb; kb++) {
             __m512 sw0, sw1;
-            block_begin(wrow, srow, kb, nkb, c0 == 0, sbuf, &sw0, &sw1);
+            block_begin(wrow, srow, kb, nkb, c0 == 0 ? pf : (pfetch){NULL, NULL, 0}, sbuf, &sw0, &sw1);
             __m512i H[4], L[2], C, r[TILE];
             if (nv == 1) {      /* one vector: each row's decode goes straight to its dots */
                 const int has_l = load_acts(a, nkb, c0, kb, H, L, &C);
@@ -441,20 +456,27 @@ void v4_rows_fp4_vnni(const v4_mat *W, int n, const float *xq, const float *xs,
     }
     for (int rt = r0; rt < r1; rt += TILE) {
         const int nr = imin(TILE, r1 - rt);
+        pfetch pf = {NULL, NULL, rt == r0};
+        if (rt + TILE < r1) {
+            pf.next = (const uint8_t *)W->w + (size_t)(rt + TILE) * (W->cols / 2);
+            pf.next_s = W->scale + (size_t)(rt + TILE) * (W->cols / 32);
+        }
         if (n > 4) {
-            fp4_tile(W, n, xs, &a, y, ldy, rt, nr);
+            fp4_tile(W, n, xs, &a, y, ldy, rt, nr, pf);
             continue;
         }
-        /* n <= 4: passes of at most SMALLN vectors (4 = 3 + 1) */
+        /* n <= 4: passes of at most SMALLN vectors (4 = 3 + 1; the second pass finds
+         * the tile in the cache and prefetches nothing) */
         for (int c0 = 0; c0 < n;) {
             const int nv = imin(n - c0, SMALLN);
             if (nv == 1)
-                tile_one(W, xs, &a, y + (size_t)c0 * ldy, rt, nr, c0);
+                tile_one(W, xs, &a, y + (size_t)c0 * ldy, rt, nr, c0, pf);
             else if (nv == 2)
-                tile_small(W, xs, &a, y, ldy, rt, nr, c0, 2);
+                tile_small(W, xs, &a, y, ldy, rt, nr, c0, pf, 2);
             else
-                tile_small(W, xs, &a, y, ldy, rt, nr, c0, 3);
+                tile_small(W, xs, &a, y, ldy, rt, nr, c0, pf, 3);
             c0 += nv;
+            pf = (pfetch){NULL, NULL, 0};
         }
     }
     free(a.corr);
