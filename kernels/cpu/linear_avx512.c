@@ -192,6 +192,7 @@ V4_INLINE void bf16_store_mask(float *dst, __m256 acc, int nr)
 typedef struct tile_ctx {
     const uint8_t *wrow[TILE];      /* the tile's rows (clamped to valid rows) */
     const uint8_t *srow[TILE];      /* their scale rows */
+    const uint8_t *next;            /* FP8: the next tile's weights to prefetch, or NULL */
     int rt, nr;
 } tile_ctx;
 
@@ -220,6 +221,11 @@ V4_INLINE int fp8_pass(const v4_mat *W, const float *xq, const float *xs, const 
                 _mm_prefetch((const char *)(wr[i] + 2 * 128), _MM_HINT_T0);
                 _mm_prefetch((const char *)(wr[i] + 2 * 128 + 64), _MM_HINT_T0);
             }
+            /* the next tile (8 contiguous rows): 16 lines per block, so it has arrived
+             * when this one ends */
+            if (t->next)
+                for (int i = 0; i < 2 * TILE; i++)
+                    _mm_prefetch((const char *)(t->next + ((size_t)kb * 2 * TILE + i) * 64), _MM_HINT_T0);
         }
         const double *qb = qd;
         size_t ldq = 128;
@@ -287,10 +293,10 @@ static double *fp8_qd_make(int n, int K, const float *xq)
 }
 
 static void fp8_tile(const v4_mat *W, int n, const float *xq, const float *xs,
-                     const double *qall, float *y, int ldy, int rt, int nr)
+                     const double *qall, float *y, int ldy, int rt, int nr, int r1)
 {
     const int K = W->cols, scols = (K + 127) / 128;
-    tile_ctx t = {.rt = rt, .nr = nr};
+    tile_ctx t = {.rt = rt, .nr = nr, .next = rt + TILE < r1 ? (const uint8_t *)W->w + (size_t)(rt + TILE) * K : NULL};
     for (int i = 0; i < TILE; i++) {
         int r = rt + imin(i, nr - 1);
         t.wrow[i] = (const uint8_t *)W->w + (size_t)r * K;
@@ -323,7 +329,7 @@ void v4_rows_fp8_avx512(const v4_mat *W, int n, const float *xq, const float *xs
     }
     double *qall = fp8_qd_make(n, W->cols, xq);
     for (int rt = r0; rt < r1; rt += TILE)
-        fp8_tile(W, n, xq, xs, qall, y, ldy, rt, imin(TILE, r1 - rt));
+        fp8_tile(W, n, xq, xs, qall, y, ldy, rt, imin(TILE, r1 - rt), r1);
     free(qall);
 }
 
