@@ -15,7 +15,8 @@
  * each sum(u*x) by VPDPBUSD (unsigned x signed bytes, 4 products added into an int32
  * lane; no lane comes near 2^31, so nothing wraps), 12 * sum(Q) (the bias, per vector
  * and block) computed once per call.  The L pass runs only for (vector, 128-column
- * block)s whose activations have L != 0 (rare: values below 2^-3 of e4m3's range).
+ * block)s whose activations have L != 0 (rare: only values below 2^-3, under 1/3584
+ * of the block's largest, 448).
  * f32(partial) is cvt(S) (one round to nearest even) times 2^-10 (exact; without the
  * L pass cvt(S/8) * 2^-7, the same value), then the
  * scalar epilogue op for op:  t = f32(partial) * s_act; t = t * s_w; acc = acc + t,
