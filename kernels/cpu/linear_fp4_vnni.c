@@ -414,24 +414,19 @@ static void fp4_tile(const v4_mat *W, int n, const float *xs, const acts *a, flo
     __m512i wd[TILE][2];
     for (int c0 = 0; c0 < n; c0 += VCHUNK) {
         const int nv = imin(VCHUNK, n - c0);
+        const pfetch pfc = c0 == 0 ? pf : (pfetch){NULL, NULL, 0};
+        if (nv == 1) {          /* a last single vector: the register path */
+            tile_one(W, xs, a, y + (size_t)c0 * ldy, rt, nr, c0, pfc);
+            continue;
+        }
         float sbuf[SSEG * 32];
         __m256 acc[VCHUNK];
         for (int v = 0; v < nv; v++)
             acc[v] = _mm256_setzero_ps();
         for (int kb = 0; kb < nkb; kb++) {
             __m512 sw0, sw1;
-            block_begin(wrow, srow, kb, nkb, c0 == 0 ? pf : (pfetch){NULL, NULL, 0}, sbuf, &sw0, &sw1);
+            block_begin(wrow, srow, kb, nkb, pfc, sbuf, &sw0, &sw1);
             __m512i H[4], L[2], C, r[TILE];
-            if (nv == 1) {      /* one vector: each row's decode goes straight to its dots */
-                const int has_l = load_acts(a, nkb, c0, kb, H, L, &C);
-                for (int j = 0; j < TILE; j++) {
-                    __m512i w[2];
-                    decode_block(wrow[j] + (size_t)kb * 64, tu, w);
-                    r[j] = row_dot(w, H, L, has_l);
-                }
-                acc[0] = epilogue(r, has_l, C, xs[(size_t)c0 * nkb + kb], sw0, sw1, acc[0]);
-                continue;
-            }
             for (int i = 0; i < TILE; i++)
                 decode_block(wrow[i] + (size_t)kb * 64, tu, wd[i]);
             for (int v = 0; v < nv; v++) {
