@@ -1,5 +1,5 @@
 /* bench_batching.c - aggregate decode throughput of continuous batching (the executor
- * behind `v4fleet batch --concurrency N`, worker/batch_exec_cont.c) against N.
+ * behind `v4fleet batch --concurrency N`, worker/serve/exec_cont.c) against N.
  *
  *   bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]
  *                  [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]
@@ -47,7 +47,7 @@
 #ifdef V4_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
-#include "worker/batch_exec.h"
+#include "worker/serve/executor.h"
 
 #define HBM_GBS 4800.0   /* the 100% line with --device cuda: H200 HBM3e, nominal */
 
@@ -95,7 +95,7 @@ typedef struct run_figs {
 static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs *rf)
 {
     char err[256];
-    v4_batch_exec *x = v4_batch_exec_continuous(r, n, NULL, NULL, err, sizeof err);
+    v4_exec *x = v4_exec_continuous(r, n, NULL, NULL, err, sizeof err);
     if (!x) {
         fprintf(stderr, "bench_batching: %s\n", err);
         return -1;
@@ -103,7 +103,7 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
     const int V = v4_runner_config(r)->vocab_size, jobs = n * o->k;
     long long tokens = 0;
     int failed = 0, submitted = 0;
-    v4_batch_job *fin[64];
+    v4_job *fin[64];
     double t0 = v4_bench_now();
     while (submitted < jobs || x->ops->in_flight(x) > 0) {
         if (submitted < jobs && x->ops->in_flight(x) < x->ops->capacity(x)) {
@@ -121,12 +121,13 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
                 at += (size_t)snprintf(line + at, cap - at, "%s%u", p ? "," : "", 2 + (*rng >> 8) % (unsigned)(V - 2));
             }
             snprintf(line + at, cap - at, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}", o->tokens);
-            v4_batch_job *j = calloc(1, sizeof *j);
-            v4_batch_item_parse(line, strlen(line), submitted + 1, 1 << 20, &j->item);
+            v4_job *j = calloc(1, sizeof *j);
+            v4_task_error te = {0};
+            int bad = v4_task_parse(line, strlen(line), 1 << 20, &j->task, &te);
             free(line);
-            if (!j->item.ok || x->ops->submit(x, j)) {
-                fprintf(stderr, "bench_batching: task %d refused: %s\n", submitted, j->item.err.message);
-                v4_batch_job_free(j);
+            if (bad || x->ops->submit(x, j)) {
+                fprintf(stderr, "bench_batching: task %d refused: %s\n", submitted, bad ? te.message : "no free slot");
+                v4_job_free(j);
                 free(j);
                 x->ops->destroy(x);
                 return -1;
@@ -141,13 +142,13 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
                 failed++;
             }
             tokens += fin[i]->out.n_tokens;
-            v4_batch_job_free(fin[i]);
+            v4_job_free(fin[i]);
             free(fin[i]);
         }
     }
     double dt = v4_bench_now() - t0;
-    v4_batch_exec_figs f;
-    v4_batch_exec_figs_get(x, &f);
+    v4_exec_figs f;
+    v4_exec_figs_get(x, &f);
     x->ops->destroy(x);
     rf->tps = (double)tokens / dt;
     rf->rows_per_step = f.steps ? (double)f.rows / (double)f.steps : 0;

@@ -12,7 +12,7 @@
  * every expert stays on the GPU and fits, hybrid + the GPU expert cache otherwise) as
  * `v4fleet generate` does) a fresh backend and context are made, one untimed warm-up generation runs (weights are uploaded to the GPU on first
  * use), then R generations of T greedy tokens (EOS ignored) from the same prompt through
- * the engine's generate path (worker/generate.h, as `v4fleet generate`).  Per-token
+ * the engine's generate path (worker/serve/generate.h, as `v4fleet generate`).  Per-token
  * time = decode seconds / (generated tokens - 1) of a run (the first id is sampled from
  * the prompt's last step, so T tokens are T-1 timed decode steps; T >= 2); the table
  * shows the median of the runs (and the min-max range).  bytes/token = the weights one decode step reads at
@@ -40,9 +40,10 @@
 
 #include "cache/model_files.h"
 #include "kernels/v4/model.h"
+#include "config/device_setting.h"
 #include "membw.h"
-#include "worker/cli_util.h"
-#include "worker/generate.h"
+#include "worker/tools/cli_util.h"
+#include "worker/serve/generate.h"
 #ifdef V4_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif

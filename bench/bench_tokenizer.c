@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "worker/tokenizer.h"
+#include "worker/tokenizer/tokenizer.h"
 
 #ifndef V4_TOKENIZER_DIR
 #define V4_TOKENIZER_DIR "tests/data/tokenizer"

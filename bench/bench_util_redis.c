@@ -1,4 +1,4 @@
-/* bench_util_redis.c - Redis cost of the expert-utilization counters (cache/util_redis.c)
+/* bench_util_redis.c - Redis cost of the expert-utilization counters (telemetry/util_redis.c)
  * for a model shape, per task, before and after the records were aggregated into one EVAL.
  *
  * Configs (each on its own key prefix, keys deleted afterwards):
@@ -34,8 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/redis_conn.h"
-#include "cache/util_redis.h"
+#include "telemetry/redis_conn.h"
+#include "telemetry/util_redis.h"
 
 /* The per-task script of commit 3c7aeab (the "before" config). */
 static const char OLD_SCRIPT[] =

@@ -1,8 +1,8 @@
 /* device_setting.h - the syntax of the device settings: V4_DEVICE / --device (cpu |
  * cuda | cuda:N) and V4_CUDA_MODE (auto | resident | hybrid).  Shared by the worker
- * settings (config/worker_config.c, checked at start), the engine commands
- * (worker/cli_util.c) and the mode choice (worker/device_step.c).  Whether the device
- * exists is known only when it is opened.  Header-only.  Thread: any (pure).
+ * settings (config/worker_config.c, checked at start), the engine commands' flags
+ * (worker/tools/cli_util.c) and the engine assembly (worker/serve/engine.c: V4_DEVICE,
+ * the mode choice).  Whether the device exists is known only when it is opened.  Header-only.  Thread: any (pure).
  */
 #ifndef V4_DEVICE_SETTING_H
 #define V4_DEVICE_SETTING_H

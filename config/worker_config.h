@@ -60,7 +60,7 @@ typedef struct v4_worker_config {
     long max_body_bytes;            /* largest task body accepted (64..64 MiB) */
     long grace_ms;                  /* SIGTERM grace period for the running task */
     int log_level;                  /* 0 error, 1 info, 2 debug */
-    /* Redis expert-utilization counters (cache/util_redis.h) */
+    /* Redis expert-utilization counters (telemetry/util_redis.h) */
     char redis_prefix[64];          /* key prefix */
     long redis_bucket_s;            /* time-bucket width */
     long redis_bucket_ttl_s;        /* expiry of a bucket hash */
@@ -72,12 +72,12 @@ typedef struct v4_worker_config {
     long long host_cache_bytes;     /* V4_HOST_CACHE_BYTES: 0 = all experts resident (no cache) */
     char cache_policy[16];          /* V4_CACHE_POLICY: lru | slru | lfru */
     int io_threads;                 /* V4_IO_THREADS: concurrent expert reads */
-    /* observability (worker/http_server.h, worker/log.h) */
+    /* observability (worker/fleet/http_server.h, worker/fleet/log.h) */
     int http_port;                  /* V4_HTTP_PORT: 0 = no endpoint */
     int http_port_set;              /* V4_HTTP_PORT was given (env, _FILE or file), not the default */
     char http_addr[64];             /* V4_HTTP_ADDR: IPv4/IPv6 literal to listen on */
     char log_format[8];             /* V4_LOG_FORMAT: json | text | auto */
-    /* the device (README "CUDA"); the worker's engine takes them from here */
+    /* the device (docs/cuda.md); the worker's engine takes them from here */
     char device[16];                /* V4_DEVICE: cpu | cuda | cuda:N */
     char cuda_mode[16];             /* V4_CUDA_MODE: auto | resident | hybrid */
     char gpu_expert_mem[32];        /* V4_GPU_EXPERT_MEM: "" (all resident) | bytes | P% */

@@ -2,8 +2,11 @@
  *
  * The model code (kernels/v4/) does all the small element-wise work itself and
  * calls the backend for the operations that touch weights: matrix x batch-of-vectors
- * products.  A CPU implementation lives in kernels/cpu/, a CUDA one will live in
- * kernels/cuda/; adding a backend touches no model code.
+ * products.  The CPU implementation lives in kernels/cpu/ (kernels/cpu/cpu_backend.h),
+ * the CUDA one in kernels/cuda/ (kernels/cuda/cuda_backend.h: the products on the GPU,
+ * plus the device-resident step of kernels/cuda/cuda_step.h, which a backend may run
+ * in place of the CPU step); adding a backend touches no model code.  Which backend
+ * runs is chosen by the serving core (worker/serve/engine.h).
  *
  * Activations are passed as float arrays.  Where the model says "BF16", the floats
  * hold values that are exactly representable in bfloat16 (every BF16 value is a

@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,25 +15,6 @@
 #include <unistd.h>
 
 #include "service_internal.h"
-
-void v4q_logf(v4q_service *s, int level, const char *fmt, ...)
-{
-    if (!s->log || level > s->cfg.log_level)
-        return;
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    s->log(s->log_ud, level, line);
-}
-
-double v4q_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void run_request(v4q_service *s, v4q_request *q)
 {

@@ -1,7 +1,8 @@
 /* service_internal.h - the AMQP service's private state, shared by the files that
  * implement queue/service.h (not part of the public API; include only from queue/).
  *
- * Files: service.c (thread main loop, start/free, request dispatch), handoff.c (the
+ * Files: service.c (thread main loop, start/free, request dispatch), qlog.c (log line
+ * and clock: a leaf every other file calls), handoff.c (the
  * mailbox and the request slot: the public calls made from inference threads),
  * delivery.c (envelope -> v4q_delivery copies), consumer.c (consume, deliveries,
  * nack, basic.cancel), publisher.c (publish + confirm wait), reconnect.c (connect,
@@ -57,7 +58,8 @@ struct v4q_service {
     char consumer_tag[160];
 };
 
-/* service.c */
+/* qlog.c: one log line through the owner's callback (at or below cfg.log_level), and
+ * the CLOCK_MONOTONIC clock in seconds. */
 void v4q_logf(v4q_service *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 double v4q_now_s(void);
 

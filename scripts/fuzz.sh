@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fuzz.sh - build and run the safetensors header fuzzer and the task packet fuzzer
-# (worker/task_packet.c; V4_FUZZ_TASK_SECONDS, default 20) for a bounded time.
+# (worker/serve/task_packet.c; V4_FUZZ_TASK_SECONDS, default 20) for a bounded time.
 #
 # Configures build-fuzz/ with clang and -DV4_FUZZ=ON, builds only the fuzz target,
 # and runs it for V4_FUZZ_SECONDS (default 60) on a scratch copy of
@@ -37,7 +37,7 @@ task_seconds=${V4_FUZZ_TASK_SECONDS:-20}
 rm -rf "$build/corpus-task-run"
 mkdir -p "$build/corpus-task-run"
 cp "$root"/tests/fuzz/corpus_task/* "$build/corpus-task-run/"
-echo "fuzzing worker/task_packet.c for ${task_seconds}s ..."
+echo "fuzzing worker/serve/task_packet.c for ${task_seconds}s ..."
 rc=0
 "$build/tests/fuzz/fuzz_task_packet" -max_total_time="$task_seconds" -timeout=10 -rss_limit_mb=2048 \
     -max_len=70000 -print_final_stats=1 -artifact_prefix="$build/artifacts/task-" \

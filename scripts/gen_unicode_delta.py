@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gen_unicode_delta.py - regenerate worker/tok_unicode.c (developer tool, not run by
+"""gen_unicode_delta.py - regenerate worker/tokenizer/tok_unicode.c (developer tool, not run by
 the build).
 
 The tokenizer golden cases were produced by a JavaScript tokenizer (V8 regexes with
@@ -8,12 +8,12 @@ a character assigned since then (e.g. U+1AE3, a combining mark since 17.0) is \\
 the reference and unassigned for PCRE2, which changes the pre-token split.  This script
 lists, for each general-category class the tokenizer patterns use (L, M, N, P, S), the
 code point ranges that are in the class under Unicode 17.0 but that the installed PCRE2
-does not put in it; worker/tok_regex.c adds them to every \\p{X} of a split pattern.
+does not put in it; worker/tokenizer/tok_regex.c adds them to every \\p{X} of a split pattern.
 Between 14.0 and 17.0 no code point left one of these classes, so a union is enough
 (the script checks that too).
 
 Needs: python3 with the `regex` module (Unicode 17.0 tables; `pip install regex`) and
-libpcre2-8.  Usage: python3 scripts/gen_unicode_delta.py > worker/tok_unicode.c
+libpcre2-8.  Usage: python3 scripts/gen_unicode_delta.py > worker/tokenizer/tok_unicode.c
 """
 import ctypes
 import ctypes.util

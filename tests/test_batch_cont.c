@@ -1,4 +1,4 @@
-/* test_batch_cont.c - the continuous-batching executor (worker/batch_exec_cont.c) on a
+/* test_batch_cont.c - the continuous-batching executor (worker/serve/exec_cont.c) on a
  * synthetic tiny model: the same 13 jobs (prompts of 1 to 40 tokens, chat messages,
  * max_tokens 1 to 40, stop strings that fire, ignore_eos, seeded temperature / top-p
  * sampling, a wrong model that fails at admission, a deadline that expires mid-run, a
@@ -17,8 +17,8 @@
 #include "cache/expert_block.h"
 #include "config/model_config.h"
 #include "testutil.h"
-#include "worker/batch_exec.h"
-#include "worker/generate.h"
+#include "worker/serve/executor.h"
+#include "worker/serve/generate.h"
 
 #define NJ 13
 
@@ -49,18 +49,19 @@ static void res_free(res *r)
     memset(r, 0, sizeof(res) * NJ);
 }
 
-static v4_batch_job *make_job(int i)
+static v4_job *make_job(int i)
 {
-    v4_batch_job *j = calloc(1, sizeof *j);
-    v4_batch_item_parse(lines[i], strlen(lines[i]), i + 1, 1 << 20, &j->item);
-    if (!j->item.ok)
-        fprintf(stderr, "line %d invalid: %s\n", i, j->item.err.message);
+    v4_job *j = calloc(1, sizeof *j);
+    v4_task_error e = {0};
+    if (v4_task_parse(lines[i], strlen(lines[i]), 1 << 20, &j->task, &e))
+        fprintf(stderr, "line %d invalid: %s\n", i, e.message);
+    j->ud = &lines[i];
     return j;
 }
 
-static void take(res *r, v4_batch_job *j)
+static void take(res *r, v4_job *j)
 {
-    int i = (int)j->item.line - 1;
+    int i = (int)((char(*)[512])j->ud - lines);
     res *o = &r[i];
     o->rc = j->rc;
     o->code = j->rc ? (int)j->err.code : 0;
@@ -80,22 +81,22 @@ static void take(res *r, v4_batch_job *j)
     j->out.text = NULL;
     j->out.tokens = NULL;
     j->out.expert_counts = NULL;
-    v4_batch_job_free(j);
+    v4_job_free(j);
     free(j);
 }
 
 /* The driver's pattern (cmd_batch.c): submit while a slot is free, step until one
  * frees, drain.  Returns the forward steps run; *fair_bad counts jobs submitted into a
  * free slot that the next step did not carry. */
-static long run_all(v4_batch_exec *x, res *r, int *fair_bad, int *queued)
+static long run_all(v4_exec *x, res *r, int *fair_bad, int *queued)
 {
-    v4_batch_job *fin[NJ];
+    v4_job *fin[NJ];
     *fair_bad = *queued = 0;
     for (int i = 0; i < NJ; i++) {
-        v4_batch_job *j = make_job(i);
+        v4_job *j = make_job(i);
         if (x->ops->submit(x, j)) {
             CHECK(0, "submit refused with a free slot (job %d)", i);
-            v4_batch_job_free(j);
+            v4_job_free(j);
             free(j);
             continue;
         }
@@ -114,7 +115,7 @@ static long run_all(v4_batch_exec *x, res *r, int *fair_bad, int *queued)
     for (int i = 0; i < NJ; i++)
         if (r[i].rc == 0 && r[i].first_step != r[i].submit_step)
             (*fair_bad)++;
-    return v4_batch_exec_steps(x);
+    return v4_exec_steps(x);
 }
 
 static void compare(const char *what, const res *a, const res *b, int counts_too)
@@ -196,7 +197,7 @@ int main(void)
     res serial[NJ] = {0}, cont[NJ] = {0};
     int fair_bad, queued;
     /* pass 0: fill the stop strings from the greedy texts of p1 and g40 (s2 = g40 with 30 tokens) */
-    v4_batch_exec *x = v4_batch_exec_serial(r, NULL, NULL);
+    v4_exec *x = v4_exec_serial(r, NULL, NULL);
     run_all(x, serial, &fair_bad, &queued);
     x->ops->destroy(x);
     const int stop_src[2] = {2, 1}, stop_dst[2] = {3, 12};
@@ -218,7 +219,7 @@ int main(void)
     }
     res_free(serial);
 
-    x = v4_batch_exec_serial(r, NULL, NULL);
+    x = v4_exec_serial(r, NULL, NULL);
     run_all(x, serial, &fair_bad, &queued);
     x->ops->destroy(x);
     CHECK(serial[3].rc == 0 && !strcmp(serial[3].finish, "stop") && serial[3].text_len < serial[2].text_len &&
@@ -236,7 +237,7 @@ int main(void)
     long steps8 = 0, positions8 = 0;
     for (int t = 0; t < 3; t++) {
         char err[256], what[32];
-        x = v4_batch_exec_continuous(r, Ns[t], NULL, NULL, err, sizeof err);
+        x = v4_exec_continuous(r, Ns[t], NULL, NULL, err, sizeof err);
         CHECK(x != NULL, "continuous N=%d: %s", Ns[t], err);
         if (!x)
             continue;
@@ -262,7 +263,7 @@ int main(void)
     }
     CHECK(steps8 > 0 && steps8 < positions8 / 2, "N=8 shares steps: %ld steps for %ld positions", steps8, positions8);
     char err[256];
-    CHECK(v4_batch_exec_continuous(r, 9, NULL, NULL, err, sizeof err) == NULL && strstr(err, "1 to 8"),
+    CHECK(v4_exec_continuous(r, 9, NULL, NULL, err, sizeof err) == NULL && strstr(err, "1 to 8"),
           "N above the runner's max_batch refused: %s", err);
 
     /* paged experts: same outputs; hits + misses = activations */
@@ -273,7 +274,7 @@ int main(void)
     v4_runner *rp = v4_runner_open(dir, "tiny", &po, &e);
     CHECK(rp != NULL, "paged runner: %s", e.message);
     if (rp) {
-        x = v4_batch_exec_continuous(rp, 8, NULL, NULL, err, sizeof err);
+        x = v4_exec_continuous(rp, 8, NULL, NULL, err, sizeof err);
         run_all(x, cont, &fair_bad, &queued);
         x->ops->destroy(x);
         compare("paged N=8", serial, cont, 0);
@@ -311,7 +312,7 @@ int main(void)
     rp = v4_runner_open(dir, "tiny", &co, &e);
     CHECK(rp != NULL, "runner on the corrupted pack: %s", e.message);
     if (rp) {
-        x = v4_batch_exec_continuous(rp, 4, NULL, NULL, err, sizeof err);
+        x = v4_exec_continuous(rp, 4, NULL, NULL, err, sizeof err);
         run_all(x, cont, &fair_bad, &queued);
         x->ops->destroy(x);
         for (int i = 0; i < NJ; i++)

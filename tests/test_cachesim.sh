@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_cachesim.sh - CLI contract of `v4fleet cachesim` (worker/cmd_cachesim.c).
+# test_cachesim.sh - CLI contract of `v4fleet cachesim` (worker/tools/cmd_cachesim.c).
 #
 # Env (set by ctest): V4_BIN = the v4fleet binary, V4_TMP = scratch dir.
 # Checks: --help explains the step-pinning rule; a cyclic scan of k+1 experts with k

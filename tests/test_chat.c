@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "worker/chat.h"
+#include "worker/serve/chat.h"
 
 #define BOS "<｜begin▁of▁sentence｜>"
 #define EOS "<｜end▁of▁sentence｜>"

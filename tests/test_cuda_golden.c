@@ -20,7 +20,7 @@
 #include "cache/model_files.h"
 #include "kernels/v4/model.h"
 #include "testutil.h"
-#include "worker/sampling.h"
+#include "worker/serve/sampling.h"
 #include "kernels/cpu/cpu_backend.h"
 #ifdef V4_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"

@@ -30,7 +30,7 @@
 #include "linear_gen.h"
 #include "testutil.h"
 #ifndef V4_TEST_NO_CLI
-#include "worker/cli_util.h"   /* V4_TEST_NO_CLI: scripts/device-check.sh's minimal build */
+#include "worker/tools/cli_util.h"   /* V4_TEST_NO_CLI: scripts/device-check.sh's minimal build */
 #endif
 #ifdef V4_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"

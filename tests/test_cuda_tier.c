@@ -31,8 +31,8 @@
 #include "cache/model_files.h"
 #include "kernels/v4/model.h"
 #include "testutil.h"
-#include "worker/cli_util.h"
-#include "worker/task_run.h"
+#include "worker/serve/task_run.h"
+#include "worker/tools/cli_util.h"
 #ifdef V4_HAVE_CUDA
 #include "golden_data.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -166,7 +166,7 @@ int main(void)
                 CHECK(st.high_water_pinned <= st.slots && st.pinned == 0 && st.failed_acquires == 0,
                       "%s: at most %d of %d slots pinned, %d after the runs", what, st.high_water_pinned, st.slots,
                       st.pinned);
-                {   /* what /metrics shows as tier="gpu" (worker/device_step.c) */
+                {   /* what /metrics shows as tier="gpu" (worker/serve/engine.c) */
                     v4_runner_cache_figs f;
                     CHECK(v4_gpu_cache_figs_get(be, &f) == 0 && f.hits == st.hits && f.misses == st.misses &&
                               f.bytes_read == st.bytes_uploaded && f.budget_bytes == st.pool_bytes,

@@ -107,7 +107,7 @@ for k, v in PENDING.items():
 SETTINGS = KNOWN | set(PENDING)
 # Other V4_* names that may appear: getenv() in the sources, CMake options, build-script names.
 OTHER = set()
-for d in ("config", "cache", "kernels", "queue", "worker"):
+for d in ("config", "cache", "kernels", "telemetry", "queue", "worker"):
     for dp, _, files in os.walk(os.path.join(root, d)):
         for f in files:
             if f.endswith(".c"):
@@ -443,11 +443,11 @@ def ignored(path):
             res = not neg
     return res
 need = ["CMakeLists.txt", "scripts/lib.sh", "tests/CMakeLists.txt", "bench/CMakeLists.txt"]
-for d in ("config", "cache", "kernels", "queue", "worker", "tests", "bench"):
+for d in ("config", "cache", "kernels", "telemetry", "queue", "worker", "tests", "bench"):
     for dp, dns, files in os.walk(os.path.join(root, d)):
         dns[:] = [x for x in dns if x not in ("data", "fuzz")]
         need += [os.path.relpath(os.path.join(dp, f), root) for f in files
-                 if f.endswith((".c", ".h", ".txt", ".json", ".cu", ".cuh"))]
+                 if f.endswith((".c", ".h", ".txt", ".json", ".cu", ".cuh", ".cpp"))]
 hidden = [p for p in need if ignored(p)]
 if hidden:
     fail(".dockerignore hides build inputs: %s" % " ".join(hidden[:8]))
@@ -588,7 +588,7 @@ fi
 mutant() {   # mutant NAME FILE SED_EXPR EXPECTED_FAIL_SUBSTRING
     local name="$1" file="$2" expr="$3" want="$4" d="$WORK/mut-$1" out
     mkdir -p "$d"
-    (cd "$ROOT" && cp -r --parents docker .dockerignore CMakeLists.txt scripts/lib.sh config cache kernels \
+    (cd "$ROOT" && cp -r --parents docker .dockerignore CMakeLists.txt scripts/lib.sh config cache kernels telemetry \
         queue worker tests/CMakeLists.txt bench/CMakeLists.txt "$d/")
     rm -rf "$d/docker/secrets" "$d/docker/.env"
     sed -i -e "$expr" "$d/$file"

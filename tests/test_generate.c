@@ -1,4 +1,4 @@
-/* test_generate.c - the generation loop (worker/generate.c) on a synthetic model with
+/* test_generate.c - the generation loop (worker/serve/generate.c) on a synthetic model with
  * its tokenizer (made by `v4fleet mkmodel`): seeded sampling is reproducible, a stop
  * string ends generation and is cut from the text, EOS ends generation, max_tokens
  * gives finish_reason "length", and a request that does not fit the sequence fails
@@ -13,8 +13,8 @@
 #include "cache/model_files.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "testutil.h"
-#include "worker/chat.h"
-#include "worker/generate.h"
+#include "worker/serve/chat.h"
+#include "worker/serve/generate.h"
 
 typedef struct { char buf[1 << 16]; size_t len; } sink;
 

@@ -22,7 +22,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
 #include "testutil.h"
-#include "worker/sampling.h"
+#include "worker/serve/sampling.h"
 
 static char g_dir[4096];
 

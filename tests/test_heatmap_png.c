@@ -1,4 +1,4 @@
-/* test_heatmap_png.c - unit test of worker/heatmap_png.c (no Redis).
+/* test_heatmap_png.c - unit test of worker/tools/heatmap_png.c (no Redis).
  *
  * Checks the colormap (end stops, midpoint, clamping, NaN gray, monotonic
  * luminance), the cell-size rule, and a written PNG read back through libpng's
@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
-#include "worker/heatmap_png.h"
+#include "worker/tools/heatmap_png.h"
 
 static int same(const uint8_t *a, int r, int g, int b)
 {

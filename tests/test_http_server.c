@@ -1,4 +1,4 @@
-/* test_http_server.c - the worker's HTTP endpoint (worker/http_server.h) over real
+/* test_http_server.c - the worker's HTTP endpoint (worker/fleet/http_server.h) over real
  * loopback sockets: status codes and bodies of /healthz, /readyz (both states),
  * /metrics (content type, query string ignored, HEAD without body, callback failure ->
  * 500), 404 / 405 / 400 (garbage, bad version, bare newline heads) / 431 (a head over
@@ -18,8 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../worker/http_server.h"
 #include "testutil.h"
+#include "worker/fleet/http_server.h"
 
 static int g_port;
 

@@ -1,4 +1,4 @@
-/* test_metrics.c - the metrics registry (worker/metrics.h): exact Prometheus text of a
+/* test_metrics.c - the metrics registry (worker/fleet/metrics.h): exact Prometheus text of a
  * small registry (HELP/TYPE, counters, gauges, labels in creation order), histogram
  * buckets (cumulative, le bounds, +Inf, _sum, _count, a value on a bound), label and
  * HELP escaping, number formatting, bad registrations, and a concurrency smoke test
@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "../kernels/cpu/cpu_backend.h"
-#include "../worker/cli_util.h"
-#include "../worker/metrics.h"
-#include "../worker/worker_metrics.h"
 #include "testutil.h"
+#include "worker/fleet/metrics.h"
+#include "worker/fleet/worker_metrics.h"
+#include "worker/tools/cli_util.h"
 
 static void t_exact(void)
 {

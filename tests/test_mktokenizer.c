@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "worker/chat.h"
-#include "worker/mktokenizer.h"
+#include "worker/serve/chat.h"
+#include "worker/tokenizer/mktokenizer.h"
 
 static v4_tokenizer *build(int vocab, char **json_out)
 {

@@ -33,7 +33,7 @@ for src in pack safetensors; do
         done
     done
 done
-# prefill chunks with paged experts (worker/step_rows.h): a step carries at most
+# prefill chunks with paged experts (worker/serve/step_rows.h): a step carries at most
 # slots / n_act prompt positions (between 1 and 16), and the ids stay identical
 K=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["num_experts_per_tok"])' "$M/config.json")
 for budget in 400K 500K 900K 1100K 64M; do

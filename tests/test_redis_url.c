@@ -1,12 +1,12 @@
-/* test_redis_url.c - unit cases for cache/redis_conn.c (Redis URL parser and masking)
- * and the pure parts of cache/util_redis.c (key names, option validation, start while
+/* test_redis_url.c - unit cases for telemetry/redis_conn.c (Redis URL parser and masking)
+ * and the pure parts of telemetry/util_redis.c (key names, option validation, start while
  * Redis is unreachable).  Needs no Redis: the Redis-backed checks are in
  * tests/test_util_redis.sh (tests/util_redis_check.c). */
 #include <string.h>
 #include <unistd.h>
 #include <pthread.h>
 
-#include "cache/util_redis.h"
+#include "telemetry/util_redis.h"
 #include "testutil.h"
 
 static void ok_case(const char *url, const char *host, int port, const char *pw, int db, const char *user)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "worker/sampling.h"
+#include "worker/serve/sampling.h"
 
 enum { V = 1000 };
 

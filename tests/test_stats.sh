@@ -191,7 +191,7 @@ down=$(_brokers_free_port)
 expect_error "Redis down" "redis://127\.0\.0\.1:$down/0: cannot connect to 127\.0\.0\.1:$down: Connection refused" \
     --redis "redis://127.0.0.1:$down/0"
 # a server that accepts and never answers: the 2 s command timeout must fire (on the
-# handshake PING of the shared connect, cache/redis_conn.c)
+# handshake PING of the shared connect, telemetry/redis_conn.c)
 "$PY" -c 'import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
 open(sys.argv[1] + ".new", "w").write(str(s.getsockname()[1]))

@@ -1,4 +1,4 @@
-/* test_step_rows.c - the rows-per-step policy (worker/step_rows.h) on a synthetic tiny
+/* test_step_rows.c - the rows-per-step policy (worker/serve/step_rows.h) on a synthetic tiny
  * model (made by `v4fleet mkmodel`) with real host expert caches: the CPU backend with
  * resident experts gets want_rows; with a cache of S slots and n_act experts per token
  * it gets min(want, max(floor, S / n_act)); any other backend gets floor_rows. */
@@ -10,8 +10,8 @@
 #include "cache/model_files.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "testutil.h"
-#include "worker/generate.h"
-#include "worker/step_rows.h"
+#include "worker/serve/generate.h"
+#include "worker/serve/step_rows.h"
 
 int main(void)
 {

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "worker/stop.h"
+#include "worker/serve/stop.h"
 
 typedef struct { char buf[1024]; size_t len; } sink;
 

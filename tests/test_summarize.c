@@ -1,4 +1,4 @@
-/* test_summarize.c - the summarize task type (worker/summarize.c) on a synthetic tiny
+/* test_summarize.c - the summarize task type (worker/serve/summarize.c) on a synthetic tiny
  * model with a 256-token context: the split helpers (break kinds, cuts at paragraph
  * and sentence breaks, overlap, no token lost, UTF-8 character boundaries, token
  * offsets), a short document (one pass: 1 chunk, 1 level), a document many times the
@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "worker/summarize.h"
-#include "worker/task_exec.h"
-#include "worker/task_packet.h"
-#include "worker/tokenizer.h"
+#include "worker/serve/summarize.h"
+#include "worker/serve/task_exec.h"
+#include "worker/serve/task_packet.h"
+#include "worker/tokenizer/tokenizer.h"
 
 static const char *const WORDS[] = {"river", "mountain", "engine", "quiet", "market", "signal", "winter",
                                     "garden", "copper", "lantern", "harbor", "ledger", "meadow", "orbit",

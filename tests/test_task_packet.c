@@ -3,9 +3,9 @@
  * parser side), the accepted forms, and the JSON shape of results. */
 #include <string.h>
 
-#include "../worker/result_packet.h"
-#include "../worker/task_packet.h"
 #include "testutil.h"
+#include "worker/serve/result_packet.h"
+#include "worker/serve/task_packet.h"
 
 typedef struct bad_case {
     const char *body;

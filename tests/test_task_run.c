@@ -1,4 +1,4 @@
-/* test_task_run.c - one task through the engine (worker/task_run.c) on a synthetic tiny
+/* test_task_run.c - one task through the engine (worker/serve/task_run.c) on a synthetic tiny
  * model: model names and aliases (an unknown model fails with model_not_available
  * naming every served name), the experts figures (hits = forwarded positions x layers
  * x experts per token, the counts match), context_length_exceeded, an input id outside
@@ -11,8 +11,8 @@
 #include "cache/expert_block.h"
 #include "config/model_config.h"
 #include "testutil.h"
-#include "worker/task_packet.h"
-#include "worker/task_run.h"
+#include "worker/serve/task_packet.h"
+#include "worker/serve/task_run.h"
 
 static int run(v4_runner *r, const char *json, double deadline_ms, int (*abort_fn)(void *), v4_run_output *out,
                v4_task_error *e)

@@ -14,8 +14,8 @@
 #include <pthread.h>
 
 #include "testutil.h"
-#include "worker/tok_internal.h"
-#include "worker/tokenizer.h"
+#include "worker/tokenizer/tok_internal.h"
+#include "worker/tokenizer/tokenizer.h"
 
 static char data[4096], tmp[4096];
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_util_redis.sh - cache/util_redis.c against real Redis servers (checklist R13, R17,
+# test_util_redis.sh - telemetry/util_redis.c against real Redis servers (checklist R13, R17,
 # R18, R19; see tests/util_redis_check.c for what each scenario asserts).
 #   basic  on the suite's Redis (tests/lib/brokers.sh brokers_ensure; unique key prefix)
 #   r19, r17, r18, auth, busy on a private redis-server started here on a free loopback

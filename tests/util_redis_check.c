@@ -1,4 +1,4 @@
-/* util_redis_check.c - Redis-backed checks of cache/util_redis.c, driven by
+/* util_redis_check.c - Redis-backed checks of telemetry/util_redis.c, driven by
  * tests/test_util_redis.sh (which provides the servers).  One scenario per run:
  *
  *   util_redis_check basic   counts land in the total and bucket hashes with exact values,
@@ -44,7 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/util_redis.h"
+#include "telemetry/util_redis.h"
 #include "testutil.h"
 
 /* ---- log capture --------------------------------------------------------------------- */

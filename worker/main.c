@@ -2,7 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "commands.h"
+#include "fleet/fleet.h"
+#include "tools/commands.h"
 
 typedef struct {
     const char *name;
@@ -12,7 +13,7 @@ typedef struct {
 
 static const subcommand commands[] = {
     {"logits", v4_cmd_logits, "feed token ids one position at a time, write f32 logits (+ trace)"},
-    {"generate", v4_cmd_generate, "greedy generation from prompt token ids"},
+    {"generate", v4_cmd_generate, "generate from a text prompt (chat template, sampling) or from prompt token ids"},
     {"mkmodel", v4_cmd_mkmodel, "write a synthetic V4 checkpoint (tiny|small|flash)"},
     {"inspect", v4_cmd_inspect, "print a checkpoint's config and tensor/byte summary"},
     {"tokenize", v4_cmd_tokenize, "text on stdin -> token ids (JSON array; --jsonl for many)"},

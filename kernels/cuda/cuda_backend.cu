@@ -64,6 +64,7 @@ struct cuda_impl {
     size_t cap_dx, cap_dxq, cap_dxs, cap_dy;
     size_t reuploads;   /* entries refreshed because their host bytes changed */
     v4cu_tier *tier;    /* GPU expert cache (gpu_experts.h), NULL = none */
+    const v4cu_tier_ops *tier_ops;   /* its calls (set with it) */
     v4_cuda_engine *engine;   /* device-resident step (cuda_step.h) owned for its user, NULL = none */
     int broken;     /* sticky: the context may be unusable */
     int reported;   /* the first failure was printed */
@@ -287,7 +288,7 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
     if (v4_mat_is_device(W)) {
         /* a slot of the GPU expert cache: wait for its copy, then read it in place */
         cudaEvent_t ready = NULL;
-        if (!c->tier || v4cu_tier_ready(c->tier, W, &ready)) {
+        if (!c->tier || c->tier_ops->ready(c->tier, W, &ready)) {
             fail(c, 0, "a device matrix that is not in this backend's GPU expert cache", cudaErrorInvalidValue);
             fill_nan(n, rows, y, ldy);
             return;
@@ -356,7 +357,8 @@ void cuda_destroy(v4_backend *be)
         if (c->st)
             cudaStreamSynchronize(c->st);
         v4_cuda_engine_free(c->engine);
-        v4cu_tier_free(c->tier);
+        if (c->tier)
+            c->tier_ops->free(c->tier);
         drop_all(c);
         free(c->ents);
         cudaFree(c->dx);
@@ -394,6 +396,11 @@ cudaStream_t v4cu_stream(const v4_backend *be)
 v4cu_tier **v4cu_tier_of(v4_backend *be)
 {
     return &((cuda_impl *)be->impl)->tier;
+}
+
+void v4cu_tier_ops_set(v4_backend *be, const v4cu_tier_ops *ops)
+{
+    ((cuda_impl *)be->impl)->tier_ops = ops;
 }
 
 const v4cu_tier *v4cu_tier_of_const(const v4_backend *be)

@@ -2,7 +2,8 @@
  * not part of the engine API).
  *
  * The backend owns at most one GPU expert cache (v4cu_tier); it asks it for the ready
- * event of a device matrix (v4cu_tier_ready) and frees it at destroy.  The cache uses
+ * event of a device matrix and frees it at destroy, through the v4cu_tier_ops the
+ * cache gave it.  The cache uses
  * the backend's device and compute stream.
  * Thread: the backend's driving thread.
  */
@@ -23,12 +24,19 @@ cudaStream_t v4cu_stream(const v4_backend *be);
 v4cu_tier **v4cu_tier_of(v4_backend *be);
 const v4cu_tier *v4cu_tier_of_const(const v4_backend *be);
 
-/* The event a device matrix W waits for before its bytes may be read: 0 with *ev set
- * (the slot's last copy) when W's weight and scale lie in one slot of the cache's
- * pool, -1 when they do not (not a matrix of this cache). */
-int v4cu_tier_ready(const v4cu_tier *t, const v4_mat *W, cudaEvent_t *ev);
-/* Wait for the cache's copies and free everything it holds. */
-void v4cu_tier_free(v4cu_tier *t);
+/* What the backend calls on its GPU expert cache.  The cache hands these to the
+ * backend when it attaches (v4cu_tier_ops_set), so gpu_experts.cu calls into
+ * cuda_backend.cu and never the other way round.
+ *   ready: the event a device matrix W waits for before its bytes may be read: 0 with
+ *          *ev set (the slot's last copy) when W's weight and scale lie in one slot of
+ *          the cache's pool, -1 when they do not (not a matrix of this cache);
+ *   free:  wait for the cache's copies and free everything it holds. */
+typedef struct v4cu_tier_ops {
+    int (*ready)(const v4cu_tier *t, const v4_mat *W, cudaEvent_t *ev);
+    void (*free)(v4cu_tier *t);
+} v4cu_tier_ops;
+/* Set with the cache (*v4cu_tier_of(be)); ops is static (never freed). */
+void v4cu_tier_ops_set(v4_backend *be, const v4cu_tier_ops *ops);
 
 /* Bytes of W's weight array and of its scale grid (row-major or R8 as stored). */
 size_t v4cu_wbytes(const v4_mat *W);

@@ -4,7 +4,7 @@
  *
  * acquire uploads every miss of the layer (each copy on the core's copy stream, the
  * call returns while they run) and returns matrices pointing into the slots; the
- * backend's linear asks v4cu_tier_ready for the slot's ready event and makes its
+ * backend's linear asks the cache (v4cu_tier_ops.ready) for the slot's ready event and makes its
  * compute stream wait for it; release records the used events.
  *
  * Ownership: the cache (owned by the backend, cuda_internal.h) owns its xslots and
@@ -94,8 +94,6 @@ void tier_prefetch(void *ud, int layer, const int *ids, int n)
         t->inner.prefetch(t->inner.ud, layer, t->prefetch_ids, m);
 }
 
-} /* namespace */
-
 int v4cu_tier_ready(const v4cu_tier *t, const v4_mat *W, cudaEvent_t *ev)
 {
     const int s = v4cu_xslots_find(t->xs, W->w, v4cu_wbytes(W), W->scale, v4cu_sbytes(W));
@@ -114,6 +112,10 @@ void v4cu_tier_free(v4cu_tier *t)
     free(t->prefetch_ids);
     free(t);
 }
+
+const v4cu_tier_ops tier_ops = {v4cu_tier_ready, v4cu_tier_free};
+
+} /* namespace */
 
 extern "C" int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const v4_expert_provider *inner,
                                      size_t budget_bytes, const v4_expert_provider **out, v4_error *err)
@@ -152,6 +154,7 @@ extern "C" int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const 
     }
     t->cb = v4_expert_provider{tier_acquire, tier_release, tier_prefetch, t};
     *slotp = t;
+    v4cu_tier_ops_set(be, &tier_ops);
     *out = &t->cb;
     return 0;
 }

@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "worker/result_packet.h"
-#include "worker/task_packet.h"
+#include "worker/serve/result_packet.h"
+#include "worker/serve/task_packet.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

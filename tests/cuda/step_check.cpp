@@ -1,0 +1,355 @@
+/* step_check.cpp - the check of the device-resident decode step (cuda_step.h)
+ * against the CPU engine (kernels/v4, scalar backend) on the golden tiny model in
+ * DATA/golden/tiny:
+ *   1. one sequence, teacher-forced through the golden sequence's first P positions
+ *      (136: the window wraps, CSA blocks complete and the first HCA block of 128
+ *      completes): logits bit for bit, routed expert ids and weights, indexer
+ *      selections and counts, at every position; every MoE layer ran the on-device
+ *      grouped path (cuda_moe.h: all experts resident);
+ *   2. three sequences stepped together in one batch, joining at different steps and
+ *      leaving early: every row equals the single-sequence CPU run of its tokens; a
+ *      reset sequence starts over; a fourth sequence takes the least recently used of
+ *      the 3 device slots and the evicted sequence is then refused with a clear error;
+ *   3. paged experts: an engine with device slots for a quarter of the routed experts
+ *      gives the same numbers (hits, misses and evictions all happen; the host-driven
+ *      MoE, not the grouped one, ran), and a budget
+ *      below one token's experts fails the step with the slot pool's reason;
+ *   4. paged experts whose bytes come from the host expert cache (cache/
+ *      expert_provider.h, source: the safetensors, half the experts' bytes) instead
+ *      of the mapped weights: the same numbers, the misses loaded through the cache.
+ * The misses are copied on a copy stream; in the emulation (simt_emu.h) such copies
+ * run only when waited for, so a kernel that read a slot before its ready event
+ * would see stale bytes and this check would fail.
+ * Linked twice: with the CPU emulation of the kernels (emulate_step.cpp:
+ * test_cuda_step_emulated, every CUDA build) and with the real CUDA library
+ * (step_check_gpu.cpp: test_cuda_step, SKIPPED without a GPU).
+ * Ownership/threads: a throwaway program; memory is freed at exit.
+ */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/cuda_step.h"
+#include "step_check.h"
+
+extern "C" {
+#include <jansson.h>
+
+#include "cache/expert_block.h"
+#include "cache/expert_provider.h"
+#include "cache/model_files.h"
+#include "kernels/cpu/cpu_backend.h"
+}
+
+static int bad_total;
+
+struct obs {
+    std::vector<float> logits, route_w;
+    std::vector<int32_t> route_ids, index_ids, index_count;
+};
+
+static void obs_init(obs &o, const v4_config *c, v4_trace *t)
+{
+    o.logits.assign((size_t)c->vocab_size, 0.0f);
+    o.route_ids.assign((size_t)c->n_layers * c->n_act_experts, -7);
+    o.route_w.assign(o.route_ids.size(), -7.0f);
+    o.index_ids.assign((size_t)c->n_layers * c->index_topk, -7);
+    o.index_count.assign((size_t)c->n_layers, -1);
+    *t = v4_trace{};
+    t->route_ids = o.route_ids.data();
+    t->route_w = o.route_w.data();
+    t->index_ids = o.index_ids.data();
+    t->index_count = o.index_count.data();
+}
+
+/* Run tokens through ctx one sequence at a time; obs per position. */
+static int run_one(v4_ctx *ctx, const v4_weights *w, const std::vector<int> &toks, std::vector<obs> &out)
+{
+    const v4_config *c = &w->cfg;
+    v4_error err = {};
+    v4_seq *s = v4_seq_create(w, (int)toks.size() + 1, &err);
+    if (!s)
+        return -1;
+    out.assign(toks.size(), obs{});
+    for (size_t p = 0; p < toks.size(); p++) {
+        obs &o = out[p];
+        v4_trace t;
+        obs_init(o, c, &t);
+        v4_trace *tp = &t;
+        int32_t tok = toks[p];
+        if (v4_step(ctx, &s, &tok, 1, o.logits.data(), &tp, &err)) {
+            printf("step %zu failed: %s: %s\n", p, err.where, err.msg);
+            v4_seq_free(s);
+            return -1;
+        }
+    }
+    v4_seq_free(s);
+    return 0;
+}
+
+static void compare(const char *what, const obs &a, const obs &b, int pos)
+{
+    int bad = 0;
+    for (size_t i = 0; i < a.logits.size(); i++)
+        if (memcmp(&a.logits[i], &b.logits[i], 4) && bad++ < 2)
+            printf("  %s pos %d logit %zu: cpu %a device %a\n", what, pos, i, (double)a.logits[i],
+                   (double)b.logits[i]);
+    for (size_t i = 0; i < a.route_ids.size(); i++)
+        if ((a.route_ids[i] != b.route_ids[i] || memcmp(&a.route_w[i], &b.route_w[i], 4)) && bad++ < 4)
+            printf("  %s pos %d route %zu: cpu %d/%a device %d/%a\n", what, pos, i, a.route_ids[i],
+                   (double)a.route_w[i], b.route_ids[i], (double)b.route_w[i]);
+    for (size_t i = 0; i < a.index_ids.size(); i++)
+        if (a.index_ids[i] != b.index_ids[i] && bad++ < 6)
+            printf("  %s pos %d index %zu: cpu %d device %d\n", what, pos, i, a.index_ids[i], b.index_ids[i]);
+    for (size_t i = 0; i < a.index_count.size(); i++)
+        if (a.index_count[i] != b.index_count[i] && bad++ < 8)
+            printf("  %s pos %d index count L%zu: cpu %d device %d\n", what, pos, i, a.index_count[i],
+                   b.index_count[i]);
+    bad_total += bad;
+}
+
+/* A paged engine (budget bytes of slots, misses from inner or the weights) on a new
+ * context *ctx of be: the first P tokens of seq, compared with ref (labelled what).
+ * NULL when it cannot be set up or a step fails (printed). */
+static v4_cuda_engine *run_paged(v4_backend *be, const v4_weights *w, size_t budget, const v4_expert_provider *inner,
+                                 const std::vector<int> &seq, int P, const std::vector<obs> &ref, const char *what,
+                                 v4_ctx **ctx)
+{
+    v4_error err = {};
+    *ctx = v4_ctx_create(w, be, 3, &err);
+    v4_cuda_engine *eng = *ctx ? v4_cuda_engine_create_paged(w, 3, 3, budget, inner, &err) : NULL;
+    if (!eng) {
+        printf("%s engine: %s: %s\n", what, err.where, err.msg);
+        return NULL;
+    }
+    v4_step_impl impl = v4_cuda_engine_impl(eng);
+    v4_ctx_set_step_impl(*ctx, &impl);
+    std::vector<int> toks(seq.begin(), seq.begin() + P);
+    std::vector<obs> out;
+    if (run_one(*ctx, w, toks, out)) {
+        v4_cuda_engine_free(eng);
+        return NULL;
+    }
+    for (int p = 0; p < P; p++)
+        compare(what, ref[(size_t)p], out[(size_t)p], p);
+    return eng;
+}
+
+int v4_step_check(const char *data, int P)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    char dir[4200], path[4300];
+    snprintf(dir, sizeof dir, "%s/golden/tiny", data);
+    snprintf(path, sizeof path, "%s/model", dir);
+    v4_model_files m;
+    v4_error err = {};
+    if (v4_model_open(path, &m, &err)) {
+        printf("model %s: %s\n", path, err.msg);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/tokens.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    json_t *sq = root ? json_object_get(root, "sequence") : NULL;
+    if (!sq || (int)json_array_size(sq) < P + 40) {
+        printf("%s: no sequence of %d tokens\n", path, P + 40);
+        return 1;
+    }
+    std::vector<int> seq(json_array_size(sq));
+    for (size_t i = 0; i < seq.size(); i++)
+        seq[i] = (int)json_integer_value(json_array_get(sq, i));
+    json_decref(root);
+    const v4_weights *w = &m.w;
+
+    v4_backend *be = v4_cpu_backend_create(1, "scalar", &err);
+    v4_ctx *cpu = be ? v4_ctx_create(w, be, 3, &err) : NULL;
+    v4_ctx *dev = be ? v4_ctx_create(w, be, 3, &err) : NULL;
+    v4_cuda_engine *eng = dev ? v4_cuda_engine_create(w, 3, 3, 0, &err) : NULL;
+    if (!eng) {
+        printf("setup: %s: %s\n", err.where, err.msg);
+        return 1;
+    }
+    printf("device engine: %.1f MiB of (emulated) device memory\n", (double)v4_cuda_engine_bytes(eng) / (1 << 20));
+    v4_step_impl impl = v4_cuda_engine_impl(eng);
+    v4_ctx_set_step_impl(dev, &impl);
+
+    /* 1. one sequence, P positions */
+    std::vector<int> toks(seq.begin(), seq.begin() + P);
+    std::vector<obs> a, b;
+    if (run_one(cpu, w, toks, a) || run_one(dev, w, toks, b))
+        return 1;
+    for (int p = 0; p < P; p++)
+        compare("single", a[p], b[p], p);
+    int csa_sel = 0;
+    for (int l = 0; l < w->cfg.n_layers; l++)
+        csa_sel += a[P - 1].index_count[l] > 0;
+    printf("single sequence, %d positions: %s (%d mismatches; %d CSA layers selecting at the end)\n", P,
+           bad_total ? "FAIL" : "ok", bad_total, csa_sel);
+    /* every expert resident: every MoE layer of every step ran the on-device grouped path */
+    v4_cuda_expert_stats gs;
+    v4_cuda_engine_expert_stats(eng, &gs);
+    const int grouped_ok = gs.grouped_moe_layers == (uint64_t)P * w->cfg.n_layers;
+    printf("all-resident MoE on the device (grouped, no host round trip): %s (%llu of %d layer steps)\n",
+           grouped_ok ? "ok" : "FAIL", (unsigned long long)gs.grouped_moe_layers, P * w->cfg.n_layers);
+    bad_total += !grouped_ok;
+
+    /* 2. batches: rows join and leave; a new sequence reuses a device slot */
+    const int before = bad_total;
+    const int n1 = 40, starts[3] = {0, 5, 12}, lens[3] = {38, 20, 28};
+    std::vector<std::vector<int>> rt(3);
+    std::vector<std::vector<obs>> ref(3);
+    for (int r = 0; r < 3; r++) {
+        rt[r].assign(seq.begin() + 7 * r + 3, seq.begin() + 7 * r + 3 + lens[r]);
+        if (run_one(cpu, w, rt[r], ref[r]))
+            return 1;
+    }
+    v4_seq *ss[3];
+    for (int r = 0; r < 3; r++)
+        ss[r] = v4_seq_create(w, 64, &err);
+    for (int step = 0; step < n1; step++) {
+        v4_seq *rows[3];
+        int32_t tk[3], idx[3], n = 0;
+        for (int r = 0; r < 3; r++) {
+            const int p = step - starts[r];
+            if (p < 0 || p >= lens[r])
+                continue;
+            rows[n] = ss[r];
+            tk[n] = rt[r][(size_t)p];
+            idx[n++] = r;
+        }
+        if (!n)
+            continue;
+        std::vector<obs> o((size_t)n);
+        std::vector<v4_trace> t((size_t)n);
+        std::vector<v4_trace *> tp((size_t)n);
+        std::vector<float> lg((size_t)n * w->cfg.vocab_size);
+        for (int k = 0; k < n; k++) {
+            obs_init(o[k], &w->cfg, &t[k]);
+            tp[k] = &t[k];
+        }
+        if (v4_step(dev, rows, tk, n, lg.data(), tp.data(), &err)) {
+            printf("batched step %d failed: %s: %s\n", step, err.where, err.msg);
+            return 1;
+        }
+        for (int k = 0; k < n; k++) {
+            o[k].logits.assign(lg.begin() + (long)k * w->cfg.vocab_size, lg.begin() + (long)(k + 1) * w->cfg.vocab_size);
+            const int r = idx[k];
+            compare("batch", ref[r][(size_t)(step - starts[r])], o[k], step - starts[r]);
+        }
+    }
+    /* a reset sequence (same v4_seq, position 0) starts over on the device */
+    v4_seq_reset(ss[0]);
+    {
+        obs o;
+        v4_trace t;
+        obs_init(o, &w->cfg, &t);
+        v4_trace *tp = &t;
+        int32_t tk = rt[0][0];
+        if (v4_step(dev, &ss[0], &tk, 1, o.logits.data(), &tp, &err)) {
+            printf("reset sequence: %s\n", err.msg);
+            return 1;
+        }
+        compare("reset", ref[0][0], o, 0);
+    }
+    printf("batched rows joining/leaving, reset sequence: %s (%d mismatches)\n", bad_total > before ? "FAIL" : "ok",
+           bad_total - before);
+
+    /* a fourth live sequence takes the least recently stepped device slot (row 1's);
+     * stepping row 1 again then fails with a clear error instead of wrong numbers */
+    v4_seq *late = v4_seq_create(w, 64, &err);
+    int32_t tk = 3;
+    std::vector<float> lg1((size_t)w->cfg.vocab_size);
+    const int late_ok = v4_step(dev, &late, &tk, 1, lg1.data(), NULL, &err) == 0;
+    const int stale = v4_step(dev, &ss[1], &tk, 1, lg1.data(), NULL, &err) != 0 && strstr(err.msg, "no device state");
+    printf("a fourth sequence takes the LRU slot: %s; the evicted one is refused: %s (%s)\n", late_ok ? "ok" : "FAIL",
+           stale ? "ok" : "FAIL", err.msg);
+    bad_total += !late_ok + !stale;
+
+    /* 3. paged experts: device slots for a quarter of the routed experts (every layer's
+     * experts of a step still fit); the same positions give the same numbers */
+    {
+        const int before3 = bad_total, P3 = P < 48 ? P : 48;
+        const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
+        const size_t budget = xb * (size_t)w->cfg.n_layers * w->cfg.n_routed_experts / 4 + xb / 2;
+        v4_ctx *dev2 = NULL;
+        v4_cuda_engine *eng2 = run_paged(be, w, budget, NULL, seq, P3, a, "paged", &dev2);
+        if (!eng2)
+            return 1;
+        v4_cuda_expert_stats xs;
+        v4_cuda_engine_expert_stats(eng2, &xs);
+        const int ok3 = bad_total == before3 && xs.misses > 0 && xs.evictions > 0 && xs.hits > 0 &&
+                        xs.slots == w->cfg.n_layers * w->cfg.n_routed_experts / 4 && xs.grouped_moe_layers == 0;
+        printf("paged experts (%d slots of %zu bytes), %d positions: %s (%d mismatches; hits %llu, misses %llu, "
+               "evictions %llu, %.1f MiB uploaded)\n",
+               xs.slots, xs.slot_bytes, P3, ok3 ? "ok" : "FAIL", bad_total - before3, (unsigned long long)xs.hits,
+               (unsigned long long)xs.misses, (unsigned long long)xs.evictions, xs.bytes_uploaded / 1048576.0);
+        bad_total += !ok3 && bad_total == before3;
+        /* a budget below one layer's experts of a step fails the step with the pool's reason */
+        v4_ctx *dev3 = v4_ctx_create(w, be, 3, &err);
+        v4_cuda_engine *eng3 = dev3 ? v4_cuda_engine_create(w, 3, 3, 2 * xb + xb / 2, &err) : NULL;
+        int refused = 0;
+        if (eng3) {
+            v4_step_impl impl3 = v4_cuda_engine_impl(eng3);
+            v4_ctx_set_step_impl(dev3, &impl3);
+            v4_seq *s3 = v4_seq_create(w, 8, &err);
+            int32_t tk3 = seq[0];
+            v4_error e3 = {};
+            refused = v4_step(dev3, &s3, &tk3, 1, NULL, NULL, &e3) != 0 && strstr(e3.msg, "slot") != NULL;
+            printf("a budget of 2 slots for %d experts per token: %s (%s)\n", w->cfg.n_act_experts,
+                   refused ? "refused" : "FAIL", e3.msg);
+            v4_seq_free(s3);
+        }
+        bad_total += !refused;
+        v4_cuda_engine_free(eng3);
+        v4_ctx_free(dev3);
+        v4_cuda_engine_free(eng2);
+        v4_ctx_free(dev2);
+    }
+
+    /* 4. the host expert cache as the source of the paged experts */
+    {
+        const int before4 = bad_total, P4 = P < 24 ? P : 24;
+        const v4_config *c = &w->cfg;
+        const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
+        v4_xblock_layout lo;
+        v4_xblock_layout_of(c, &lo);
+        snprintf(path, sizeof path, "%s/model", dir);
+        v4_xprov_opts xo = {path, NULL, (size_t)c->n_layers * c->n_routed_experts * lo.bytes / 2, "lru", 2, 0};
+        v4_xprov *hx = v4_xprov_open(c, m.ck, &xo, &err);
+        if (!hx) {
+            printf("host expert cache: %s: %s\n", err.where, err.msg);
+            return 1;
+        }
+        v4_ctx *dev4 = NULL;
+        v4_cuda_engine *eng4 = run_paged(be, w, xb * (size_t)c->n_layers * c->n_routed_experts / 4 + xb / 2,
+                                         v4_xprov_provider(hx), seq, P4, a, "host-cache paged", &dev4);
+        if (!eng4)
+            return 1;
+        v4_cuda_expert_stats xs;
+        v4_cuda_engine_expert_stats(eng4, &xs);
+        v4_xcache_stats hs;
+        v4_xprov_stats(hx, &hs);
+        const int ok4 = bad_total == before4 && xs.misses > 0 && xs.evictions > 0 && hs.misses > 0 &&
+                        hs.hits + hs.misses >= xs.misses;
+        printf("paged experts from the host expert cache, %d positions: %s (%d mismatches; GPU hits %llu, misses "
+               "%llu; host cache hits %llu, misses %llu)\n",
+               P4, ok4 ? "ok" : "FAIL", bad_total - before4, (unsigned long long)xs.hits,
+               (unsigned long long)xs.misses, (unsigned long long)hs.hits, (unsigned long long)hs.misses);
+        bad_total += !ok4 && bad_total == before4;
+        v4_cuda_engine_free(eng4);
+        v4_ctx_free(dev4);
+        v4_xprov_close(hx);
+    }
+
+    for (int r = 0; r < 3; r++)
+        v4_seq_free(ss[r]);
+    v4_seq_free(late);
+    v4_cuda_engine_free(eng);
+    v4_ctx_free(dev);
+    v4_ctx_free(cpu);
+    be->ops->destroy(be);
+    v4_model_close(&m);
+    printf("%s: %d mismatches\n", bad_total ? "FAILED" : "all equal", bad_total);
+    return bad_total != 0;
+}

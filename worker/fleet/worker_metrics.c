@@ -1,0 +1,180 @@
+/* worker_metrics.c - registration and updates of the worker's metrics (see
+ * worker_metrics.h).  Bucket bounds: latency in seconds, from 1 ms (tiny models on a
+ * CPU) to tens of minutes (long generations / long queues).  Thread: any. */
+#include "worker_metrics.h"
+
+#include <string.h>
+
+#include "worker/serve/task_error.h"
+
+static const double TTFT_B[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1,
+                                2.5,   5,     7.5,  10,   20,   40,   80,   160, 320,  640};
+static const double ITL_B[] = {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15,
+                               0.2,   0.3,    0.4,   0.5,  0.75, 1,    2.5,  5,    10};
+static const double E2E_B[] = {0.01, 0.05, 0.1, 0.3, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920};
+static const double QUEUE_B[] = {0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200};
+
+#define N(a) ((int)(sizeof(a) / sizeof(a)[0]))
+
+int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
+{
+    memset(m, 0, sizeof *m);
+    if (!(m->reg = v4m_new()))
+        return -1;
+    v4m_registry *r = m->reg;
+    static const char *const code_l[] = {"code", NULL};
+    static const char *const tier_l[] = {"tier", NULL};
+    static const char *const state_l[] = {"state", NULL};
+    static const char *const info_l[] = {"model", "worker", NULL};
+    m->ttft = v4m_family_new(r, V4M_HISTOGRAM, "v4fleet:time_to_first_token_seconds",
+                             "Time from taking a task to its first generated token (parse + prompt + prefill).",
+                             NULL, TTFT_B, N(TTFT_B));
+    m->itl = v4m_family_new(r, V4M_HISTOGRAM, "v4fleet:inter_token_latency_seconds",
+                            "Mean time between generated tokens of a task (decode time / (tokens - 1)).", NULL, ITL_B,
+                            N(ITL_B));
+    m->e2e = v4m_family_new(r, V4M_HISTOGRAM, "v4fleet:e2e_request_latency_seconds",
+                            "Time from taking a task to its result.", NULL, E2E_B, N(E2E_B));
+    m->queue_wait = v4m_family_new(r, V4M_HISTOGRAM, "v4fleet:queue_wait_seconds",
+                                   "Time a task waited in the queue (AMQP timestamp to taken; 1 s resolution).", NULL,
+                                   QUEUE_B, N(QUEUE_B));
+    m->success = v4m_family_new(r, V4M_COUNTER, "v4fleet:request_success_total", "Tasks that succeeded.", NULL, NULL, 0);
+    m->failure = v4m_family_new(r, V4M_COUNTER, "v4fleet:request_failure_total",
+                                "Tasks that failed (a result with an error), by error code.", code_l, NULL, 0);
+    m->invalid = v4m_family_new(r, V4M_COUNTER, "v4fleet:invalid_packets_total",
+                                "Task packets rejected to the invalid queue.", NULL, NULL, 0);
+    m->requeued = v4m_family_new(r, V4M_COUNTER, "v4fleet:requests_requeued_total",
+                                 "Tasks requeued without a result (shutdown grace period over).", NULL, NULL, 0);
+    m->prompt_tokens = v4m_family_new(r, V4M_COUNTER, "v4fleet:prompt_tokens_total", "Prompt tokens processed.", NULL,
+                                      NULL, 0);
+    m->gen_tokens = v4m_family_new(r, V4M_COUNTER, "v4fleet:generation_tokens_total", "Tokens generated.", NULL, NULL,
+                                   0);
+    m->running = v4m_family_new(r, V4M_GAUGE, "v4fleet:num_requests_running", "Tasks running now.", NULL, NULL, 0);
+    m->xhits = v4m_family_new(r, V4M_COUNTER, "v4fleet:expert_cache_hits_total",
+                              "Expert acquisitions served from the cache.", tier_l, NULL, 0);
+    m->xmisses = v4m_family_new(r, V4M_COUNTER, "v4fleet:expert_cache_misses_total",
+                                "Expert acquisitions that had to load the expert.", tier_l, NULL, 0);
+    m->xbytes = v4m_family_new(r, V4M_COUNTER, "v4fleet:expert_cache_bytes_read_total",
+                               "Bytes loaded into the expert cache (host: read from the checkpoint; gpu: uploaded "
+                               "to the device).", tier_l, NULL, 0);
+    m->xin_use = v4m_family_new(r, V4M_GAUGE, "v4fleet:expert_cache_bytes_in_use", "Expert cache bytes holding experts.",
+                                tier_l, NULL, 0);
+    m->xbudget = v4m_family_new(r, V4M_GAUGE, "v4fleet:expert_cache_budget_bytes", "Expert cache budget.", tier_l,
+                                NULL, 0);
+    m->reconnects = v4m_family_new(r, V4M_COUNTER, "v4fleet:broker_reconnects_total",
+                                   "Broker connections made after the first.", NULL, NULL, 0);
+    m->connected = v4m_family_new(r, V4M_GAUGE, "v4fleet:broker_connected", "1 while connected to the broker.", NULL,
+                                  NULL, 0);
+    m->redis_records = v4m_family_new(r, V4M_GAUGE, "v4fleet:redis_counter_records",
+                                      "Expert-utilization records for Redis by state (sent, duplicate and dropped "
+                                      "since start; pending now).",
+                                      state_l, NULL, 0);
+    m->ready = v4m_family_new(r, V4M_GAUGE, "v4fleet:ready", "1 when /readyz answers 200.", NULL, NULL, 0);
+    static const char *const result_l[] = {"result", NULL};
+    m->warmup_s = v4m_family_new(r, V4M_GAUGE, "v4fleet:warmup_seconds",
+                                 "Duration of the last warm-up (pre-loading experts + one generation).", NULL, NULL, 0);
+    m->warmup_x = v4m_family_new(r, V4M_GAUGE, "v4fleet:warmup_experts_loaded",
+                                 "Experts the last warm-up pre-loaded into the host cache.", NULL, NULL, 0);
+    m->reloads = v4m_family_new(r, V4M_COUNTER, "v4fleet:model_reloads_total",
+                                "Model reloads (SIGHUP or a new model directory) by result.", result_l, NULL, 0);
+    m->info = v4m_family_new(r, V4M_GAUGE, "v4fleet:info", "The served model and this worker's id.", info_l, NULL, 0);
+    if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
+        !m->requeued || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
+        !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
+        !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads) {
+        v4_wmetrics_free(m);
+        return -1;
+    }
+    /* Zero-valued series up front, so rates and alerts have a baseline. */
+    v4m_fadd(m->success, 0);
+    for (int c = V4_TASK_INVALID_JSON; c <= V4_TASK_EXPERT_CORRUPT; c++) {
+        const char *v[] = {v4_task_errcode_name((v4_task_errcode)c)};
+        v4m_add(v4m_series_of(m->failure, v), 0);
+    }
+    v4m_fadd(m->invalid, 0);
+    v4m_fadd(m->requeued, 0);
+    v4m_fadd(m->prompt_tokens, 0);
+    v4m_fadd(m->gen_tokens, 0);
+    v4m_fset(m->running, 0);
+    v4m_fadd(m->reconnects, 0);
+    v4m_fset(m->connected, 0);
+    v4m_fset(m->ready, 0);
+    const char *ok[] = {"ok"}, *failed[] = {"failed"};
+    v4m_add(v4m_series_of(m->reloads, ok), 0);
+    v4m_add(v4m_series_of(m->reloads, failed), 0);
+    const char *iv[] = {model, worker};
+    v4m_set(v4m_series_of(m->info, iv), 1);
+    return 0;
+}
+
+void v4_wmetrics_free(v4_wmetrics *m)
+{
+    v4m_free(m->reg);
+    memset(m, 0, sizeof *m);
+}
+
+void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f)
+{
+    if (f->error_code) {
+        const char *v[] = {f->error_code};
+        v4m_add(v4m_series_of(m->failure, v), 1);
+    } else {
+        v4m_fadd(m->success, 1);
+    }
+    if (f->queue_s >= 0)
+        v4m_fobserve(m->queue_wait, f->queue_s);
+    if (f->ttft_s >= 0)
+        v4m_fobserve(m->ttft, f->ttft_s);
+    if (f->itl_s >= 0)
+        v4m_fobserve(m->itl, f->itl_s);
+    if (f->e2e_s >= 0)
+        v4m_fobserve(m->e2e, f->e2e_s);
+    v4m_fadd(m->prompt_tokens, (double)f->prompt_tokens);
+    v4m_fadd(m->gen_tokens, (double)f->gen_tokens);
+}
+
+void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f)
+{
+    const char *t[] = {tier};
+    v4m_set(v4m_series_of(m->xhits, t), (double)f->hits);
+    v4m_set(v4m_series_of(m->xmisses, t), (double)f->misses);
+    v4m_set(v4m_series_of(m->xbytes, t), (double)f->bytes_read);
+    v4m_set(v4m_series_of(m->xin_use, t), (double)f->in_use_bytes);
+    v4m_set(v4m_series_of(m->xbudget, t), (double)f->budget_bytes);
+}
+
+void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r)
+{
+    v4_runner_cache_figs f;
+    if (v4_runner_cache_figs_get(r, &f) == 0)
+        v4_wmetrics_cache(m, "host", &f);
+    if (v4_runner_gpu_cache_figs_get(r, &f) == 0)
+        v4_wmetrics_cache(m, "gpu", &f);
+}
+
+void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects)
+{
+    v4m_fset(m->connected, connected);
+    v4m_fset(m->reconnects, connects > 1 ? (double)(connects - 1) : 0);
+}
+
+void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s)
+{
+    static const char *const names[] = {"sent", "duplicate", "dropped", "pending"};
+    const uint64_t vals[] = {s->sent, s->duplicates, s->dropped, s->pending};
+    for (int i = 0; i < 4; i++) {
+        const char *v[] = {names[i]};
+        v4m_set(v4m_series_of(m->redis_records, v), (double)vals[i]);
+    }
+}
+
+void v4_wmetrics_warmup(v4_wmetrics *m, double seconds, int experts_loaded)
+{
+    v4m_fset(m->warmup_s, seconds);
+    v4m_fset(m->warmup_x, experts_loaded);
+}
+
+void v4_wmetrics_reload(v4_wmetrics *m, int ok)
+{
+    const char *v[] = {ok ? "ok" : "failed"};
+    v4m_add(v4m_series_of(m->reloads, v), 1);
+}

@@ -1,0 +1,71 @@
+/* worker_metrics.h - the queue worker's Prometheus metrics (names modelled on vLLM's,
+ * prefix "v4fleet:"), on top of the generic registry (metrics.h).
+ *
+ * Families (HELP/TYPE always rendered; a series appears once it has a value):
+ *   v4fleet:time_to_first_token_seconds   histogram  task taken -> first token (parse +
+ *                                                    prompt build + prefill), succeeded tasks
+ *   v4fleet:inter_token_latency_seconds   histogram  decode time / (tokens - 1), one
+ *                                                    observation per task with >= 2 tokens
+ *   v4fleet:e2e_request_latency_seconds   histogram  task taken -> result built
+ *   v4fleet:queue_wait_seconds            histogram  AMQP timestamp -> task taken (tasks
+ *                                                    published with a timestamp; 1 s resolution)
+ *   v4fleet:request_success_total         counter
+ *   v4fleet:request_failure_total{code}   counter    task error codes (every code pre-created at 0)
+ *   v4fleet:invalid_packets_total         counter    packets sent to the invalid queue
+ *   v4fleet:requests_requeued_total       counter    tasks requeued without a result (shutdown)
+ *   v4fleet:prompt_tokens_total, v4fleet:generation_tokens_total   counters
+ *   v4fleet:num_requests_running          gauge      0/1
+ *   v4fleet:expert_cache_hits_total{tier="host|gpu"}, _misses_total, _bytes_read_total  counters
+ *   v4fleet:expert_cache_bytes_in_use{tier="host|gpu"}, _budget_bytes   gauges
+ *                                         (a tier's series only when experts are paged there:
+ *                                         host = the NVMe-backed host cache, gpu = the device's
+ *                                         expert slots, bytes_read = bytes uploaded)
+ *   v4fleet:broker_reconnects_total       counter    broker connections after the first
+ *   v4fleet:broker_connected              gauge
+ *   v4fleet:redis_counter_records{state="sent|duplicate|dropped|pending"}  gauge
+ *   v4fleet:ready                         gauge      what /readyz answers (1/0)
+ *   v4fleet:warmup_seconds                gauge      the last warm-up (start or reload)
+ *   v4fleet:warmup_experts_loaded         gauge      experts it pre-loaded
+ *   v4fleet:model_reloads_total{result="ok|failed"}  counter
+ *   v4fleet:info{model,worker}            gauge      always 1
+ *
+ * Ownership: v4_wmetrics owns the registry.  Thread: every function but init/free from
+ * any thread (the registry is locked).
+ */
+#ifndef V4_WORKER_METRICS_H
+#define V4_WORKER_METRICS_H
+
+#include <stdint.h>
+
+#include "metrics.h"
+#include "telemetry/util_redis.h"
+#include "worker/serve/task_run.h"
+
+typedef struct v4_wmetrics {
+    v4m_registry *reg;
+    v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *prompt_tokens,
+        *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
+        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads;
+} v4_wmetrics;
+
+/* One finished task (a result was built).  Seconds; < 0 = not observed. */
+typedef struct v4_wtask_figs {
+    const char *error_code;     /* NULL: succeeded */
+    double queue_s, ttft_s, itl_s, e2e_s;
+    long prompt_tokens, gen_tokens;
+} v4_wtask_figs;
+
+int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker);
+void v4_wmetrics_free(v4_wmetrics *m);
+void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f);
+/* One expert cache's figures as the series {tier="host"|"gpu"}. */
+void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f);
+/* The runner's host and GPU expert caches (those it has); call on the runner's thread. */
+void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r);
+void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects);
+void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s);
+void v4_wmetrics_warmup(v4_wmetrics *m, double seconds, int experts_loaded);
+/* One reload attempt: ok 1 (swapped) or 0 (the old model kept serving). */
+void v4_wmetrics_reload(v4_wmetrics *m, int ok);
+
+#endif

@@ -1,0 +1,215 @@
+/* worker_task.c - one task of the queue worker: take a delivery (parse, validate,
+ * answer invalid packets, submit valid tasks to the executor), complete what the
+ * executor hands back (Redis counters, result, metrics, one log line).  See
+ * worker_ctx.h and worker_main.c.
+ *
+ * Expert utilization: each run's per-(layer, expert) routing counts go to the Redis
+ * counter thread (telemetry/util_redis.h) before the result is published; that never
+ * waits for Redis, so Redis being slow or down never delays a task or its ack.
+ * Thread: the main (inference) thread. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "worker/serve/result_packet.h"
+#include "worker/serve/task_packet.h"
+#include "worker_ctx.h"
+
+void v4w_log(worker *w, int level, const char *task, const char *fmt, ...)
+{
+    if (level > w->log.level)
+        return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    v4_log_emit(&w->log, level, NULL, task, NULL, line);
+}
+
+void v4w_set_phase(worker *w, int phase, v4q_service *svc, v4_util *util)
+{
+    pthread_mutex_lock(&w->h.mu);
+    w->h.phase = phase;
+    w->h.svc = svc;
+    w->h.util = util;
+    pthread_mutex_unlock(&w->h.mu);
+}
+
+static uint32_t clamp_u32(long long v)
+{
+    return v < 0 ? 0 : v > 0xFFFFFFFFll ? 0xFFFFFFFFu : (uint32_t)v;
+}
+
+static double queue_ms_of(const v4q_delivery *d)
+{
+    if (!d->timestamp_s)
+        return 0;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    double ms = (tv.tv_sec - d->timestamp_s) * 1e3 + tv.tv_usec / 1e3;
+    return ms > 0 ? ms : 0;
+}
+
+static void publish(worker *w, const v4q_delivery *d, const v4q_message *m, const char *id, const char *what)
+{
+    v4_error err = {0};
+    if (v4q_finish(w->svc, d, m, &err))
+        v4w_log(w, 0, id, "task %s: %s not confirmed, task not acked (will be redelivered): %s: %s", id ? id : "?", what,
+             err.where, err.msg);
+}
+
+static void handle_invalid(worker *w, const v4q_delivery *d, const v4_task *t, const v4_task_error *e)
+{
+    const char *id = t->id ? t->id : d->message_id;
+    char *rec = v4_invalid_record_json(e, id, w->cfg.worker_id, d->body, d->len);
+    v4w_log(w, 1, id, "task %s: invalid packet: %s: %s: %s", id ? id : "(no id)", v4_task_errcode_name(e->code), e->where,
+         e->message);
+    w->invalid++;
+    v4m_fadd(w->m.invalid, 1);
+    if (!rec) {
+        v4w_log(w, 0, id, "out of memory building an error record; requeueing");
+        v4q_requeue(w->svc, d);
+        return;
+    }
+    v4q_message m = {.exchange = "", .routing_key = w->cfg.invalid_queue, .body = rec, .len = strlen(rec),
+                     .message_id = id, .correlation_id = d->correlation_id};
+    publish(w, d, &m, id, "error record");
+    free(rec);
+}
+
+/* The task's figures into the metrics and its one "finished" log line. */
+static void observe(worker *w, const v4_task *t, const v4_run_output *out, int rc, const v4_task_error *e,
+                    double queue_ms, int has_ts, double t0, double t_run)
+{
+    double total_ms = v4_now_ms() - t0;
+    v4_wtask_figs f = {.error_code = rc ? v4_task_errcode_name(e->code) : NULL,
+                       .queue_s = has_ts ? queue_ms / 1e3 : -1,
+                       .ttft_s = !rc && out->n_tokens >= 1 ? (t_run - t0 + out->prefill_ms) / 1e3 : -1,
+                       .itl_s = !rc && out->n_tokens >= 2 ? out->decode_ms / (out->n_tokens - 1) / 1e3 : -1,
+                       .e2e_s = total_ms / 1e3, .prompt_tokens = out->prompt_tokens, .gen_tokens = out->n_tokens};
+    v4_wmetrics_task(&w->m, &f);
+    v4_wmetrics_runner_caches(&w->m, w->runner);
+    if (w->log.level < 1)
+        return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "task %s: %s%s, %d+%d tokens, %.1f ms", t->id, rc ? "failed " : "succeeded",
+             rc ? v4_task_errcode_name(e->code) : "", out->prompt_tokens, out->n_tokens, total_ms);
+    json_t *fields = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:I}", "status",
+                               rc ? "failed" : "succeeded", "prompt_tokens", out->prompt_tokens, "completion_tokens",
+                               out->n_tokens, "queue_ms", queue_ms, "prefill_ms", out->prefill_ms, "decode_ms",
+                               out->decode_ms, "total_ms", total_ms, "expert_hits", (json_int_t)out->expert_hits,
+                               "expert_misses", (json_int_t)out->expert_misses, "expert_bytes_loaded",
+                               (json_int_t)out->expert_bytes_loaded);
+    if (fields && rc)
+        json_object_set_new(fields, "code", json_string(v4_task_errcode_name(e->code)));
+    v4_log_emit(&w->log, 1, NULL, t->id, fields, msg);
+}
+
+static void running_gauge(worker *w)
+{
+    v4m_fset(w->m.running, w->in_flight);
+}
+
+/* A job the executor still held when it was destroyed: freed with its delivery copy. */
+static void release_job(v4_job *job)
+{
+    v4w_job *j = (v4w_job *)job;   /* job is v4w_job's first member */
+    v4_job_free(&j->job);
+    v4q_delivery_free(j->d);
+    free(j);
+}
+
+void v4w_take(worker *w, v4q_delivery *d)
+{
+    double t0 = v4_now_ms();
+    v4w_job *j = calloc(1, sizeof *j);
+    v4_task_error e;
+    if (!j) {
+        v4w_log(w, 0, NULL, "out of memory taking a task; requeueing it");
+        v4q_requeue(w->svc, d);
+        v4q_delivery_free(d);
+        return;
+    }
+    v4_task *t = &j->job.task;
+    if (v4_task_parse(d->body, d->len, (size_t)w->cfg.max_body_bytes, t, &e)) {
+        handle_invalid(w, d, t, &e);
+        v4_task_free(t);
+        v4q_delivery_free(d);
+        free(j);
+        return;
+    }
+    for (int i = 0; i < t->n_unknown; i++)
+        v4w_log(w, 2, t->id, "task %s: unknown field '%s' ignored", t->id, t->unknown[i]);
+    j->job.release = release_job;
+    j->job.deadline_ms = t0 + (double)(t->deadline_ms ? t->deadline_ms : w->cfg.deadline_ms);
+    j->d = d;
+    j->t0 = t0;
+    j->queue_ms = queue_ms_of(d);
+    if (w->x->ops->submit(w->x, &j->job)) {   /* the loop admits only while a slot is free */
+        v4w_log(w, 0, t->id, "task %s: no free slot (internal); requeueing it", t->id);
+        v4q_requeue(w->svc, d);
+        v4_job_free(&j->job);
+        v4q_delivery_free(d);
+        free(j);
+        return;
+    }
+    w->in_flight++;
+    running_gauge(w);
+}
+
+void v4w_complete(worker *w, v4w_job *j)
+{
+    const v4q_delivery *d = j->d;
+    const v4_task *t = &j->job.task;
+    v4_run_output *out = &j->job.out;
+    v4_task_error *e = &j->job.err;
+    int rc = j->job.rc;
+    w->in_flight--;
+    running_gauge(w);
+    if (rc == -2) {
+        v4w_log(w, 1, t->id, "task %s: grace period over, requeued without a result", t->id);
+        v4q_requeue(w->svc, d);
+        w->requeued++;
+        v4m_fadd(w->m.requeued, 1);
+        goto out;
+    }
+    /* Utilization counters: queued for the Redis thread (never waits for Redis); the
+     * done:{id} guard there keeps a redelivered task from being counted twice. */
+    if (w->util && out->expert_counts && out->forwarded > 0) {
+        v4_util_figs figs = {clamp_u32(out->expert_hits), clamp_u32(out->expert_misses),
+                             clamp_u32(out->expert_bytes_loaded / 1024)};
+        v4_util_record_ex(w->util, t->id, out->expert_counts, out->forwarded, &figs);
+    }
+    if (w->cfg.fault_exit_before_ack && w->util)
+        v4_util_flush(w->util, 5000);   /* test hook: make the counters land before the crash */
+    v4_result_info ri = {
+        .id = t->id, .model = v4_runner_model_name(w->runner), .worker = w->cfg.worker_id, .metadata = t->metadata,
+        .text = out->text, .text_len = out->text_len, .token_ids = out->tokens, .n_tokens = out->n_tokens,
+        .finish_reason = out->finish_reason, .prompt_tokens = out->prompt_tokens, .queue_ms = j->queue_ms,
+        .prefill_ms = out->prefill_ms, .decode_ms = out->decode_ms, .total_ms = v4_now_ms() - j->t0,
+        .expert_hits = out->expert_hits, .expert_misses = out->expert_misses,
+        .expert_bytes_loaded = out->expert_bytes_loaded, .chunks = out->chunks, .levels = out->levels,
+        .error = rc ? e : NULL};
+    char *json = v4_result_json(&ri);
+    if (!json) {
+        v4w_log(w, 0, t->id, "task %s: out of memory building the result; requeueing", t->id);
+        v4q_requeue(w->svc, d);
+    } else {
+        v4q_message m = {.exchange = d->reply_to ? "" : w->cfg.results_exchange,
+                         .routing_key = d->reply_to ? d->reply_to : w->cfg.results_routing_key, .body = json,
+                         .len = strlen(json), .message_id = t->id, .correlation_id = d->correlation_id,
+                         .fault_exit_before_ack = w->cfg.fault_exit_before_ack};
+        publish(w, d, &m, t->id, "result");
+        observe(w, t, out, rc, e, j->queue_ms, d->timestamp_s != 0, j->t0,
+                j->job.start_ms > 0 ? j->job.start_ms : j->t0);
+        rc ? w->failed++ : w->done++;
+    }
+    free(json);
+out:
+    v4_job_free(&j->job);
+    v4q_delivery_free(j->d);
+    free(j);
+}

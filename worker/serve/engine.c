@@ -1,0 +1,233 @@
+/* engine.c - assembling the engine a command or the worker runs (see engine.h): the
+ * backend (--device / V4_DEVICE: CPU with --threads and --isa, or CUDA), paged experts
+ * (the host expert cache of cache/expert_provider.h when --host-cache-bytes is set), and
+ * on a CUDA backend the decode mode: "resident" runs the whole step on the GPU
+ * (kernels/cuda/cuda_step.h: weights uploaded once, sequence state on the device);
+ * "hybrid" keeps the step on the CPU and runs only the weight products on the GPU
+ * (kernels/cuda/cuda_backend.h).  With a GPU expert budget (V4_GPU_EXPERT_MEM) the
+ * resident step pages routed experts within it, from the mapped checkpoint or from
+ * the host expert cache; with the host cache and no budget, the budget is what the
+ * device has free after the trunk and 1 GiB of headroom.  The choice is logged.
+ * v4_gpu_cache_figs_get reads either mode's expert counters for /metrics.
+ * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/expert_provider.h"
+#include "cache/model_files.h"
+#include "config/device_setting.h"
+#include "engine.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "task_run.h"
+#ifdef V4_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_step.h"
+#include "kernels/cuda/gpu_experts.h"
+#include "kernels/cuda/slot_pool.h"
+#endif
+
+const char *v4_opt_or_env(const char *v, const char *name)
+{
+    if (v && *v)
+        return v;
+    v = getenv(name);
+    return v ? v : "";
+}
+
+v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
+{
+    const char *dev = o->device;
+    const char *src = "--device";
+    if (!dev || !*dev) {
+        dev = getenv("V4_DEVICE");
+        src = "V4_DEVICE";
+    }
+    int cuda = -1;
+    if (dev && *dev && v4_parse_device(dev, &cuda)) {
+        v4_err_set(err, V4_ERR_INVALID, src, "unknown device '%s' (cpu, cuda, cuda:N)", dev);
+        return NULL;
+    }
+    if (cuda >= 0) {
+#ifdef V4_HAVE_CUDA
+        return v4_cuda_backend_create(cuda, err);
+#else
+        v4_err_set(err, V4_ERR_INVALID, src,
+                   "device '%s' asked for, but this build has no CUDA backend (configure with -DV4_CUDA=ON where "
+                   "nvcc is installed)", dev);
+        return NULL;
+#endif
+    }
+    const char *isa = o->isa ? o->isa : getenv("V4_CPU_ISA");
+    return v4_cpu_backend_create(o->threads, isa && *isa ? isa : "auto", err);
+}
+
+int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
+                      struct v4_xprov **out, v4_error *err)
+{
+    *out = NULL;
+    if (o->host_cache_bytes <= 0) {
+        if (o->pack || o->cache_policy || o->io_threads)
+            return v4_err_set(err, V4_ERR_INVALID, "--host-cache-bytes",
+                              "--pack, --cache-policy and --io-threads need --host-cache-bytes");
+        return v4_attach_gpu(be, m, ctx, 1, NULL, o->cuda_mode, o->gpu_expert_mem, err);
+    }
+    v4_xprov_opts xo = {o->model, o->pack, (size_t)o->host_cache_bytes, o->cache_policy, o->io_threads, 0};
+    if (!(*out = v4_xprov_open(&m->cfg, m->ck, &xo, err)))
+        return -1;
+    v4_ctx_set_expert_provider(ctx, v4_xprov_provider(*out));
+    return v4_attach_gpu(be, m, ctx, 1, *out, o->cuda_mode, o->gpu_expert_mem, err);
+}
+
+int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
+                          const char *gpu_mem, v4_error *err)
+{
+    const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
+    if (!*spec)
+        return 0;
+    if (strcmp(be->ops->name, "cuda")) {
+        fprintf(stderr, "v4fleet: V4_GPU_EXPERT_MEM=%s ignored: the device is %s (the GPU expert cache needs "
+                        "--device cuda)\n", spec, be->ops->name);
+        return 0;
+    }
+#ifdef V4_HAVE_CUDA
+    const v4_config *cfg = &m->cfg;
+    const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * v4_gpu_expert_bytes(cfg);
+    size_t budget;
+    const v4_expert_provider *p;
+    if (v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err) ||
+        v4_gpu_experts_attach(be, &m->w, xp ? v4_xprov_provider(xp) : NULL, budget, &p, err))
+        return -1;
+    v4_ctx_set_expert_provider(ctx, p);
+    v4_gpu_experts_stats st;
+    v4_gpu_experts_stats_get(be, &st);
+    fprintf(stderr, "v4fleet: GPU expert cache on %s: budget %zu bytes (%.2f MiB from V4_GPU_EXPERT_MEM=%s; the "
+                    "routed experts are %.2f MiB), %d slots of %zu bytes = %zu bytes (%.1f%% of the %d experts), "
+                    "experts from the %s\n",
+            v4_cuda_backend_device_name(be), budget, budget / 1048576.0, spec, total / 1048576.0, st.slots,
+            st.slot_bytes, st.pool_bytes, 100.0 * st.slots / ((double)cfg->n_layers * cfg->n_routed_experts),
+            cfg->n_layers * cfg->n_routed_experts, xp ? "host expert cache" : "mapped checkpoint");
+    return 0;
+#else
+    (void)m;
+    (void)ctx;
+    (void)xp;
+    return v4_err_set(err, V4_ERR_INTERNAL, "V4_GPU_EXPERT_MEM", "a CUDA device in a build without CUDA");
+#endif
+}
+
+#define HEADROOM ((size_t)1 << 30)      /* device bytes left for sequences and the runtime */
+#define GIB(x) ((double)(x) / 1073741824.0)
+
+int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
+                          struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err)
+{
+    const char *mode = v4_opt_or_env(cuda_mode, "V4_CUDA_MODE");
+    if (!v4_cuda_mode_ok(mode))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", mode);
+    if (strcmp(be->ops->name, "cuda"))
+        return 0;   /* the CPU path: nothing to choose */
+#ifdef V4_HAVE_CUDA
+    const int want_resident = !strcmp(mode, "resident");
+    const char *dev = v4_cuda_backend_device_name(be);
+    if (!strcmp(mode, "hybrid")) {
+        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (V4_CUDA_MODE=hybrid): weight products on the GPU\n", dev);
+        return 0;
+    }
+    const v4_config *cfg = &m->cfg;
+    const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
+    const size_t xbytes = v4_expert_bytes(&m->w.layers[0].experts[0]);
+    const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * xbytes;
+    size_t budget = 0;
+    if (*spec && v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err))
+        return -1;
+    size_t free_b = 0, total_b = 0;
+    if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
+        return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
+    if (xp && !budget) {
+        /* host cache, no budget given: page within what the device has free */
+        const size_t base = v4_cuda_engine_need(&m->w, max_batch, 1);   /* trunk + scratch, no slot */
+        const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
+                                                                                  : cfg->n_routed_experts;
+        budget = free_b > base + HEADROOM ? free_b - base - HEADROOM : 0;
+        if (budget > total)
+            budget = (size_t)total;
+        if (budget < (size_t)step_x * (xbytes + 6 * 256)) {
+            if (want_resident)
+                return v4_err_set(err, V4_ERR_NOMEM, "V4_CUDA_MODE",
+                                  "resident: %s has %.2f GiB free, the trunk needs %.2f GiB and one step's experts "
+                                  "%.2f GiB more (with 1 GiB headroom): use hybrid",
+                                  dev, GIB(free_b), GIB(base), GIB((size_t)step_x * xbytes));
+            fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: no room for the resident step with paged experts "
+                            "(%.2f GiB free, trunk %.2f GiB)\n", dev, GIB(free_b), GIB(base));
+            return 0;
+        }
+    }
+    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget);
+    if (!want_resident && need + HEADROOM > free_b) {
+        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: the resident step needs %.2f GiB, %.2f GiB free "
+                        "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n", dev, GIB(need), GIB(free_b));
+        return 0;
+    }
+    v4_cuda_engine *e = v4_cuda_engine_create_paged(&m->w, max_batch, 2 * max_batch + 2, budget,
+                                                    xp ? v4_xprov_provider(xp) : NULL, err);
+    if (!e)
+        return -1;
+    v4_cuda_backend_own_engine(be, e);
+    v4_step_impl impl = v4_cuda_engine_impl(e);
+    v4_ctx_set_step_impl(ctx, &impl);
+    v4_cuda_expert_stats xs;
+    v4_cuda_engine_expert_stats(e, &xs);
+    char paged[240] = "every expert resident";
+    if (budget)
+        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (%s) from the %s", xs.slots,
+                 xs.slot_bytes / 1048576.0, *spec ? spec : "the free device memory",
+                 xp ? "host expert cache" : "mapped checkpoint");
+    fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %s; %.2f GiB held "
+                    "(%.2f GiB free of %.2f)\n",
+            dev, paged, GIB(v4_cuda_engine_bytes(e)), GIB(free_b), GIB(total_b));
+    return 1;
+#else
+    (void)m;
+    (void)ctx;
+    (void)max_batch;
+    (void)xp;
+    (void)gpu_mem;
+    return v4_err_set(err, V4_ERR_INTERNAL, "cuda", "a CUDA device in a build without CUDA");
+#endif
+}
+
+int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, struct v4_xprov *xp,
+                  const char *cuda_mode, const char *gpu_mem, v4_error *err)
+{
+    const int r = v4_attach_device_step(be, m, ctx, max_batch, xp, cuda_mode, gpu_mem, err);
+    return r < 0 ? -1 : r ? 0 : v4_attach_gpu_experts(be, m, ctx, xp, gpu_mem, err);
+}
+
+int v4_gpu_cache_figs_get(const v4_backend *be, v4_runner_cache_figs *f)
+{
+    memset(f, 0, sizeof *f);
+#ifdef V4_HAVE_CUDA
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return -1;
+    v4_gpu_experts_stats hs;
+    if (v4_gpu_experts_stats_get(be, &hs) == 0) {      /* hybrid: the products' cache */
+        *f = (v4_runner_cache_figs){hs.hits, hs.misses, hs.bytes_uploaded, hs.pool_bytes, hs.pool_bytes};
+        return 0;
+    }
+    const struct v4_cuda_engine *e = v4_cuda_backend_engine(be);
+    if (!e)
+        return -1;
+    v4_cuda_expert_stats xs;
+    v4_cuda_engine_expert_stats(e, &xs);
+    if (xs.slots <= 0)                                 /* every expert resident */
+        return -1;
+    const unsigned long long pool = (unsigned long long)xs.slots * xs.slot_bytes;
+    *f = (v4_runner_cache_figs){xs.hits, xs.misses, xs.bytes_uploaded, pool, pool};
+    return 0;
+#else
+    (void)be;
+    return -1;
+#endif
+}

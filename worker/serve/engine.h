@@ -1,0 +1,91 @@
+/* engine.h - assembling the engine that a command or the worker runs: the backend
+ * (CPU or CUDA), paged experts (host expert cache), and on CUDA the decode mode
+ * (resident step or hybrid products) with the GPU expert cache.  The serving core
+ * (task_run.c) and the subcommands build their engine through these calls, so every
+ * entry point reads the same flags and environment variables the same way.
+ * Ownership: a backend returned by v4_open_backend belongs to the caller
+ * (be->ops->destroy); whatever v4_attach_* attaches to it is owned by the backend or,
+ * for the host expert cache, by the caller (*out).  Thread: the thread that builds the
+ * engine (main thread); the counters of v4_gpu_cache_figs_get belong to the stepping
+ * thread.
+ */
+#ifndef V4_SERVE_ENGINE_H
+#define V4_SERVE_ENGINE_H
+
+#include <stdint.h>
+
+#include "config/error.h"
+#include "kernels/backend.h"
+
+typedef struct v4_engine_opts {
+    const char *model;      /* --model DIR */
+    int threads;            /* --threads N (0 = all cores) */
+    const char *isa;        /* --isa auto|scalar|avx2|avx512|avx512vnni */
+    /* paged experts (cache/expert_provider.h); host_cache_bytes 0 = all resident */
+    long long host_cache_bytes;     /* --host-cache-bytes B (K/M/G suffixes) */
+    const char *pack;               /* --pack DIR (else page from the safetensors) */
+    const char *cache_policy;       /* --cache-policy lru|slru|lfru */
+    int io_threads;                 /* --io-threads N */
+    /* --device cpu|cuda|cuda:N (NULL: the V4_DEVICE environment variable, else cpu).
+     * cuda runs the weight products on the GPU ("hybrid" mode, kernels/cuda/). */
+    const char *device;
+    /* The CUDA mode (auto|resident|hybrid) and the GPU expert budget (bytes or P%);
+     * NULL or "": the V4_CUDA_MODE / V4_GPU_EXPERT_MEM environment variables. */
+    const char *cuda_mode;
+    const char *gpu_expert_mem;
+} v4_engine_opts;
+
+/* v when set (non-NULL, non-empty), else the environment variable name, else "". */
+const char *v4_opt_or_env(const char *v, const char *name);
+/* The backend o asks for: --device (or V4_DEVICE) cpu (default) -> the CPU backend
+ * (--threads, --isa); cuda or cuda:N -> the CUDA backend on device N (0).  Asking
+ * for cuda in a build without it, or on a machine without a usable GPU, is an error
+ * (V4_ERR_INVALID, saying which), never a silent fallback to the CPU. */
+v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err);
+
+struct v4_model_files;
+struct v4_ctx;
+struct v4_xprov;
+/* When o asks for paged experts: open the expert cache for the model m opened from
+ * o->model and attach it to ctx; *out = the provider to close after ctx is freed
+ * (NULL when all experts stay resident).  Then v4_attach_gpu (max_batch 1, o's CUDA
+ * mode and GPU expert budget).  0 or -1 with err. */
+int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
+                      struct v4_xprov **out, v4_error *err);
+/* The GPU expert cache of the hybrid mode (kernels/cuda/gpu_experts.h) when gpu_mem
+ * (NULL or "": the environment variable V4_GPU_EXPERT_MEM) is set (bytes with a
+ * K/M/G/T suffix, or a percentage of the model's routed-expert bytes) and be is the
+ * CUDA backend: attached to be (which owns it: freed with be), between ctx and its
+ * experts (the host cache xp, or with xp NULL the weights' own); logs one line (budget,
+ * slot size, slots) on stderr.  Unset: no-op; set with a CPU backend: ignored with a
+ * notice.  0 or -1 with err (bad value, budget below one slot, CUDA failure). */
+int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
+                          const char *gpu_mem, v4_error *err);
+
+/* For a CUDA backend: the decode mode (engine.c), from cuda_mode (NULL or
+ * "": V4_CUDA_MODE) = auto (default) | resident | hybrid.  resident: the whole step on
+ * the GPU (kernels/cuda/cuda_step.h, owned by be), set as ctx's step implementation for
+ * up to max_batch sequences per step, every expert resident or paged within the GPU
+ * expert budget gpu_mem (NULL or "": V4_GPU_EXPERT_MEM), the misses coming from the
+ * host expert cache xp (its provider is ctx's already) or, with xp NULL, from the
+ * mapped checkpoint; with xp and no budget, the budget is the device's free memory
+ * after the trunk and 1 GiB.  hybrid: only the weight products on the GPU (the GPU
+ * expert cache of v4_attach_gpu_experts serves that mode).  auto picks resident unless
+ * the step does not fit the device's free memory with 1 GiB to spare.  Logs the choice
+ * on stderr.  Returns 1 (resident), 0 (hybrid, or a CPU backend: a bad mode is still an
+ * error), -1 with err. */
+int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
+                          struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err);
+/* The GPU expert cache's cumulative figures, whichever mode runs it (the hybrid
+ * cache of v4_attach_gpu_experts or the resident step's paged experts): hits,
+ * misses, bytes_read = bytes uploaded host -> device, in_use_bytes = budget_bytes =
+ * the slot pool's bytes (allocated once).  0 and f filled; -1 (f zeroed) when be has
+ * no paged GPU experts (a CPU backend, every expert resident, a build without CUDA).
+ * Thread: the thread that runs the steps (the counters are not locked). */
+struct v4_runner_cache_figs;
+int v4_gpu_cache_figs_get(const v4_backend *be, struct v4_runner_cache_figs *f);
+/* v4_attach_device_step, then v4_attach_gpu_experts when it chose hybrid.  0 or -1. */
+int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, struct v4_xprov *xp,
+                  const char *cuda_mode, const char *gpu_mem, v4_error *err);
+
+#endif

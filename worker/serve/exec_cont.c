@@ -1,0 +1,356 @@
+/* exec_cont.c - the continuous-batching executor (see executor.h).
+ *
+ * Design: n slots.  A slot is free, active (a prepared generation job: v4_run_job with
+ * its generation state), sync (a task of a kind without a state machine, run whole
+ * inside the next step; none today) or done (waiting to be handed back).  A summarize
+ * task holds one slot for its whole tree: its state machine (summarize.h) hands out one
+ * generation at a time, which is stepped like any other active job; when it retires,
+ * its output goes back to the summarizer and the next generation (next chunk, next
+ * level, final pass) is prepared in the same slot at once, so the other tasks never
+ * wait for a summary.  step(): run the sync jobs; poll every
+ * active job's cancel hook (deadline, abort); gather one input row per active job
+ * (prompt position or last sample), and for jobs still in their prompt a chunk of
+ * prompt positions while the step has spare rows (prefill chunks: one weight pass for
+ * many prompt tokens), into one v4_step; accept each row's logits in its
+ * own generation state (sampling, stop strings, detokenization: the code the serial
+ * path runs); retire finished jobs.  A slot freed by a step is free for the driver's
+ * next submit, so the next step already carries the new job.
+ *
+ * Ownership: jobs are lent by submit() until step() hands them back; the executor owns
+ * its scratch (logits [n][vocab], row arrays) and borrows the runner.
+ * Thread: the driver's thread (the runner's thread).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "executor.h"
+#include "summarize.h"
+#include "task_run_internal.h"
+
+enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_SYNC, SLOT_DONE };
+
+typedef struct cslot {
+    int state;
+    v4_job *job;
+    v4_run_job rj;
+    v4_summ *summ;              /* a summarize task: its tree; rj runs its current generation */
+    v4_run_output sub;          /* that generation's output */
+} cslot;
+
+typedef struct cont_exec {
+    v4_exec base;
+    v4_runner *r;
+    int n;
+    int (*abort_fn)(void *);
+    void *abort_ud;
+    cslot *slots;
+    long steps;
+    v4_exec_figs figs;
+    double trunk_bytes, expert_bytes, trunk_macs, expert_macs;
+    unsigned char *seen;        /* [n_routed_experts]: union of one layer's experts */
+    int cap_rows;               /* rows a step may carry (the context's): n + prefill chunks */
+    float *logits;              /* [cap_rows][vocab] */
+    v4_seq **seqs;              /* [cap_rows] per row: ... */
+    int32_t *toks;
+    v4_trace **trs;
+    int *row_slot, *row_want, *row_k;   /* its slot, whether it needs logits, its index in the slot's rows */
+    v4_gen_state **row_gen;     /* the generation it belongs to */
+} cont_exec;
+
+static int cont_capacity(v4_exec *x)
+{
+    return ((cont_exec *)x)->n;
+}
+
+static int cont_in_flight(v4_exec *x)
+{
+    cont_exec *c = (cont_exec *)x;
+    int k = 0;
+    for (int i = 0; i < c->n; i++)
+        k += c->slots[i].state != SLOT_FREE;
+    return k;
+}
+
+static void cont_figs(v4_exec *x, v4_exec_figs *f)
+{
+    *f = ((cont_exec *)x)->figs;
+}
+
+/* Weight bytes of the step just run: the trunk and, per layer, the distinct routed
+ * experts of its rows (from their traces). */
+static void count_step(cont_exec *c, int rows)
+{
+    const v4_config *cfg = &c->r->m.cfg;
+    const int K = cfg->n_act_experts, E = cfg->n_routed_experts;
+    long distinct = 0, uses = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        memset(c->seen, 0, (size_t)E);
+        for (int k = 0; k < rows; k++) {
+            const v4_trace *t = c->trs[k];
+            for (int i = 0; t && i < K; i++) {
+                int32_t id = t->route_ids[l * K + i];
+                if (id < 0 || id >= E)
+                    continue;
+                uses++;
+                if (!c->seen[id]) {
+                    c->seen[id] = 1;
+                    distinct++;
+                }
+            }
+        }
+    }
+    c->figs.steps++;
+    c->figs.rows += rows;
+    c->figs.weight_bytes += c->trunk_bytes + (double)distinct * c->expert_bytes;
+    c->figs.macs += c->trunk_macs * rows + (double)uses * c->expert_macs;
+    c->figs.expert_bytes += (double)distinct * c->expert_bytes;
+    c->figs.expert_macs += (double)uses * c->expert_macs;
+}
+
+/* A summarize slot: prepare its next generation (active), or, when the tree is
+ * finished, hand the task back (done). */
+static void summ_feed(cont_exec *c, cslot *s)
+{
+    v4_job *job = s->job;
+    const v4_task *g;
+    while (v4_summ_next(s->summ, &g)) {
+        if (!v4_runner_prepare(c->r, g, job->deadline_ms, c->abort_fn, c->abort_ud, &s->rj, &s->sub, &job->err)) {
+            s->state = SLOT_ACTIVE;
+            return;
+        }
+        v4_summ_accept(s->summ, -1, &s->sub);
+    }
+    job->rc = v4_summ_end(s->summ);
+    s->summ = NULL;
+    s->state = SLOT_DONE;
+}
+
+static int cont_submit(v4_exec *x, v4_job *job)
+{
+    cont_exec *c = (cont_exec *)x;
+    cslot *s = NULL;
+    for (int i = 0; i < c->n && !s; i++)
+        if (c->slots[i].state == SLOT_FREE)
+            s = &c->slots[i];
+    if (!s)
+        return -1;
+    s->job = job;
+    job->start_ms = v4_now_ms();
+    job->submit_step = c->steps;
+    job->first_step = -1;
+    if (!job->deadline_ms) {
+        long ms = job->task.deadline_ms ? job->task.deadline_ms : job->deadline_default_ms;
+        job->deadline_ms = ms ? job->start_ms + (double)ms : 1e300;
+    }
+    memset(&job->err, 0, sizeof job->err);
+    if (job->task.kind == V4_TASK_KIND_SUMMARIZE) {
+        if (v4_summ_begin(c->r, &job->task, &job->out, &job->err, &s->summ)) {
+            job->rc = -1;
+            s->state = SLOT_DONE;
+        } else {
+            summ_feed(c, s);
+        }
+        return 0;
+    }
+    if (job->task.kind != V4_TASK_KIND_GENERATE) {
+        s->state = SLOT_SYNC;
+        return 0;
+    }
+    if (v4_runner_prepare(c->r, &job->task, job->deadline_ms, c->abort_fn, c->abort_ud, &s->rj, &job->out,
+                          &job->err)) {
+        job->rc = -1;
+        s->state = SLOT_DONE;
+    } else {
+        s->state = SLOT_ACTIVE;
+    }
+    return 0;
+}
+
+static void retire(cont_exec *c, cslot *s, int failed, const v4_error *err)
+{
+    if (s->summ) {
+        int rc = v4_runner_finish(&s->rj, failed, err, &s->sub, &s->job->err);
+        v4_summ_accept(s->summ, rc, &s->sub);
+        summ_feed(c, s);
+        return;
+    }
+    s->job->rc = v4_runner_finish(&s->rj, failed, err, &s->job->out, &s->job->err);
+    s->state = SLOT_DONE;
+}
+
+/* One forward step over the active slots: one row each, and a prefill chunk (several
+ * rows) for slots still in their prompt while the step has room: every active slot
+ * keeps its row, the spare rows (cap_rows - active slots) go to prompts in slot order.
+ * Returns the rows stepped. */
+static int forward(cont_exec *c)
+{
+    v4_runner *r = c->r;
+    const int V = r->m.cfg.vocab_size, per_seq = v4_ctx_rows_per_seq(r->ctx);
+    int rows = 0, any_logits = 0, active = 0;
+    for (int i = 0; i < c->n; i++) {
+        cslot *s = &c->slots[i];
+        if (s->state != SLOT_ACTIVE)
+            continue;
+        v4_error err = {0};
+        if (v4_gen_poll_cancel(s->rj.gen, &err))
+            retire(c, s, 1, &err);
+    }
+    for (int i = 0; i < c->n; i++)   /* after the retirements (a summary may have moved on) */
+        active += c->slots[i].state == SLOT_ACTIVE;
+    int spare = c->cap_rows - active;
+    for (int i = 0; i < c->n; i++) {
+        cslot *s = &c->slots[i];
+        if (s->state != SLOT_ACTIVE)
+            continue;
+        int lim = 1 + spare < per_seq ? 1 + spare : per_seq;
+        int k = v4_gen_rows(s->rj.gen, lim, c->toks + rows, c->trs + rows, c->row_want + rows);
+        spare -= k - 1;
+        for (int j = 0; j < k; j++, rows++) {
+            c->seqs[rows] = s->rj.seq;
+            c->row_slot[rows] = i;
+            c->row_k[rows] = j;
+            c->row_gen[rows] = s->rj.gen;
+            any_logits |= c->row_want[rows];
+        }
+    }
+    if (!rows)
+        return 0;
+    v4_xcache_stats a = {0}, b = {0};
+    if (r->xp)
+        v4_xprov_stats(r->xp, &a);
+    v4_error err = {0};
+    int rc = v4_step_rows(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->row_want, c->trs, &err);
+    long step = c->steps++;
+    if (!rc)
+        count_step(c, rows);
+    if (r->xp) {
+        v4_xprov_stats(r->xp, &b);
+        double dm = (double)(b.misses - a.misses) / rows, db = (double)(b.bytes_read - a.bytes_read) / rows;
+        for (int k = 0; k < rows; k++)
+            v4_runner_job_share(&c->slots[c->row_slot[k]].rj, dm, db);
+    }
+    for (int k = 0; k < rows; k++) {
+        cslot *s = &c->slots[c->row_slot[k]];
+        /* a generation retired at an earlier row of this step (its slot may already run
+         * the next generation of a summary): its remaining rows are dropped */
+        if (s->state != SLOT_ACTIVE || s->rj.gen != c->row_gen[k])
+            continue;
+        if (s->job->first_step < 0)
+            s->job->first_step = step;
+        if (rc) {   /* the whole step failed: every row's sequence is unusable */
+            retire(c, s, 1, &err);
+            continue;
+        }
+        v4_error aerr = {0};
+        if (v4_gen_accept_row(s->rj.gen, c->row_k[k], c->row_want[k] ? c->logits + (size_t)k * V : NULL, &aerr))
+            retire(c, s, 1, &aerr);
+        else if (v4_gen_done(s->rj.gen))
+            retire(c, s, 0, NULL);
+    }
+    return rows;
+}
+
+static int cont_step(v4_exec *x, v4_job **done, int max)
+{
+    cont_exec *c = (cont_exec *)x;
+    for (int i = 0; i < c->n; i++) {   /* kinds without a state machine: whole, here */
+        cslot *s = &c->slots[i];
+        if (s->state != SLOT_SYNC)
+            continue;
+        s->job->first_step = c->steps;
+        s->job->rc = v4_task_execute(c->r, &s->job->task, s->job->deadline_ms, c->abort_fn, c->abort_ud,
+                                     &s->job->out, &s->job->err);
+        s->state = SLOT_DONE;
+    }
+    forward(c);
+    int k = 0;
+    for (int i = 0; i < c->n && k < max; i++) {
+        cslot *s = &c->slots[i];
+        if (s->state != SLOT_DONE)
+            continue;
+        s->job->end_ms = v4_now_ms();
+        done[k++] = s->job;
+        s->job = NULL;
+        s->state = SLOT_FREE;
+    }
+    return k;
+}
+
+static void cont_destroy(v4_exec *x)
+{
+    cont_exec *c = (cont_exec *)x;
+    if (!c)
+        return;
+    for (int i = 0; c->slots && i < c->n; i++) {
+        cslot *s = &c->slots[i];
+        if (s->state == SLOT_FREE)
+            continue;
+        if (s->state == SLOT_ACTIVE) {
+            v4_error err = {0};
+            v4_err_set(&err, V4_ERR_INVALID, "batch", "executor closed");
+            retire(c, s, 1, &err);
+        }
+        v4_job_release(s->job);
+    }
+    free(c->slots);
+    free(c->seen);
+    free(c->logits);
+    free(c->seqs);
+    free(c->toks);
+    free(c->trs);
+    free(c->row_slot);
+    free(c->row_want);
+    free(c->row_k);
+    free(c->row_gen);
+    free(c);
+}
+
+static const v4_exec_ops cont_ops = {cont_capacity, cont_submit, cont_step, cont_in_flight, cont_destroy,
+                                           cont_figs};
+
+v4_exec *v4_exec_continuous(v4_runner *r, int n, int (*abort_fn)(void *), void *abort_ud, char *err,
+                                        size_t err_cap)
+{
+    if (n < 1 || n > r->max_batch) {
+        snprintf(err, err_cap, "concurrency %d: the runner's forward context takes 1 to %d sequences per step", n,
+                 r->max_batch);
+        return NULL;
+    }
+    cont_exec *c = calloc(1, sizeof *c);
+    if (c) {
+        c->base.ops = &cont_ops;
+        c->r = r;
+        c->n = n;
+        c->abort_fn = abort_fn;
+        c->abort_ud = abort_ud;
+        c->slots = calloc((size_t)n, sizeof *c->slots);
+        /* one row per slot, plus one prefill chunk's spare rows when the context has them */
+        c->cap_rows = r->step_rows;
+        if (c->cap_rows > n + V4_GEN_CHUNK - 1)
+            c->cap_rows = n + V4_GEN_CHUNK - 1;
+        if (c->cap_rows < n)
+            c->cap_rows = n;
+        const size_t R = (size_t)c->cap_rows;
+        c->logits = malloc(sizeof(float) * R * (size_t)r->m.cfg.vocab_size);
+        c->seqs = calloc(R, sizeof *c->seqs);
+        c->toks = calloc(R, sizeof *c->toks);
+        c->trs = calloc(R, sizeof *c->trs);
+        c->row_slot = calloc(R, sizeof *c->row_slot);
+        c->row_want = calloc(R, sizeof *c->row_want);
+        c->row_k = calloc(R, sizeof *c->row_k);
+        c->row_gen = calloc(R, sizeof *c->row_gen);
+        c->seen = malloc((size_t)r->m.cfg.n_routed_experts + 1);
+        c->trunk_bytes = (double)v4_step_trunk_bytes(&r->m.w);
+        c->expert_bytes = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_bytes(&r->m.w.layers[0].experts[0]) : 0;
+        c->trunk_macs = (double)v4_step_trunk_macs(&r->m.w);
+        c->expert_macs = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_macs(&r->m.w.layers[0].experts[0]) : 0;
+    }
+    if (!c || !c->seen || !c->slots || !c->logits || !c->seqs || !c->toks || !c->trs || !c->row_slot || !c->row_want ||
+        !c->row_k || !c->row_gen) {
+        snprintf(err, err_cap, "out of memory");
+        cont_destroy(c ? &c->base : NULL);
+        return NULL;
+    }
+    return &c->base;
+}

@@ -1,0 +1,53 @@
+/* result_packet.h - build the JSON result record of one task and the error record
+ * of an invalid packet (docs/queue-worker.md "Result"; config/result.schema.json).
+ *
+ * Result: {id, status: succeeded|failed, model, output {text, token_ids,
+ * finish_reason}, usage {prompt_tokens, completion_tokens, total_tokens}, timing
+ * {queue_ms, prefill_ms, decode_ms, total_ms}, experts {hits, misses, bytes_loaded},
+ * summary {chunks, levels} (succeeded summarize tasks; summarize.h), worker, metadata,
+ * error {code, message,
+ * where[, line, column, position]}} - output/usage only on success, error only on
+ * failure, metadata only when the task had one.  The invalid-packet record is the
+ * same shape with status "failed", id null when the packet had no usable id, plus
+ * "body" (the first 4 KiB of the original body, as a string if it is valid UTF-8).
+ *
+ * Ownership: returned strings are malloc'd (free()).  Thread: any.
+ */
+#ifndef V4_RESULT_PACKET_H
+#define V4_RESULT_PACKET_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "task_error.h"
+
+typedef struct v4_result_info {
+    const char *id;                 /* may be NULL (invalid packet) */
+    const char *model;
+    const char *worker;
+    json_t *metadata;               /* borrowed, may be NULL */
+    /* success */
+    const char *text;
+    size_t text_len;
+    const int32_t *token_ids;
+    int n_tokens;
+    const char *finish_reason;
+    int prompt_tokens;
+    /* timing, milliseconds */
+    double queue_ms, prefill_ms, decode_ms, total_ms;
+    /* routed-expert activations served from memory / loaded first, bytes loaded */
+    long long expert_hits, expert_misses, expert_bytes_loaded;
+    /* summarize tasks (v4_run_output chunks, levels): the summary object when levels > 0 */
+    int chunks, levels;
+    /* failure (code != V4_TASK_OK) */
+    const v4_task_error *error;
+} v4_result_info;
+
+/* NULL on allocation failure. */
+char *v4_result_json(const v4_result_info *r);
+/* Error record for tasks.invalid; body/len is the original packet. */
+char *v4_invalid_record_json(const v4_task_error *e, const char *id, const char *worker, const char *body,
+                             size_t len);
+
+#endif

@@ -1,0 +1,30 @@
+/* step_rows.h - the one policy for how many rows (prompt positions of a prefill
+ * chunk, plus one row per other sequence) a forward step may carry, shared by the
+ * worker's runner (worker/serve/task_run.c) and `v4fleet generate` (worker/tools/cmd_generate.c).
+ *
+ * Policy: on the CPU backend a step may carry want_rows rows (a prefill chunk of
+ * several positions costs one pass over the weights).  With paged experts (a host
+ * expert cache) a step's MoE layer acquires the union of its rows' experts at once,
+ * up to rows x n_act_experts of them, and that union must fit the cache's slots: the
+ * rows shrink to slots / n_act_experts, never below floor_rows (the rows the caller
+ * needs anyway: one per sequence of a batch).  Any other backend (CUDA: the resident
+ * step takes one row per sequence, the hybrid mode sizes its device expert slots for
+ * one row per sequence) gets floor_rows.
+ *
+ * Ownership: nothing is kept.  Thread: any (reads the cache's figures, which are
+ * thread-safe).
+ */
+#ifndef V4_STEP_ROWS_H
+#define V4_STEP_ROWS_H
+
+#include "cache/expert_provider.h"
+#include "config/model_config.h"
+#include "kernels/backend.h"
+
+/* The rows a step may carry: want_rows on the CPU backend, at most
+ * xp's slots / cfg->n_act_experts when xp (the host expert cache; NULL = experts
+ * resident) is given, never below floor_rows; floor_rows on any other backend.
+ * Also never above want_rows (floor_rows > want_rows gives floor_rows). */
+int v4_fit_step_rows(const v4_backend *be, v4_xprov *xp, const v4_config *cfg, int want_rows, int floor_rows);
+
+#endif

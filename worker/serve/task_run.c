@@ -1,0 +1,420 @@
+/* task_run.c - one task through the engine (see task_run.h).
+ * Thread: one thread at a time per runner. */
+#include "task_run.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/expert_provider.h"
+#include "cache/model_files.h"
+#include "engine.h"
+#include "kernels/v4/model.h"
+#include "step_rows.h"
+#include "task_run_internal.h"
+
+
+double v4_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+
+static int from_v4(v4_task_error *e, const v4_error *err)
+{
+    return v4_task_fail(e, err->code == V4_ERR_CORRUPT ? V4_TASK_EXPERT_CORRUPT : V4_TASK_INTERNAL, err->where, "%s",
+                        err->msg);
+}
+
+static void describe_names(v4_runner *r)
+{
+    size_t at = (size_t)snprintf(r->served_list, sizeof r->served_list, "\"%s\"", r->name);
+    const char *p = strchr(r->names, ',');
+    for (int i = 0; p && at < sizeof r->served_list; i++) {
+        p++;
+        size_t n = strcspn(p, ",");
+        at += (size_t)snprintf(r->served_list + at, sizeof r->served_list - at, "%s\"%.*s\"", i ? ", " : " (also ",
+                               (int)n, p);
+        p = strchr(p, ',');
+        if (!p && at < sizeof r->served_list)
+            at += (size_t)snprintf(r->served_list + at, sizeof r->served_list - at, ")");
+    }
+}
+
+v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
+                          v4_task_error *e)
+{
+    v4_runner *r = calloc(1, sizeof *r);
+    v4_error err = {0};
+    if (!r) {
+        v4_task_fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
+        return NULL;
+    }
+    snprintf(r->names, sizeof r->names, "%s", model_names);
+    snprintf(r->name, sizeof r->name, "%.*s", (int)strcspn(model_names, ","), model_names);
+    describe_names(r);
+    v4_engine_opts eo = {.model = model_dir,
+                         .threads = ex ? ex->threads : 0,
+                         .isa = ex ? ex->isa : NULL,
+                         .device = ex ? ex->device : NULL,
+                         .cuda_mode = ex ? ex->cuda_mode : NULL,
+                         .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL};
+    if (v4_model_open(model_dir, &r->m, &err))
+        goto fail;
+    r->m_open = 1;
+    r->context = (long)r->m.cfg.max_position;
+    if (ex && ex->max_context > 0 && ex->max_context < r->context)
+        r->context = ex->max_context;
+    if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
+        !(r->ctx = v4_ctx_create(&r->m.w, r->be, (ex && ex->max_batch > 1 ? ex->max_batch : 1) + V4_GEN_CHUNK - 1,
+                                 &err)))
+        goto fail;
+    r->max_batch = ex && ex->max_batch > 1 ? ex->max_batch : 1;
+    if (ex && ex->host_cache_bytes > 0) {
+        v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};
+        if (!(r->xp = v4_xprov_open(&r->m.cfg, r->m.ck, &xo, &err)))
+            goto fail;
+        v4_ctx_set_expert_provider(r->ctx, v4_xprov_provider(r->xp));
+    }
+    if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, eo.cuda_mode, eo.gpu_expert_mem, &err))
+        goto fail;
+    /* one row per sequence plus a prefill chunk's spare rows, as worker/serve/step_rows.h
+     * decides (fewer with paged experts, one row per sequence on CUDA); a step
+     * implementation (the resident CUDA step) takes one row per sequence anyway. */
+    r->step_rows = v4_ctx_rows_per_seq(r->ctx) > 1
+                       ? v4_fit_step_rows(r->be, r->xp, &r->m.cfg, v4_ctx_max_rows(r->ctx), r->max_batch)
+                       : r->max_batch;
+    return r;
+fail:
+    from_v4(e, &err);
+    v4_runner_free(r);
+    return NULL;
+}
+
+void v4_runner_free(v4_runner *r)
+{
+    if (!r)
+        return;
+    v4_ctx_free(r->ctx);
+    v4_xprov_close(r->xp);
+    if (r->be)
+        r->be->ops->destroy(r->be);
+    v4_tok_free(r->tok);
+    if (r->m_open)
+        v4_model_close(&r->m);
+    free(r);
+}
+
+void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n)
+{
+    if (!r->xp) {
+        snprintf(out, n, "experts resident (mapped checkpoint)");
+        return;
+    }
+    v4_xcache_stats st;
+    v4_xprov_stats(r->xp, &st);
+    snprintf(out, n, "experts paged from the %s through a %.2f GiB host cache (%d slots of %zu bytes)",
+             v4_xprov_source_kind(r->xp), st.budget_bytes / 1073741824.0, st.slots, st.slot_bytes);
+}
+
+int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f)
+{
+    memset(f, 0, sizeof *f);
+    if (!r->xp)
+        return -1;
+    v4_xcache_stats st;
+    v4_xprov_stats(r->xp, &st);
+    *f = (v4_runner_cache_figs){st.hits, st.misses, st.bytes_read, st.in_use_bytes, st.budget_bytes};
+    return 0;
+}
+
+int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f)
+{
+    return v4_gpu_cache_figs_get(r->be, f);
+}
+
+/* Is model one of the names this worker answers to? */
+static int serves(const v4_runner *r, const char *model)
+{
+    size_t m = strlen(model);
+    for (const char *p = r->names;;) {
+        size_t n = strcspn(p, ",");
+        if (n == m && !strncmp(p, model, n))
+            return 1;
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
+const char *v4_runner_model_name(const v4_runner *r)
+{
+    return r->name;
+}
+
+long v4_runner_context(const v4_runner *r)
+{
+    return r->context;
+}
+
+const v4_config *v4_runner_config(const v4_runner *r)
+{
+    return &r->m.cfg;
+}
+
+v4_xprov *v4_runner_experts(v4_runner *r)
+{
+    return r->xp;
+}
+
+static void emit_buf(void *ud, const char *text, size_t len)
+{
+    v4_run_text *b = ud;
+    if (b->oom)
+        return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = (b->n + len + 1) * 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, text, len);
+    b->n += len;
+    b->p[b->n] = 0;
+}
+
+static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_error *e)
+{
+    v4_error err = {0};
+    if (t->has_input_ids) {
+        for (int i = 0; i < t->n_input_ids; i++) {
+            if (t->input_ids[i] >= r->m.cfg.vocab_size)
+                return v4_task_fail(e, V4_TASK_INVALID_FIELD, "input_ids", "id %d at index %d is outside the vocabulary of %d",
+                            t->input_ids[i], i, r->m.cfg.vocab_size);
+            if (v4_ids_push(ids, t->input_ids[i], &err))
+                return from_v4(e, &err);
+        }
+        return 0;
+    }
+    v4_chat_msg msgs[V4_TASK_MAX_MESSAGES];
+    size_t n = 0;
+    const char *system = NULL;
+    if (t->has_prompt) {
+        msgs[n++] = (v4_chat_msg){V4_CHAT_USER, t->prompt};
+    } else {
+        for (int i = 0; i < t->n_messages; i++) {
+            const v4_task_msg *m = &t->messages[i];
+            if (!strcmp(m->role, "system")) {
+                if (i != 0)
+                    return v4_task_fail(e, V4_TASK_INVALID_FIELD, "messages", "only the first message may have role \"system\"");
+                system = m->content;
+                continue;
+            }
+            msgs[n++] = (v4_chat_msg){strcmp(m->role, "user") ? V4_CHAT_ASSISTANT : V4_CHAT_USER, m->content};
+        }
+    }
+    if (v4_chat_encode(r->tok, system, msgs, n, t->thinking, ids, &err))
+        return v4_task_fail(e, V4_TASK_INVALID_FIELD, "messages", "%s", err.msg);
+    return 0;
+}
+
+static int guard_cancel(void *ud)
+{
+    v4_run_guard *g = ud;
+    if (g->abort_fn && g->abort_fn(g->abort_ud))
+        g->why = 2;
+    else if (v4_now_ms() > g->deadline_ms)
+        g->why = 1;
+    return g->why;
+}
+
+/* The result's experts figures.  All experts resident (a, b NULL): every activation
+ * (from the routing counts) is a hit.  Paged: the host cache's hits, misses (loads the
+ * run's acquires issued) and bytes read during the run (stats snapshots a -> b). */
+static void count_experts(v4_run_output *out, const v4_xcache_stats *a, const v4_xcache_stats *b)
+{
+    long long hits = 0, layer0 = 0;
+    for (size_t i = 0, n = (size_t)out->expert_layers * (size_t)out->expert_n; out->expert_counts && i < n; i++) {
+        hits += out->expert_counts[i];
+        if (i < (size_t)out->expert_n)
+            layer0 += out->expert_counts[i];
+    }
+    out->expert_hits = hits;
+    out->expert_misses = out->expert_bytes_loaded = 0;
+    if (a && b) {   /* paged: what the cache did during the run */
+        out->expert_hits = (long long)(b->hits - a->hits);
+        out->expert_misses = (long long)(b->misses - a->misses);
+        out->expert_bytes_loaded = (long long)(b->bytes_read - a->bytes_read);
+    }
+    out->forwarded = out->expert_k ? (long)(layer0 / out->expert_k) : 0;
+}
+
+static void job_release(v4_run_job *j)
+{
+    v4_gen_free(j->gen);
+    free(j->buf.p);
+    v4_seq_free(j->seq);
+    v4_ids_free(&j->ids);
+    memset(j, 0, sizeof *j);
+}
+
+/* The experts figures of a job that ran (or failed) and release it. */
+static void job_count(v4_run_job *j, v4_run_output *out)
+{
+    v4_runner *r = j->r;
+    if (r->xp && !j->shared_steps) {
+        v4_xcache_stats after;
+        v4_xprov_stats(r->xp, &after);
+        count_experts(out, &j->before, &after);
+    } else {
+        count_experts(out, NULL, NULL);
+        if (r->xp) {   /* batched: this job's shares of the steps' loads */
+            long long miss = (long long)(j->share_misses + 0.5);
+            if (miss > out->expert_hits)
+                miss = out->expert_hits;
+            out->expert_misses = miss;
+            out->expert_hits -= miss;
+            out->expert_bytes_loaded = (long long)(j->share_bytes + 0.5);
+        }
+    }
+}
+
+int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                      v4_run_job *j, v4_run_output *out, v4_task_error *e)
+{
+    memset(out, 0, sizeof *out);
+    memset(j, 0, sizeof *j);
+    j->r = r;
+    if (t->model && !serves(r, t->model))
+        return v4_task_fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves %s, not \"%s\"",
+                            r->served_list, t->model);
+    if (v4_now_ms() >= deadline_ms)
+        return v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the deadline passed before the task started");
+    v4_error err = {0};
+    if (r->xp)
+        v4_xprov_stats(r->xp, &j->before);
+    if (build_prompt(r, t, &j->ids, e))
+        goto fail;
+    long long total = (long long)j->ids.n + t->max_tokens;
+    if (total > r->context) {
+        v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_tokens",
+             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %ld tokens", j->ids.n, t->max_tokens,
+             r->context);
+        goto fail;
+    }
+    v4_sampling_params sp = {t->temperature, t->top_p, (int)t->top_k, t->seed};
+    if (v4_sampling_validate(&sp, &err)) {
+        v4_task_fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
+        goto fail;
+    }
+    if (!(j->seq = v4_seq_create(&r->m.w, (int)total, &err))) {
+        from_v4(e, &err);
+        goto fail;
+    }
+    int32_t eos = v4_tok_eos(r->tok) >= 0 ? v4_tok_eos(r->tok) : r->m.cfg.eos_id;
+    const v4_config *mc = &r->m.cfg;
+    if (!(out->expert_counts = calloc((size_t)mc->n_layers * (size_t)mc->n_routed_experts, sizeof(uint32_t)))) {
+        v4_task_fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
+        goto fail;
+    }
+    out->expert_layers = mc->n_layers;
+    out->expert_n = mc->n_routed_experts;
+    out->expert_k = mc->n_act_experts;
+    j->guard = (v4_run_guard){deadline_ms, abort_fn, abort_ud, 0};
+    j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
+                              t->n_stops, guard_cancel, &j->guard, out->expert_counts, 0};
+    if (!(j->gen = v4_gen_begin(mc, j->seq, r->tok, &j->req, emit_buf, &j->buf, &err))) {
+        from_v4(e, &err);
+        goto fail;
+    }
+    return 0;
+fail:
+    job_count(j, out);
+    job_release(j);
+    return -1;
+}
+
+void v4_runner_job_share(v4_run_job *j, double misses, double bytes)
+{
+    j->shared_steps = 1;
+    j->share_misses += misses;
+    j->share_bytes += bytes;
+}
+
+int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e)
+{
+    int rc = -1;
+    v4_gen_result res = {0};
+    if (failed) {
+        if (j->guard.why == 2) {
+            v4_task_fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err->msg);
+            rc = -2;
+        } else if (j->guard.why == 1) {
+            v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err->msg);
+        } else {
+            from_v4(e, err);
+        }
+        goto out;
+    }
+    v4_gen_end(j->gen, &res);
+    if (j->buf.oom) {
+        v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+        goto out;
+    }
+    if (v4_now_ms() > j->guard.deadline_ms) {
+        v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline");
+        goto out;
+    }
+    out->text = j->buf.p ? j->buf.p : calloc(1, 1);
+    j->buf.p = NULL;
+    out->text_len = j->buf.n;
+    out->tokens = res.tokens;
+    res.tokens = NULL;
+    out->n_tokens = res.n_tokens;
+    out->prompt_tokens = (int)j->ids.n;
+    out->finish_reason = res.finish_reason;
+    out->prefill_ms = res.prefill_s * 1e3;
+    out->decode_ms = res.decode_s * 1e3;
+    rc = out->text ? 0 : v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+out:
+    job_count(j, out);
+    v4_gen_result_free(&res);
+    job_release(j);
+    return rc;
+}
+
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e)
+{
+    v4_run_job j;
+    if (v4_runner_prepare(r, t, deadline_ms, abort_fn, abort_ud, &j, out, e))
+        return -1;
+    const v4_config *cfg = &r->m.cfg;
+    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * V4_GEN_CHUNK);
+    v4_error err = {0};
+    int failed = 0;
+    if (!logits) {
+        v4_err_set(&err, V4_ERR_NOMEM, "generate", "out of memory");
+        failed = 1;
+    }
+    while (!failed && !v4_gen_done(j.gen))   /* the one-sequence loop (as v4_generate) */
+        failed = v4_gen_poll_cancel(j.gen, &err) || v4_gen_step_alone(j.gen, r->ctx, r->step_rows, logits, &err);
+    free(logits);
+    return v4_runner_finish(&j, failed, &err, out, e);
+}
+
+void v4_run_output_free(v4_run_output *o)
+{
+    free(o->expert_counts);
+    free(o->text);
+    free(o->tokens);
+    memset(o, 0, sizeof *o);
+}

@@ -1,0 +1,107 @@
+/* task_run.h - run one validated task on the engine and fill its result.
+ *
+ * Design: v4_runner holds what is loaded once per worker (model files, tokenizer,
+ * backend, forward context); v4_runner_run() builds the prompt (messages -> the
+ * DeepSeek-V4 chat prompt, prompt -> one user message, input_ids as given), checks
+ * the model name, the context length and the deadline, creates a fresh sequence,
+ * runs the generation state machine (generate.h) one position per forward step and
+ * collects the text.  The same work split in two (v4_runner_prepare / finish in
+ * task_run_internal.h) serves the continuous-batching executor, which steps many jobs
+ * together, so both paths fill identical outputs.  Every failure becomes a task error code
+ * (model_not_available, context_length_exceeded, deadline_exceeded, invalid_field,
+ * internal), never a process exit.  The deadline is checked before the run and before
+ * every forward step (the generation's cancel hook), so an overrunning task stops within
+ * one step with deadline_exceeded.  The caller's abort callback (shutdown: the SIGTERM
+ * grace period ran out) is polled at the same points; an aborted run returns -2 and no
+ * result (the caller requeues the task).
+ *
+ * Ownership: the runner owns the engine objects; v4_run_output owns its text and
+ * tokens (v4_run_output_free).  Thread: one thread at a time per runner.
+ */
+#ifndef V4_TASK_RUN_H
+#define V4_TASK_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "task_error.h"
+#include "task_packet.h"
+
+typedef struct v4_runner v4_runner;
+
+typedef struct v4_run_output {
+    char *text;
+    size_t text_len;
+    int32_t *tokens;
+    int n_tokens;
+    int prompt_tokens;
+    const char *finish_reason;
+    double prefill_ms, decode_ms;
+    /* Expert routing of the run, also filled when the task failed after starting:
+     * counts [expert_layers * expert_n] routed tokens per (layer, expert) (NULL when
+     * nothing ran), positions forwarded, and the result's experts figures. */
+    uint32_t *expert_counts;
+    int expert_layers, expert_n, expert_k;
+    long forwarded;
+    long long expert_hits, expert_misses, expert_bytes_loaded;
+    /* Summarize tasks: chunks summarized and summary levels (0, 0 otherwise). */
+    int chunks, levels;
+} v4_run_output;
+
+/* Engine options of a runner.  Routed experts: all resident (host_cache_bytes 0, the
+ * mapped checkpoint), or paged through a host cache of host_cache_bytes filled from
+ * the expert pack pack_dir ("" or NULL: from the safetensors) - cache/expert_provider.h.
+ * Compute: threads (0 = one per core) and isa (NULL = auto / V4_CPU_ISA) of the CPU
+ * backend; device / cuda_mode / gpu_expert_mem as the worker settings V4_DEVICE,
+ * V4_CUDA_MODE, V4_GPU_EXPERT_MEM (NULL or "": the environment variable, engine.h). */
+typedef struct v4_runner_opts {
+    const char *pack_dir;
+    long long host_cache_bytes;
+    const char *policy;             /* lru | slru | lfru (NULL: lfru) */
+    int io_threads;                 /* 0: default */
+    int threads;
+    const char *isa;
+    int max_batch;                  /* sequences one forward step may carry (0: 1) */
+    long max_context;               /* prompt + max_tokens limit per task (0: the model's) */
+    const char *device;             /* cpu | cuda | cuda:N */
+    const char *cuda_mode;          /* auto | resident | hybrid */
+    const char *gpu_expert_mem;     /* GPU expert budget: bytes or P% */
+} v4_runner_opts;
+
+/* model_names: "name[,alias...]", what this worker serves (tasks naming another model
+ * are refused with model_not_available, the message lists the names); results carry
+ * the first name.  ex may be NULL (defaults: experts resident, all cores). */
+v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
+                          v4_task_error *e);
+/* One line describing how experts are served (for the worker's start-up log). */
+void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n);
+void v4_runner_free(v4_runner *r);
+const char *v4_runner_model_name(const v4_runner *r);
+/* The host expert cache's cumulative figures (thread-safe: the cache has its own lock;
+ * call it from the runner's thread or while the runner is not being freed).  Returns 0
+ * and fills the fields when experts are paged, -1 (fields 0) when all are resident. */
+typedef struct v4_runner_cache_figs {
+    unsigned long long hits, misses, bytes_read, in_use_bytes, budget_bytes;
+} v4_runner_cache_figs;
+int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
+/* The same figures for the GPU expert cache (engine.h v4_gpu_cache_figs_get: bytes_read
+ * = bytes uploaded to the device); -1 (fields 0) without paged GPU experts.  Thread: the
+ * runner's thread only (the device counters are not locked). */
+int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
+/* The context a task may use (prompt + max_tokens): max_context, capped by the model's
+ * max_position_embeddings. */
+long v4_runner_context(const v4_runner *r);
+/* The served model's shape (layers, routed experts, experts per token, ...). */
+const struct v4_config *v4_runner_config(const v4_runner *r);
+/* The runner's host expert cache (cache/expert_provider.h; the runner owns it), NULL
+ * when every expert is resident.  Its users (warm-up) run on the runner's thread. */
+struct v4_xprov *v4_runner_experts(v4_runner *r);
+/* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.
+ * abort (may be NULL): non-zero = stop now without a result.
+ * Returns 0 (out filled), -1 (e filled: the task failed), -2 (aborted). */
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e);
+void v4_run_output_free(v4_run_output *o);
+double v4_now_ms(void);
+
+#endif

@@ -1,0 +1,80 @@
+/* task_run_internal.h - the runner's insides, for the serving core's files that build
+ * on it (task_run.c, exec_cont.c, summarize.c); not for other folders (they use the
+ * accessors of task_run.h).
+ *
+ * Ownership: the runner owns every object below (task_run.h).  Thread: one thread
+ * at a time per runner.
+ */
+#ifndef V4_TASK_RUN_INTERNAL_H
+#define V4_TASK_RUN_INTERNAL_H
+
+#include "cache/expert_provider.h"
+#include "cache/model_files.h"
+#include "chat.h"
+#include "generate.h"
+#include "kernels/v4/model.h"
+#include "task_run.h"
+#include "worker/tokenizer/tokenizer.h"
+
+struct v4_runner {
+    v4_model_files m;
+    int m_open;
+    v4_tokenizer *tok;
+    v4_backend *be;
+    v4_ctx *ctx;
+    v4_xprov *xp;               /* paged experts; NULL = all resident */
+    char name[128];             /* the served name (first of names) */
+    char names[512];            /* "name[,alias...]" */
+    long context;               /* prompt + max_tokens limit (v4_runner_context) */
+    int max_batch;              /* sequences r->ctx may step at once */
+    int step_rows;              /* rows one step may carry: max_batch + a prefill chunk's spare
+                                 * rows, fewer when paged experts must fit the host cache */
+    char served_list[640];      /* "\"a\"" or "\"a\" (also \"b\", \"c\")" for error messages */
+};
+
+/* One generation task between v4_runner_prepare and v4_runner_finish: what
+ * v4_runner_run does around the generation loop, split so that the serial path (the
+ * loop over one job) and the continuous-batching executor (many jobs, one v4_step for
+ * all) produce the same v4_run_output.  The job must not move in memory while
+ * prepared (the generation state points into it); t must outlive it. */
+typedef struct v4_run_text {
+    char *p;
+    size_t n, cap;
+    int oom;
+} v4_run_text;
+
+typedef struct v4_run_guard {
+    double deadline_ms;
+    int (*abort_fn)(void *);
+    void *abort_ud;
+    int why;                    /* 1 deadline, 2 abort */
+} v4_run_guard;
+
+typedef struct v4_run_job {
+    v4_runner *r;
+    v4_ids ids;
+    v4_seq *seq;
+    v4_gen_request req;
+    v4_gen_state *gen;          /* step it: v4_gen_poll_cancel / input / accept */
+    v4_run_text buf;
+    v4_run_guard guard;
+    v4_xcache_stats before;
+    /* Paged experts under a batched executor: the cache serves the union of a step's
+     * experts once, so its figures are shared out per step (v4_runner_job_share)
+     * instead of taken as before/after snapshots. */
+    int shared_steps;
+    double share_misses, share_bytes;
+} v4_run_job;
+
+/* Validate t, build the prompt, create the sequence and the generation state.
+ * 0 (j ready: step j->gen on r->ctx), or -1 (e filled, out as v4_runner_run leaves it
+ * on such a failure; j holds nothing). */
+int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                      v4_run_job *j, v4_run_output *out, v4_task_error *e);
+/* Batched paged runs: add this job's share of one step's cache loads. */
+void v4_runner_job_share(v4_run_job *j, double misses, double bytes);
+/* Collect the result (failed: the generation stopped with err: cancel, step or accept
+ * failure) and release j.  Returns as v4_runner_run: 0, -1 (e filled), -2 aborted. */
+int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e);
+
+#endif

@@ -1,0 +1,29 @@
+/* cli_util.h - small helpers shared by the subcommands: option parsing of the
+ * common engine flags (into serve/engine.h's v4_engine_opts), reading a JSON array of
+ * token ids, printing an error.
+ * Ownership: arrays returned through out-parameters are malloc'd; the caller frees.
+ * Thread: main thread only. */
+#ifndef V4_CLI_UTIL_H
+#define V4_CLI_UTIL_H
+
+#include <stdint.h>
+
+#include "config/error.h"
+#include "worker/serve/engine.h"
+
+/* The usage line of the device flag, for the commands' --help. */
+#define V4_DEVICE_FLAG_USAGE "         [--device cpu|cuda|cuda:N]\n"
+
+/* The usage line of the paged-expert flags, for the commands' --help. */
+#define V4_EXPERT_FLAGS_USAGE \
+    "         [--host-cache-bytes B [--pack DIR] [--cache-policy lru|slru|lfru] [--io-threads N]]\n"
+
+/* Consume argv[*i] (and its value) if it is a common engine flag; returns 1 if
+ * consumed, 0 if not ours, -1 on a missing/bad value (message printed). */
+int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd);
+/* Read a JSON array of integers in [0, limit) (limit <= 0: no upper bound). */
+int v4_read_ids_json(const char *path, int32_t **ids, int *n, int limit, v4_error *err);
+/* One line "v4fleet CMD: WHERE: MESSAGE" on stderr. */
+void v4_print_error(const char *cmd, const v4_error *err);
+
+#endif

@@ -1,0 +1,514 @@
+/* cmd_batch.c - `v4fleet batch INPUT.jsonl -o OUTPUT.jsonl`: run a file of tasks without
+ * a broker, one output line per input line.  (--concurrency N: N tasks decode together.)
+ *
+ * Flow: open OUTPUT (batch_output.h: cut a partial last line, collect the answered
+ * keys) -> pass 1 over INPUT: validate every non-blank line (batch_input.h) and plan it:
+ * run, skip (already answered: resume) or duplicate id (error line) -> open the model
+ * (task_run.h) -> pass 2: re-read INPUT, answer each planned line: error lines at once,
+ * valid tasks through the executor (executor.h: serial, or continuous batching with
+ * --concurrency N > 1: lines are submitted while a slot is free, then the executor
+ * steps until one frees), appending + fsyncing each output line as it is produced
+ * (completion order; lines carry ids / line numbers).  Progress on stderr (batch_progress.h).
+ *
+ * Signals: SIGINT/SIGTERM set sig_atomic_t flags (written only by the handler).  They
+ * are polled between lines and before every forward step: no new line starts; the
+ * running task may finish within --grace-ms (a second signal aborts it at once); an
+ * aborted task writes no line and runs again on resume.  Exit 130 / 143 after telling
+ * how to resume.  Exit 0: every line answered (failed tasks included); 1: the run
+ * failed (input, output or model unusable); 2: usage.
+ *
+ * Ownership: everything lives in one batch_run struct owned by v4_cmd_batch.
+ * Thread: main thread (the engine's pool threads belong to the runner).
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batch_idset.h"
+#include "batch_input.h"
+#include "batch_output.h"
+#include "batch_progress.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "worker/serve/executor.h"
+#include "worker/serve/task_run.h"
+
+#define PROG "batch"
+
+enum { PLAN_RUN = 0, PLAN_SKIP = 1, PLAN_DUP = 2 };
+
+static volatile sig_atomic_t g_sig, g_nsig;
+
+static void on_signal(int sig)
+{
+    g_sig = sig;
+    g_nsig++;
+}
+
+typedef struct batch_run {
+    v4_engine_opts eo;
+    const char *in, *out, *names;
+    long deadline_ms, grace_ms;
+    long long max_line;
+    double progress_ms;
+    int progress_tty;               /* -1 auto */
+    char names_buf[160];
+    char worker[96];
+    v4_idset done, seen, warned;
+    unsigned char *plan;
+    size_t n_plan;
+    long n_skip;
+    v4_batch_out o;
+    v4_runner *runner;
+    v4_exec *x;
+    v4_batch_progress prog;
+    int stopping;
+    double stop_at_ms;
+    long max_context;               /* --max-context: prompt + max_tokens per task (0 = the model's) */
+    int concurrency;                /* --concurrency: tasks decoded together (1 = serial executor) */
+} batch_run;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: v4fleet batch INPUT.jsonl -o OUTPUT.jsonl [--model DIR] [--model-name NAME[,alias...]]\n"
+               "         [--deadline-ms N] [--grace-ms N] [--max-line-bytes N] [--progress-interval-ms N]\n"
+               "         [--progress bar|lines] [--max-context N] [--concurrency N] [--threads N]\n"
+               "         [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
+               V4_EXPERT_FLAGS_USAGE
+               "Each input line is a task packet (the queue's schema) or an OpenAI batch line (custom_id,\n"
+               "method POST, url /v1/chat/completions, body); each output line the queue's result record\n"
+               "or the OpenAI batch output record, appended (fsynced) as tasks finish.  Re-running skips\n"
+               "inputs whose id / custom_id (or line, for error lines) OUTPUT already has.\n"
+               "--concurrency N: continuous batching: up to N generation tasks decode together, one pass\n"
+               "over the weights per step for all of them (new tasks join between steps; prompts are fed\n"
+               "one position per step); outputs are identical to N = 1, lines come in completion order.\n"
+               "defaults: --model models/tiny, --model-name = the model folder's name, no deadline,\n"
+               "          --grace-ms 3000 (after SIGINT/SIGTERM), --max-line-bytes 64M, --concurrency 1\n"
+               "          (one task at a time; on CPU 8 gives several times the throughput; with\n"
+               "          --host-cache-bytes a step holds the union of N tasks' experts per layer)\n"
+               "exit: 0 every line answered (failed tasks included), 1 the run failed, 2 usage,\n"
+               "      130/143 interrupted (re-run the same command to resume)\n");
+}
+
+static int num_arg(const char *a, const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "v4fleet %s: %s wants an integer in [%lld, %lld], got '%s'\n", PROG, a, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* 0 to run, else the exit status (*done for --help). */
+static int parse_args(batch_run *b, int argc, char **argv, int *done)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = v4_opts_take(&b->eo, argc, argv, &i, PROG);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            *done = 1;
+            return 0;
+        }
+        if (a[0] != '-' || !a[1]) {
+            if (b->in) {
+                fprintf(stderr, "v4fleet %s: one INPUT file only (got '%s' and '%s')\n", PROG, b->in, a);
+                return 2;
+            }
+            b->in = a;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "v4fleet %s: %s needs a value\n", PROG, a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        long long x;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            b->out = v;
+        } else if (!strcmp(a, "--model-name")) {
+            b->names = v;
+        } else if (!strcmp(a, "--deadline-ms")) {
+            if (num_arg(a, v, 0, 86400000, &x))
+                return 2;
+            b->deadline_ms = (long)x;
+        } else if (!strcmp(a, "--concurrency")) {
+            if (num_arg(a, v, 1, 256, &x))
+                return 2;
+            b->concurrency = (int)x;
+        } else if (!strcmp(a, "--max-context")) {
+            if (num_arg(a, v, 0, 1ll << 30, &x))
+                return 2;
+            b->max_context = (long)x;
+        } else if (!strcmp(a, "--grace-ms")) {
+            if (num_arg(a, v, 0, 3600000, &x))
+                return 2;
+            b->grace_ms = (long)x;
+        } else if (!strcmp(a, "--max-line-bytes")) {
+            if (num_arg(a, v, 64, 1ll << 30, &x))
+                return 2;
+            b->max_line = x;
+        } else if (!strcmp(a, "--progress-interval-ms")) {
+            if (num_arg(a, v, 1, 3600000, &x))
+                return 2;
+            b->progress_ms = (double)x;
+        } else if (!strcmp(a, "--progress")) {
+            if (strcmp(v, "bar") && strcmp(v, "lines")) {
+                fprintf(stderr, "v4fleet %s: --progress wants bar or lines, got '%s'\n", PROG, v);
+                return 2;
+            }
+            b->progress_tty = !strcmp(v, "bar");
+        } else {
+            fprintf(stderr, "v4fleet %s: unknown option '%s'\n", PROG, a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!b->in || !b->out) {
+        fprintf(stderr, "v4fleet %s: give INPUT.jsonl and -o OUTPUT.jsonl\n", PROG);
+        usage(stderr);
+        return 2;
+    }
+    if (b->eo.host_cache_bytes <= 0 && (b->eo.pack || b->eo.cache_policy || b->eo.io_threads)) {
+        fprintf(stderr, "v4fleet %s: --pack, --cache-policy and --io-threads need --host-cache-bytes\n", PROG);
+        return 2;
+    }
+    struct stat si, so;
+    if (!stat(b->in, &si) && !stat(b->out, &so) && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+        fprintf(stderr, "v4fleet %s: OUTPUT is the INPUT file\n", PROG);
+        return 2;
+    }
+    if (!b->names) {   /* the model folder's name */
+        char tmp[sizeof b->names_buf];
+        snprintf(tmp, sizeof tmp, "%s", b->eo.model);
+        snprintf(b->names_buf, sizeof b->names_buf, "%s", basename(tmp));
+        b->names = b->names_buf;
+    }
+    return 0;
+}
+
+/* First sight of a signal: stop starting lines; the running task gets grace_ms. */
+static void notice_signal(batch_run *b)
+{
+    if (!g_sig || b->stopping)
+        return;
+    b->stopping = 1;
+    b->stop_at_ms = v4_now_ms();
+    v4_bp_clear(&b->prog);
+    fprintf(stderr, "v4fleet %s: %s: no new tasks; the running one may finish within %ld ms (signal again to abort it)\n",
+            PROG, g_sig == SIGINT ? "SIGINT" : "SIGTERM", b->grace_ms);
+}
+
+/* The executor's abort check (before every forward step). */
+static int abort_check(void *ud)
+{
+    batch_run *b = ud;
+    notice_signal(b);
+    v4_bp_tick(&b->prog);
+    return b->stopping && (g_nsig > 1 || v4_now_ms() - b->stop_at_ms > (double)b->grace_ms);
+}
+
+static void warn_unknown(batch_run *b, const v4_batch_item *it)
+{
+    for (int i = 0; i < it->n_unknown; i++) {
+        char key[300];
+        snprintf(key, sizeof key, "%c%s", it->kind == V4_BATCH_OPENAI ? 'o' : 't', it->unknown[i]);
+        if (v4_idset_add(&b->warned, key, it->line) == 1)
+            fprintf(stderr, "v4fleet %s: line %ld: %s '%s' ignored (reported once)\n", PROG, it->line,
+                    it->kind == V4_BATCH_OPENAI ? "unsupported body field" : "unknown field", it->unknown[i]);
+    }
+}
+
+/* Pass 1: plan every non-blank line.  0 or -1 (message printed). */
+static int plan_lines(batch_run *b)
+{
+    v4_batch_reader rd;
+    if (v4_batch_reader_open(&rd, b->in)) {
+        fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, b->in, strerror(errno));
+        return -1;
+    }
+    const char *line;
+    size_t len, cap = 0;
+    int r;
+    while ((r = v4_batch_reader_next(&rd, &line, &len)) == 1) {
+        if (b->n_plan == cap) {
+            cap = cap ? cap * 2 : 1024;
+            unsigned char *p = realloc(b->plan, cap);
+            if (!p) {
+                r = -1;
+                break;
+            }
+            b->plan = p;
+        }
+        v4_batch_item it;
+        v4_batch_item_parse(line, len, rd.line, (size_t)b->max_line, &it);
+        warn_unknown(b, &it);
+        char key[V4_TASK_MAX_ID + 8];
+        unsigned char a = PLAN_RUN;
+        snprintf(key, sizeof key, "L%ld", rd.line);
+        if (v4_idset_get(&b->done, key, NULL)) {
+            a = PLAN_SKIP;
+        } else if (it.id) {
+            snprintf(key, sizeof key, "I%s", it.id);
+            int added = v4_idset_add(&b->seen, key, rd.line);
+            if (added < 0)
+                r = -1;
+            a = added == 0 ? PLAN_DUP : v4_idset_get(&b->done, key, NULL) ? PLAN_SKIP : PLAN_RUN;
+        }
+        v4_batch_item_free(&it);
+        b->plan[b->n_plan++] = a;
+        b->n_skip += a == PLAN_SKIP;
+        if (r < 0)
+            break;
+    }
+    if (r < 0)
+        fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, b->in, errno ? strerror(errno) : "out of memory");
+    v4_batch_reader_close(&rd);
+    return r < 0 ? -1 : 0;
+}
+
+/* Append one line; 0 or -1 (message printed: the run fails). */
+static int emit(batch_run *b, char *json, int failed, long long tokens)
+{
+    if (!json) {
+        fprintf(stderr, "v4fleet %s: out of memory building an output line\n", PROG);
+        return -1;
+    }
+    int rc = v4_batch_out_write(&b->o, json);
+    free(json);
+    if (rc) {
+        v4_bp_clear(&b->prog);
+        fprintf(stderr, "v4fleet %s: %s: write failed: %s\n", PROG, b->out, strerror(errno));
+        return -1;
+    }
+    v4_bp_line(&b->prog, failed, tokens);
+    return 0;
+}
+
+/* One input line in flight: the executor's job (first member, so the job the
+ * executor hands back is the record) and the line it came from (the task moved from
+ * the item into the job). */
+typedef struct batch_job {
+    v4_job job;
+    v4_batch_item item;
+} batch_job;
+
+static void batch_job_release(v4_job *job)
+{
+    batch_job *bj = (batch_job *)job;
+    v4_job_free(&bj->job);
+    v4_batch_item_free(&bj->item);
+    free(bj);
+}
+
+/* A finished job -> its output line.  1 = aborted (no line), 0 written, -1 fatal. */
+static int finish_job(batch_run *b, v4_job *j)
+{
+    const v4_batch_item *it = &((batch_job *)j)->item;
+    if (j->rc == -2) {
+        v4_bp_clear(&b->prog);
+        fprintf(stderr, "v4fleet %s: line %ld (id \"%s\"): aborted after the grace period, no output line; it runs again on resume\n",
+                PROG, it->line, it->id);
+        return 1;
+    }
+    const v4_task *t = &j->task;
+    const v4_run_output *o = &j->out;
+    v4_result_info ri = {
+        .id = t->id, .model = v4_runner_model_name(b->runner), .worker = b->worker, .metadata = t->metadata,
+        .text = o->text, .text_len = o->text_len, .token_ids = o->tokens, .n_tokens = o->n_tokens,
+        .finish_reason = o->finish_reason, .prompt_tokens = o->prompt_tokens, .queue_ms = 0,
+        .prefill_ms = o->prefill_ms, .decode_ms = o->decode_ms, .total_ms = j->end_ms - j->start_ms,
+        .expert_hits = o->expert_hits, .expert_misses = o->expert_misses,
+        .expert_bytes_loaded = o->expert_bytes_loaded, .chunks = o->chunks, .levels = o->levels,
+        .error = j->rc ? &j->err : NULL};
+    char *line = v4_batch_result_line(it, &ri, (long long)time(NULL));
+    int failed = j->rc != 0;
+    if (!line && !j->rc) {   /* e.g. output text jansson refuses */
+        v4_task_fail(&j->err, V4_TASK_INTERNAL, "output", "the result could not be encoded as JSON");
+        ri.error = &j->err;
+        failed = 1;
+        line = v4_batch_result_line(it, &ri, (long long)time(NULL));
+    }
+    return emit(b, line, failed, failed ? 0 : o->n_tokens);
+}
+
+/* One executor step; writes the lines of the jobs it finished.  Returns rc updated
+ * (1 after an aborted job, -1 on a fatal output error). */
+static int step_once(batch_run *b, int rc)
+{
+    v4_job *fin[64];
+    int n = b->x->ops->step(b->x, fin, 64);
+    for (int i = 0; i < n; i++) {
+        int fr = rc < 0 ? rc : finish_job(b, fin[i]);
+        if (fr && rc >= 0)
+            rc = fr;
+        v4_job_release(fin[i]);
+    }
+    return rc;
+}
+
+/* Pass 2.  0 all planned lines answered, 1 stopped by a signal, -1 fatal. */
+static int run_lines(batch_run *b)
+{
+    v4_batch_reader rd;
+    if (v4_batch_reader_open(&rd, b->in)) {
+        fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, b->in, strerror(errno));
+        return -1;
+    }
+    const char *line;
+    size_t len, k = 0;
+    int r, rc = 0;
+    while (rc == 0 && k < b->n_plan && (r = v4_batch_reader_next(&rd, &line, &len)) == 1) {
+        unsigned char a = b->plan[k++];
+        if (a == PLAN_SKIP)
+            continue;
+        notice_signal(b);
+        if (b->stopping) {
+            rc = 1;
+            break;
+        }
+        batch_job *bj = calloc(1, sizeof *bj);
+        if (!bj) {
+            rc = -1;
+            break;
+        }
+        bj->job.release = batch_job_release;
+        v4_batch_item_parse(line, len, rd.line, (size_t)b->max_line, &bj->item);
+        v4_batch_item *it = &bj->item;
+        v4_job *j = &bj->job;
+        if (a == PLAN_DUP || !it->ok) {
+            v4_task_error dup = {0};
+            if (a == PLAN_DUP) {
+                char key[V4_TASK_MAX_ID + 8];
+                long first = 0;
+                snprintf(key, sizeof key, "I%s", it->id);
+                v4_idset_get(&b->seen, key, &first);
+                v4_task_fail(&dup, V4_TASK_INVALID_FIELD, it->kind == V4_BATCH_OPENAI ? "custom_id" : "id",
+                             "duplicate id \"%s\": line %ld has the same id", it->id, first);
+            }
+            rc = emit(b, v4_batch_error_line(it, a == PLAN_DUP ? &dup : NULL, line, len, b->worker), 1, 0);
+        } else {
+            j->task = it->task;   /* the job owns the task from here on */
+            memset(&it->task, 0, sizeof it->task);
+            j->deadline_default_ms = b->deadline_ms;
+            if (b->x->ops->submit(b->x, j)) {
+                rc = -1;
+            } else {
+                j = NULL;   /* lent to the executor until step() returns it */
+                /* full: step until a slot frees (the next line is then admitted before
+                 * the next forward step) */
+                while (rc == 0 && b->x->ops->in_flight(b->x) >= b->x->ops->capacity(b->x))
+                    rc = step_once(b, rc);
+            }
+        }
+        if (j)
+            v4_job_release(j);
+    }
+    while (rc >= 0 && b->x->ops->in_flight(b->x) > 0)   /* drain (after a signal: within the grace) */
+        rc = step_once(b, rc);
+    if (rc == 0 && k < b->n_plan) {   /* the input shrank or failed between the passes */
+        fprintf(stderr, "v4fleet %s: %s: changed while running (read %zu of %zu lines)\n", PROG, b->in, k, b->n_plan);
+        rc = -1;
+    }
+    v4_batch_reader_close(&rd);
+    return rc;
+}
+
+int v4_cmd_batch(int argc, char **argv)
+{
+    batch_run b = {0};
+    b.eo.model = "models/tiny";
+    b.grace_ms = 3000;
+    b.max_line = 64ll << 20;
+    b.progress_tty = -1;
+    b.concurrency = 1;
+    int done = 0, st = parse_args(&b, argc, argv, &done);
+    if (st || done)
+        return st;
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(b.worker, sizeof b.worker, "batch@%s", host[0] ? host : "localhost");
+
+    json_object_seed(0);   /* before any thread starts (jansson thread-safety note) */
+    int rc = 1;
+    char msg[512];
+    if (v4_batch_out_open(&b.o, b.out, &b.done, msg, sizeof msg)) {
+        fprintf(stderr, "v4fleet %s: cannot open the output: %s\n", PROG, msg);
+        goto out;
+    }
+    if (plan_lines(&b))
+        goto out;
+    if (b.o.lines_before || b.o.truncated_bytes) {
+        fprintf(stderr, "v4fleet %s: resuming %s: %ld complete lines there%s; %ld of %zu input lines skipped (already answered)",
+                PROG, b.out, b.o.lines_before, b.o.unreadable ? " (some not JSON, kept)" : "", b.n_skip, b.n_plan);
+        if (b.o.truncated_bytes)
+            fprintf(stderr, "; cut a partial last line (%lld bytes)", b.o.truncated_bytes);
+        fprintf(stderr, "\n");
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    long to_run = (long)b.n_plan - b.n_skip;
+    if (to_run > 0) {
+        v4_task_error te = {0};
+        v4_runner_opts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads, b.eo.threads, b.eo.isa,
+                             b.concurrency, b.max_context, b.eo.device, b.eo.cuda_mode, b.eo.gpu_expert_mem};
+        if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
+            fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
+            goto out;
+        }
+        char xerr[256] = "out of memory";
+        b.x = b.concurrency > 1 ? v4_exec_continuous(b.runner, b.concurrency, abort_check, &b, xerr, sizeof xerr)
+                                : v4_exec_serial(b.runner, abort_check, &b);
+        if (!b.x) {
+            fprintf(stderr, "v4fleet %s: %s\n", PROG, xerr);
+            goto out;
+        }
+        char ex[256];
+        v4_runner_describe_experts(b.runner, ex, sizeof ex);
+        fprintf(stderr, "v4fleet %s: %s -> %s: %ld lines to run on model \"%s\" from %s (names %s); %s\n", PROG, b.in, b.out, to_run,
+                v4_runner_model_name(b.runner), b.eo.model, b.names, ex);
+    }
+    v4_bp_start(&b.prog, stderr, b.progress_tty, b.progress_ms, to_run, b.n_skip);
+    int r = to_run > 0 ? run_lines(&b) : 0;
+    v4_bp_finish(&b.prog, r == 0 ? "done" : r > 0 ? "interrupted" : "failed");
+    if (r > 0 || (r == 0 && g_sig && b.prog.done < b.prog.total)) {
+        fprintf(stderr, "v4fleet %s: %ld of %ld lines answered in this run; resume with the same command:\n  v4fleet",
+                PROG, b.prog.done, b.prog.total);
+        for (int i = 0; i < argc; i++)
+            fprintf(stderr, " %s", argv[i]);
+        fprintf(stderr, "\n");
+        rc = 128 + (int)g_sig;
+    } else {
+        rc = r == 0 ? 0 : 1;
+    }
+out:
+    if (b.x)
+        b.x->ops->destroy(b.x);
+    v4_runner_free(b.runner);
+    v4_batch_out_close(&b.o);
+    v4_idset_free(&b.done);
+    v4_idset_free(&b.seen);
+    v4_idset_free(&b.warned);
+    free(b.plan);
+    return rc;
+}

@@ -1,0 +1,220 @@
+/* cmd_generate.c - `v4fleet generate`: one request from the command line.
+ *
+ * Two input forms:
+ *   --prompt-ids FILE.json   token ids in, generated ids out as one JSON array on stdout
+ *                            (the contract the engine checks use; with --greedy);
+ *   --prompt TEXT            text in: the DeepSeek-V4 chat prompt is built from
+ *                            [--system TEXT] + the user text (+ <think> with --thinking),
+ *                            the answer is streamed to stdout as it is generated, and a
+ *                            one-line summary (tokens, tokens/s, finish reason) goes to
+ *                            stderr.
+ * Sampling: --greedy (= --temperature 0), --temperature, --top-p, --top-k, --seed;
+ * stopping: EOS (unless --ignore-eos), --stop STR (repeatable), --max-tokens.
+ * --model defaults to the demo model (models/tiny) so the README's command works.
+ * The prompt goes through in prefill chunks (several positions per forward step, the
+ * same results as one at a time), sized by worker/serve/step_rows.h: with paged experts
+ * (--host-cache-bytes) the chunk shrinks so a layer's experts fit the cache, and a
+ * line on stderr says the cache's slots and the chunk.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/expert_provider.h"
+#include "cache/model_files.h"
+#include "cli_util.h"
+#include "commands.h"
+#include "kernels/v4/model.h"
+#include "worker/serve/chat.h"
+#include "worker/serve/generate.h"
+#include "worker/serve/step_rows.h"
+
+#define PROG "generate"
+#define MAX_STOPS 16
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: v4fleet generate [--model DIR] (--prompt TEXT | --prompt-ids FILE.json)\n"
+               "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
+               "         [--top-p P] [--top-k K] [--seed S] [--stop STR]... [--ignore-eos]\n"
+               "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
+               V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE
+               "defaults: --model models/tiny, --max-tokens 64, --temperature 1, --top-p 1, --top-k 0,\n"
+               "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"
+               "          experts resident unless --host-cache-bytes > 0 (paged through a host cache\n"
+               "          from --pack DIR, else from the safetensors; --cache-policy lfru, --io-threads 4)\n");
+}
+
+typedef struct gen_opts {
+    v4_engine_opts eo;
+    const char *prompt, *prompt_ids, *system;
+    const char *stops[MAX_STOPS];
+    int n_stops, thinking, ignore_eos;
+    long max_tokens, context;
+    v4_sampling_params sp;
+} gen_opts;
+
+static int num(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || end == s || !(v >= lo && v <= hi))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Returns 0 to run, otherwise the exit status (help = 0 through *done). */
+static int parse(int argc, char **argv, gen_opts *o, int *done)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = v4_opts_take(&o->eo, argc, argv, &i, PROG);
+        if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if (!strcmp(a, "--help")) {
+            usage(stdout);
+            *done = 1;
+            return 0;
+        }
+        if (!strcmp(a, "--greedy")) { o->sp.temperature = 0; continue; }
+        if (!strcmp(a, "--thinking")) { o->thinking = 1; continue; }
+        if (!strcmp(a, "--ignore-eos")) { o->ignore_eos = 1; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "v4fleet %s: unexpected argument '%s'\n", PROG, a);
+            usage(stderr);
+            return 2;
+        }
+        const char *v = argv[++i];
+        double d;
+        if (!strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--prompt-ids")) o->prompt_ids = v;
+        else if (!strcmp(a, "--system")) o->system = v;
+        else if (!strcmp(a, "--stop")) {
+            if (o->n_stops == MAX_STOPS) {
+                fprintf(stderr, "v4fleet %s: at most %d --stop strings\n", PROG, MAX_STOPS);
+                return 2;
+            }
+            o->stops[o->n_stops++] = v;
+        } else if (!strcmp(a, "--max-tokens") && !num(v, 0, 1 << 20, &d)) o->max_tokens = (long)d;
+        else if (!strcmp(a, "--context") && !num(v, 1, 1 << 30, &d)) o->context = (long)d;
+        else if (!strcmp(a, "--temperature") && !num(v, -1e9, 1e9, &d)) o->sp.temperature = d;
+        else if (!strcmp(a, "--top-p") && !num(v, -1e9, 1e9, &d)) o->sp.top_p = d;
+        else if (!strcmp(a, "--top-k") && !num(v, -1e9, 1e9, &d)) o->sp.top_k = (int)d;
+        else if (!strcmp(a, "--seed") && !num(v, 0, 1.8e19, &d)) o->sp.seed = (uint64_t)d;
+        else {
+            fprintf(stderr, "v4fleet %s: bad argument '%s %s'\n", PROG, a, v);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o->prompt == !o->prompt_ids) {
+        fprintf(stderr, "v4fleet %s: give exactly one of --prompt and --prompt-ids\n", PROG);
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static void emit_stdout(void *ud, const char *text, size_t len)
+{
+    (void)ud;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+int v4_cmd_generate(int argc, char **argv)
+{
+    gen_opts o = {0};
+    o.eo.model = "models/tiny";
+    o.max_tokens = 64;
+    o.sp = (v4_sampling_params){1.0, 1.0, 0, 0};
+    int done = 0, st = parse(argc, argv, &o, &done);
+    if (st || done)
+        return st;
+
+    v4_error err = {0};
+    v4_model_files m;
+    v4_tokenizer *tok = NULL;
+    v4_ids ids = {0};
+    int32_t *file_ids = NULL;
+    int n_prompt = 0, rc = 1;
+    v4_backend *be = NULL;
+    v4_seq *seq = NULL;
+    v4_ctx *ctx = NULL;
+    v4_xprov *xp = NULL;
+    v4_gen_result res = {0};
+    if (v4_model_open(o.eo.model, &m, &err)) {
+        v4_print_error(PROG, &err);
+        return 1;
+    }
+    const v4_config *cfg = &m.cfg;
+    if (v4_sampling_validate(&o.sp, &err))
+        goto out;
+    if (o.prompt) {
+        if (v4_tok_load(o.eo.model, &tok, &err))
+            goto out;
+        v4_chat_msg msg = {V4_CHAT_USER, o.prompt};
+        if (v4_chat_encode(tok, o.system, &msg, 1, o.thinking, &ids, &err))
+            goto out;
+        n_prompt = (int)ids.n;
+    } else {
+        if (v4_read_ids_json(o.prompt_ids, &file_ids, &n_prompt, cfg->vocab_size, &err))
+            goto out;
+    }
+    const int32_t *prompt = o.prompt ? ids.v : file_ids;
+    long ctx_len = o.context ? o.context : n_prompt + o.max_tokens;
+    if (ctx_len > cfg->max_position || n_prompt + o.max_tokens > ctx_len) {
+        v4_err_set(&err, V4_ERR_RANGE, "context", "prompt (%d tokens) + max_tokens (%ld) exceed the context of %lld tokens",
+                   n_prompt, o.max_tokens, ctx_len > cfg->max_position ? cfg->max_position : (long long)ctx_len);
+        goto out;
+    }
+    /* prefill chunks: the context takes the rows worker/serve/step_rows.h allows without a
+     * cache (V4_GEN_CHUNK on the CPU, 1 on CUDA); with paged experts (opened after the
+     * context) each step then carries at most the rows whose experts fit the cache */
+    if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)))
+        goto out;
+    if (!(ctx = v4_ctx_create(&m.w, be, v4_fit_step_rows(be, NULL, cfg, V4_GEN_CHUNK, 1), &err)) ||
+        v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
+        goto out;
+    const int rows = v4_fit_step_rows(be, xp, cfg, V4_GEN_CHUNK, 1);
+    if (xp) {
+        v4_xcache_stats st;
+        v4_xprov_stats(xp, &st);
+        fprintf(stderr, "v4fleet %s: experts paged through a host cache of %d slots: prefill chunks of up to %d "
+                        "prompt positions per step\n", PROG, st.slots, rows);
+    }
+    int32_t eos = tok && v4_tok_eos(tok) >= 0 ? v4_tok_eos(tok) : cfg->eos_id;
+    v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
+                          o.stops, o.n_stops, NULL, NULL, NULL, rows};
+    if (v4_generate(ctx, seq, tok, &req, emit_stdout, NULL, &res, &err))
+        goto out;
+    if (o.prompt) {
+        printf("\n");
+        fprintf(stderr, "v4fleet %s: prompt %d tokens, generated %d tokens in %.2f s (%.1f tokens/s), "
+                        "prefill %.2f s, finish_reason %s\n", PROG, n_prompt, res.n_tokens, res.decode_s,
+                res.decode_s > 0 ? res.n_tokens / res.decode_s : 0.0, res.prefill_s, res.finish_reason);
+    } else {
+        printf("[");
+        for (int i = 0; i < res.n_tokens; i++)
+            printf(i ? ", %d" : "%d", res.tokens[i]);
+        printf("]\n");
+    }
+    rc = 0;
+out:
+    if (rc)
+        v4_print_error(PROG, &err);
+    v4_gen_result_free(&res);
+    v4_ids_free(&ids);
+    free(file_ids);
+    v4_tok_free(tok);
+    v4_ctx_free(ctx);
+    v4_xprov_close(xp);
+    v4_seq_free(seq);
+    if (be)
+        be->ops->destroy(be);
+    v4_model_close(&m);
+    return rc;
+}
