@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     if (ensure_model(o.model))
         return 1;
     v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, o.device, NULL, NULL};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, o.device, NULL, NULL, NULL};
     const int gpu = strncmp(o.device, "cpu", 3) != 0;
     v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
     if (!r) {

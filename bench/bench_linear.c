@@ -18,6 +18,9 @@
  * w3 [1024 x 4096], then w2 [4096 x 1024]; 2 threads; GB/s of expert weights.  The
  * experts (226 MB) do not fit a cache, like a real layer's.
  *
+ * Each set runs in both numerics modes (exact: the golden contract; fast: float
+ * accumulation, kernels/cpu/linear_fast*.c; FP4 is the same kernel in both).
+ *
  * Usage: bench_linear [isa ...]   (default: all supported; scalar is slow on the
  *        BF16 EXACT sets)
  *        bench_linear --moe [isa|auto [E]]  (default: the best ISA, E = 36; a small E
@@ -215,25 +218,29 @@ int main(int argc, char **argv)
     for (int i = 0; i < NMAX * C; i++)
         x[i] = (float)((double)(rnd(rs) >> 11) * 0x1p-53 - 0.5);
 
-    printf("%-7s %7s %-8s %3s %12s %10s %10s\n", "isa", "threads", "format", "n", "us/matvec", "GB/s", "% of BW");
-    for (int i = 0; i < nisa; i++) {
-        if (!v4_cpu_isa_supported(isas[i])) {
-            printf("%-7s (not supported by this CPU: skipped)\n", isas[i]);
+    printf("%-7s %-5s %7s %-8s %3s %12s %10s %10s\n", "isa", "mode", "threads", "format", "n", "us/matvec", "GB/s",
+           "% of BW");
+    static const char *const modes[2] = {"exact", "fast"};
+    for (int i = 0; i < nisa * 2; i++) {
+        const int md = i % 2;
+        if (!v4_cpu_isa_supported(isas[i / 2])) {
+            if (md == 0)
+                printf("%-7s (not supported by this CPU: skipped)\n", isas[i / 2]);
             continue;
         }
         for (int th = 1; th <= 2; th++) {
             v4_error err;
             v4_err_clear(&err);
-            v4_backend *be = v4_cpu_backend_create(th, isas[i], &err);
+            v4_backend *be = v4_cpu_backend_create_ex(th, isas[i / 2], modes[md], &err);
             if (!be) {
-                printf("%-7s %7d create failed: %s\n", isas[i], th, err.msg);
+                printf("%-7s %-5s %7d create failed: %s\n", isas[i / 2], modes[md], th, err.msg);
                 continue;
             }
             for (int f = 0; f < NSET; f++)
                 for (int n = 1; n <= NMAX; n += NMAX - 1) {
                     double sec = time_linear(be, &sets[f], n, x, y, samples);
                     double gbs = (double)sets[f].wbytes / sec / 1e9;
-                    printf("%-7s %7d %-8s %3d %12.1f %10.2f %9.0f%%\n", isas[i], th, sets[f].name, n,
+                    printf("%-7s %-5s %7d %-8s %3d %12.1f %10.2f %9.0f%%\n", isas[i / 2], modes[md], th, sets[f].name, n,
                            sec * 1e6, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0);
                     fflush(stdout);
                 }

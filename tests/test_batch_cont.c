@@ -153,7 +153,7 @@ int main(void)
         return 1;
     }
     v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, 2, NULL, 8, 0, NULL, NULL, NULL};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, 2, NULL, 8, 0, NULL, NULL, NULL, NULL};
     v4_runner *r = v4_runner_open(dir, "tiny", &ro, &e);
     CHECK(r != NULL, "runner: %s: %s", e.where, e.message);
     if (!r)
@@ -270,7 +270,7 @@ int main(void)
     v4_xblock_layout lo;
     v4_xblock_layout_of(c, &lo);
     long long all = (long long)c->n_layers * c->n_routed_experts * (long long)lo.bytes;
-    v4_runner_opts po = {NULL, all / 2, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL};
+    v4_runner_opts po = {NULL, all / 2, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL};
     v4_runner *rp = v4_runner_open(dir, "tiny", &po, &e);
     CHECK(rp != NULL, "paged runner: %s", e.message);
     if (rp) {
@@ -308,7 +308,7 @@ int main(void)
     }
     if (pf)
         fclose(pf);
-    v4_runner_opts co = {pack, all, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL};
+    v4_runner_opts co = {pack, all, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL};
     rp = v4_runner_open(dir, "tiny", &co, &e);
     CHECK(rp != NULL, "runner on the corrupted pack: %s", e.message);
     if (rp) {

@@ -11,6 +11,11 @@
  * an ISA the CPU lacks is an error (V4_ERR_INVALID).  The ISA as asked ("auto" or the
  * name) is kept for the engine's attention loops (v4_cpu_backend_isa_asked).
  *
+ * Numerics (config/numerics_setting.h): "exact" (the default) runs the kernels above;
+ * "fast" swaps in the FP8 and EXACT kernels of linear_fast*.c (float accumulation in a
+ * fixed order, the same bits on every ISA and batch size).  The mode comes from the
+ * numerics argument of v4_cpu_backend_create_ex, else V4_NUMERICS, else exact.
+ *
  * A linear call: in QUANT mode every input vector is quantized once (v4_act_quant or
  * its SIMD twin, bit-identical) into instance-owned buffers on the calling thread;
  * then the rows of W are cut into chunks and the pool runs the row kernel on them.
@@ -64,6 +69,7 @@ typedef struct lin_task_t {
 
 typedef struct cpu_impl {
     const char *isa;
+    v4_numerics numerics;
     const char *asked;  /* "auto" (chosen here) or isa (named by the caller or V4_CPU_ISA) */
     v4_act_quant_fn act_quant;
     v4_rows_fn fp8, fp4, exact;
@@ -323,6 +329,21 @@ int v4_cpu_isa_supported(const char *isa)
     return 0;
 }
 
+/* The fast numerics mode's kernels (linear_fast*.c) over the ISA's exact set: FP8 and
+ * EXACT products accumulate in float; FP4 keeps its exact integer kernels (already the
+ * fast ones).  ISAs without fast SIMD kernels (scalar, avx2) run the fast reference. */
+static void select_fast(cpu_impl *c)
+{
+    c->fp8 = v4_rows_fp8_fast_scalar;
+    c->exact = v4_rows_exact_fast_scalar;
+#if V4_CPU_X86
+    if (strncmp(c->isa, "avx512", 6) == 0) {
+        c->fp8 = v4_rows_fp8_fast_avx512;
+        c->exact = v4_rows_exact_fast_avx512;
+    }
+#endif
+}
+
 static int select_isa(cpu_impl *c, const char *isa)
 {
     if (strcmp(isa, "scalar") == 0) {
@@ -357,6 +378,21 @@ static int select_isa(cpu_impl *c, const char *isa)
 
 v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err)
 {
+    return v4_cpu_backend_create_ex(n_threads, isa, NULL, err);
+}
+
+v4_backend *v4_cpu_backend_create_ex(int n_threads, const char *isa, const char *numerics, v4_error *err)
+{
+    const char *num_src = "numerics";
+    if (!numerics || !*numerics) {
+        numerics = getenv("V4_NUMERICS");
+        num_src = "V4_NUMERICS";
+    }
+    v4_numerics num = V4_NUM_EXACT;
+    if (numerics && *numerics && v4_parse_numerics(numerics, &num)) {
+        v4_err_set(err, V4_ERR_INVALID, num_src, "unknown numerics mode '%s' (exact, fast)", numerics);
+        return NULL;
+    }
     if (!isa || !*isa)
         isa = "auto";
     if (strcmp(isa, "auto") == 0) {
@@ -400,6 +436,9 @@ v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err)
         return NULL;
     }
     c->asked = asked_auto ? "auto" : c->isa;
+    c->numerics = num;
+    if (num == V4_NUM_FAST)
+        select_fast(c);
     c->n_threads = n_threads;
     c->pool = v4_pool_create(n_threads);
     if (!c->pool) {
@@ -425,6 +464,13 @@ const char *v4_cpu_backend_isa_asked(const v4_backend *be)
     if (!be || be->ops != &cpu_ops)
         return NULL;
     return ((const cpu_impl *)be->impl)->asked;
+}
+
+v4_numerics v4_cpu_backend_numerics(const v4_backend *be)
+{
+    if (!be || be->ops != &cpu_ops)
+        return V4_NUM_EXACT;
+    return ((const cpu_impl *)be->impl)->numerics;
 }
 
 int v4_cpu_backend_threads(const v4_backend *be)

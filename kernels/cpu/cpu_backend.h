@@ -15,9 +15,18 @@
 #define V4_CPU_BACKEND_H
 
 #include "../../config/error.h"
+#include "../../config/numerics_setting.h"
 #include "../backend.h"
 
 v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err);
+/* The same with a numerics mode: "exact" or "fast" (config/numerics_setting.h); NULL or
+ * "": the environment variable V4_NUMERICS, else exact.  An unknown mode is an error
+ * (V4_ERR_INVALID, where = "numerics" or "V4_NUMERICS").  fast: the FP8 and EXACT
+ * products accumulate in float in a fixed order (kernels/cpu/linear_fast.c):
+ * deterministic, the same bits on every ISA and at every batch size, not the goldens'. */
+v4_backend *v4_cpu_backend_create_ex(int n_threads, const char *isa, const char *numerics, v4_error *err);
+/* The backend's numerics mode (V4_NUM_EXACT for a backend that is not the CPU one). */
+v4_numerics v4_cpu_backend_numerics(const v4_backend *be);
 /* The ISA the backend actually uses ("scalar", "avx2", "avx512", "avx512vnni"). */
 const char *v4_cpu_backend_isa(const v4_backend *be);
 /* The ISA as asked: "auto" when the backend chose it (isa "auto" or NULL, and

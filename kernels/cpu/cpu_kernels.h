@@ -37,6 +37,15 @@ void v4_rows_fp4_scalar(const v4_mat *W, int n, const float *xq, const float *xs
 void v4_rows_exact_scalar(const v4_mat *W, int n, const float *xq, const float *xs,
                           const float *x, int ldx, float *y, int ldy, int r0, int r1);
 
+/* The fast numerics mode (linear_fast.c: the reference and the order it defines; SIMD
+ * twins give the same bits).  FP8 QUANT: 16 lane accumulators over the columns mod 16,
+ * a[l] = fma(xq_j * s_act, e4m3(w_j) * s_w, a[l]), folded a[l] += a[l + h] for h = 8, 4,
+ * 2, 1, y = bf16(a[0]).  EXACT: per row one chain of fmas, columns ascending. */
+void v4_rows_fp8_fast_scalar(const v4_mat *W, int n, const float *xq, const float *xs,
+                             const float *x, int ldx, float *y, int ldy, int r0, int r1);
+void v4_rows_exact_fast_scalar(const v4_mat *W, int n, const float *xq, const float *xs,
+                               const float *x, int ldx, float *y, int ldy, int r0, int r1);
+
 #if defined(__x86_64__)
 #define V4_CPU_X86 1
 typedef void (*v4_act_quant_fn)(const float *x, int cols, float *xq, float *xs);
@@ -60,6 +69,11 @@ void v4_rows_fp4_avx512(const v4_mat *W, int n, const float *xq, const float *xs
                         const float *x, int ldx, float *y, int ldy, int r0, int r1);
 void v4_rows_exact_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
                           const float *x, int ldx, float *y, int ldy, int r0, int r1);
+/* the fast mode on AVX-512 (linear_fast_avx512.c; EXACT: R8 weights, else the reference) */
+void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                             const float *x, int ldx, float *y, int ldy, int r0, int r1);
+void v4_rows_exact_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                               const float *x, int ldx, float *y, int ldy, int r0, int r1);
 #else
 #define V4_CPU_X86 0
 typedef void (*v4_act_quant_fn)(const float *x, int cols, float *xq, float *xs);

@@ -17,7 +17,8 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
 {
     v4_task_error te = {0};
     v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, 0, NULL,
-                         c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem};
+                         c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem,
+                         NULL /* numerics: V4_NUMERICS */};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);

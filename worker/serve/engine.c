@@ -50,6 +50,12 @@ v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
         return NULL;
     }
     if (cuda >= 0) {
+        const char *num = v4_opt_or_env(o->numerics, "V4_NUMERICS");
+        if (*num && strcmp(num, "exact")) {
+            v4_err_set(err, V4_ERR_INVALID, o->numerics && *o->numerics ? "--numerics" : "V4_NUMERICS",
+                       "numerics '%s' is not available on the CUDA backend yet (exact only)", num);
+            return NULL;
+        }
 #ifdef V4_HAVE_CUDA
         return v4_cuda_backend_create(cuda, err);
 #else
@@ -60,7 +66,7 @@ v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
 #endif
     }
     const char *isa = o->isa ? o->isa : getenv("V4_CPU_ISA");
-    return v4_cpu_backend_create(o->threads, isa && *isa ? isa : "auto", err);
+    return v4_cpu_backend_create_ex(o->threads, isa && *isa ? isa : "auto", o->numerics, err);
 }
 
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,

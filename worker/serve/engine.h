@@ -33,6 +33,10 @@ typedef struct v4_engine_opts {
      * NULL or "": the V4_CUDA_MODE / V4_GPU_EXPERT_MEM environment variables. */
     const char *cuda_mode;
     const char *gpu_expert_mem;
+    /* --numerics exact|fast (NULL or "": the V4_NUMERICS environment variable, else
+     * exact).  fast is implemented by the CPU backend (kernels/cpu/cpu_backend.h); the
+     * CUDA backend refuses it until it has a fast path. */
+    const char *numerics;
 } v4_engine_opts;
 
 /* v when set (non-NULL, non-empty), else the environment variable name, else "". */

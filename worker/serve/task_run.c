@@ -62,7 +62,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
                          .isa = ex ? ex->isa : NULL,
                          .device = ex ? ex->device : NULL,
                          .cuda_mode = ex ? ex->cuda_mode : NULL,
-                         .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL};
+                         .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL,
+                         .numerics = ex ? ex->numerics : NULL};
     if (v4_model_open(model_dir, &r->m, &err))
         goto fail;
     r->m_open = 1;

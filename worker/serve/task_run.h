@@ -66,6 +66,7 @@ typedef struct v4_runner_opts {
     const char *device;             /* cpu | cuda | cuda:N */
     const char *cuda_mode;          /* auto | resident | hybrid */
     const char *gpu_expert_mem;     /* GPU expert budget: bytes or P% */
+    const char *numerics;           /* exact | fast (NULL: V4_NUMERICS, else exact) */
 } v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model

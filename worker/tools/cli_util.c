@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "config/device_setting.h"   /* v4_parse_device */
+#include "config/numerics_setting.h" /* v4_parse_numerics */
 #include "config/worker_config.h"    /* v4_parse_bytes */
 #include "cli_util.h"
 
@@ -12,7 +13,7 @@ int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *c
 {
     const char *a = argv[*i];
     static const char *const flags[] = {"--model", "--threads", "--isa", "--host-cache-bytes", "--pack",
-                                        "--cache-policy", "--io-threads", "--device"};
+                                        "--cache-policy", "--io-threads", "--device", "--numerics"};
     int ours = 0;
     for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
         ours |= !strcmp(a, flags[k]);
@@ -33,6 +34,12 @@ int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *c
             return -1;
         }
         o->device = v;
+    } else if (!strcmp(a, "--numerics")) {
+        if (v4_parse_numerics(v, NULL)) {
+            fprintf(stderr, "v4fleet %s: --numerics wants exact or fast, got '%s'\n", cmd, v);
+            return -1;
+        }
+        o->numerics = v;
     } else if (!strcmp(a, "--pack")) {
         o->pack = v;
     } else if (!strcmp(a, "--cache-policy")) {

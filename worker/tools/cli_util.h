@@ -11,8 +11,8 @@
 #include "config/error.h"
 #include "worker/serve/engine.h"
 
-/* The usage line of the device flag, for the commands' --help. */
-#define V4_DEVICE_FLAG_USAGE "         [--device cpu|cuda|cuda:N]\n"
+/* The usage line of the device and numerics flags, for the commands' --help. */
+#define V4_DEVICE_FLAG_USAGE "         [--device cpu|cuda|cuda:N] [--numerics exact|fast]\n"
 
 /* The usage line of the paged-expert flags, for the commands' --help. */
 #define V4_EXPERT_FLAGS_USAGE \

@@ -471,7 +471,8 @@ int v4_cmd_batch(int argc, char **argv)
     if (to_run > 0) {
         v4_task_error te = {0};
         v4_runner_opts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads, b.eo.threads, b.eo.isa,
-                             b.concurrency, b.max_context, b.eo.device, b.eo.cuda_mode, b.eo.gpu_expert_mem};
+                             b.concurrency, b.max_context, b.eo.device, b.eo.cuda_mode, b.eo.gpu_expert_mem,
+                             b.eo.numerics};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;

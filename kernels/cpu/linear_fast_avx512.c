@@ -1,0 +1,302 @@
+/* linear_fast_avx512.c - AVX-512 (F+BW+VL+DQ) kernels of the `fast` numerics mode, bit-
+ * identical to linear_fast.c (the order is defined there and in cpu_kernels.h).
+ *
+ * Compiled with -mavx512{f,bw,vl,dq} (CMake keys on the file name); only called after
+ * the backend checked the CPU at run time.  Same signatures and row-range contract as
+ * the other row kernels (cpu_kernels.h); reentrant, no global state.
+ *
+ * e4m3 decode without a table: the byte sign-extended to 32 bits and shifted left by 20,
+ * masked with 0x87f00000, is the float w * 2^-120 (the sign lands in bit 31, the 7 bits
+ * of exponent and mantissa in bits 20-26; e4m3 subnormals land on float subnormals,
+ * exactly): three instructions for 16 weights.  NaN codes are looked for once per
+ * 128-byte block (64 bytes per compare).  Multiplying by s_w * 2^120 (a power of two, a normal
+ * float for e8m0 bytes below 135) gives w * s_w with the one rounding the reference
+ * does.  Tiles with an e4m3 NaN code or an e8m0 byte >= 135 (weights scaled by 2^8 or
+ * more, or a NaN scale) are recomputed by the reference, which handles them exactly.
+ *
+ * FP8 QUANT: tiles of 4 rows x up to 4 vectors, one 16-lane accumulator per (row,
+ * vector): lane l is the reference's a[l] (columns l mod 16), the fold at the end is
+ * the reference's (halves, then quarters, ...).  The dequantized activations
+ * x' = xq * s_act are made once per call into a buffer of n*K floats (per thread; if it
+ * cannot be allocated the reference runs).
+ * EXACT (R8 layout only; row-major goes to the reference): one 16-lane vector = two R8
+ * groups (16 rows) at column j, so each lane is one row's chain and x_j is one broadcast
+ * load for all 16.  Tiles of 8 group pairs x 1 vector, 4 x 2 or 2 x 4: enough
+ * independent FMA chains to hide the latency.
+ */
+#include "cpu_kernels.h"
+
+#if V4_CPU_X86
+#include <immintrin.h>
+#include <stdlib.h>
+
+#include "../codec.h"
+#include "simd_x86.h"
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+
+/* 16 e4m3 bytes -> floats w * 2^-120 (NaN codes are not looked at here: nan_codes). */
+V4_INLINE __m512 e4m3x16(__m128i bytes)
+{
+    const __m512i b = _mm512_cvtepi8_epi32(bytes);
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(b, 20), _mm512_set1_epi32((int)0x87f00000u)));
+}
+
+/* Whether 128 e4m3 bytes hold a NaN code (0x7f or 0xff). */
+V4_INLINE int nan_codes128(const uint8_t *p)
+{
+    const __m512i m = _mm512_set1_epi8(0x7f);
+    return (_mm512_cmpeq_epi8_mask(_mm512_and_si512(_mm512_loadu_si512(p), m), m) |
+            _mm512_cmpeq_epi8_mask(_mm512_and_si512(_mm512_loadu_si512(p + 64), m), m)) != 0;
+}
+
+/* s_w * 2^120 as a float, or 0 when the e8m0 byte is >= 135 (not a normal float then). */
+V4_INLINE float scale_up(uint8_t e)
+{
+    if (e >= 135)
+        return 0.0f;
+    union { uint32_t u; float f; } v = {(uint32_t)(e + 120) << 23};
+    return v.f;
+}
+
+/* The reference's fold of 16 lanes: a[l] += a[l + h], h = 8, 4, 2, 1. */
+V4_INLINE float fold16(__m512 a)
+{
+    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s1);
+}
+
+/* -------------------------------------------------------------------- FP8 -- */
+
+/* Rows [r, r + RT) x vectors [v0, v0 + V) of the FP8 product; 0, or -1 when the tile
+ * holds a NaN code or an out-of-range scale (nothing stored then). */
+V4_INLINE int fp8_tile(const v4_mat *W, const float *xd, int K, int r, const int RT, int v0, const int V, float *y,
+                       int ldy)
+{
+    const int nkb = K / 128, scols = (K + 127) / 128;
+    const uint8_t *w = W->w;
+    __m512 acc[4][4];
+    #pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[i][v] = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    int bad_scale = 0;
+    for (int kb = 0; kb < nkb; kb++) {
+        __m512 fb[4];
+        #pragma GCC unroll 4
+        for (int i = 0; i < RT; i++) {
+            const float f = scale_up(W->scale[(size_t)((r + i) / 128) * scols + kb]);
+            bad_scale |= f == 0.0f;
+            fb[i] = _mm512_set1_ps(f);
+        }
+        for (int c = kb * 128; c < kb * 128 + 128; c += 16) {
+            __m512 xv[4];
+            #pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                xv[v] = _mm512_loadu_ps(xd + (size_t)(v0 + v) * K + c);
+            #pragma GCC unroll 4
+            for (int i = 0; i < RT; i++) {
+                const uint8_t *p = w + (size_t)(r + i) * K + c;
+                const __m512 wv = _mm512_mul_ps(e4m3x16(_mm_loadu_si128((const __m128i *)p)), fb[i]);
+                #pragma GCC unroll 4
+                for (int v = 0; v < V; v++)
+                    acc[i][v] = _mm512_fmadd_ps(xv[v], wv, acc[i][v]);
+            }
+        }
+    }
+    if (bad || bad_scale)
+        return -1;
+    #pragma GCC unroll 4
+    for (int i = 0; i < RT; i++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            y[(size_t)(v0 + v) * ldy + r + i] = v4_bf16(fold16(acc[i][v]));
+    return 0;
+}
+
+void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                             const float *x, int ldx, float *y, int ldy, int r0, int r1)
+{
+    const int K = W->cols, nkb = K / 128;
+    float *xd = K % 128 == 0 && n > 0 ? malloc(sizeof(float) * (size_t)n * (size_t)K) : NULL;
+    if (!xd) {
+        v4_rows_fp8_fast_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
+        return;
+    }
+    for (int b = 0; b < n; b++)
+        for (int kb = 0; kb < nkb; kb++) {
+            const __m512 s = _mm512_set1_ps(xs[(size_t)b * nkb + kb]);
+            for (int c = kb * 128; c < kb * 128 + 128; c += 16)
+                _mm512_storeu_ps(xd + (size_t)b * K + c, _mm512_mul_ps(_mm512_loadu_ps(xq + (size_t)b * K + c), s));
+        }
+    for (int r = r0; r < r1; r += 4) {
+        const int rt = imin(4, r1 - r);
+        for (int v0 = 0; v0 < n; v0 += 4) {
+            const int nv = imin(4, n - v0);
+            int rc;
+            if (rt == 4) {
+                switch (nv) {
+                case 1: rc = fp8_tile(W, xd, K, r, 4, v0, 1, y, ldy); break;
+                case 2: rc = fp8_tile(W, xd, K, r, 4, v0, 2, y, ldy); break;
+                case 3: rc = fp8_tile(W, xd, K, r, 4, v0, 3, y, ldy); break;
+                default: rc = fp8_tile(W, xd, K, r, 4, v0, 4, y, ldy); break;
+                }
+            } else {
+                rc = -1;   /* a tail of 1-3 rows (never with 128-row chunks): the reference */
+            }
+            if (rc)
+                v4_rows_fp8_fast_scalar(W, nv, xq + (size_t)v0 * K, xs + (size_t)v0 * nkb, NULL, 0,
+                                        y + (size_t)v0 * ldy, ldy, r, r + rt);
+        }
+    }
+    free(xd);
+}
+
+/* ------------------------------------------------------------------ EXACT -- */
+
+/* The 16 weights of groups ga (lanes 0-7) and gb (lanes 8-15) at column c as floats; FP8:
+ * dequantized with fb (s_w * 2^120 per half) and rounded to bf16 (NaN codes and
+ * out-of-range scales are flagged by the caller per 128 columns). */
+V4_INLINE __m512 r8_pair(const v4_mat *W, size_t ia, size_t ib, __m512 fb)
+{
+    switch (W->type) {
+    case V4_W_F32: {
+        const float *w = W->w;
+        return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(w + ia)), _mm256_loadu_ps(w + ib), 1);
+    }
+    case V4_W_BF16: {
+        const uint16_t *w = W->w;
+        const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w + ia))),
+                                                  _mm_loadu_si128((const __m128i *)(w + ib)), 1);
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    default: {   /* FP8 */
+        const uint8_t *w = W->w;
+        const __m128i q = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(w + ia)),
+                                             _mm_loadl_epi64((const __m128i *)(w + ib)));
+        const __m512 v = _mm512_mul_ps(e4m3x16(q), fb);
+        /* round to nearest even bf16 (finite values) */
+        const __m512i u = _mm512_castps_si512(v);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+        const __m512i rnd = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+        return _mm512_castsi512_ps(_mm512_and_si512(rnd, _mm512_set1_epi32((int)0xffff0000u)));
+    }
+    }
+}
+
+/* An FP8 group's 128-column block at c: -1 when it holds a NaN code or a scale the
+ * decode cannot take, else 0 and *f = s_w * 2^120. */
+static int fp8_block_ok(const v4_mat *W, int g, int c, float *f)
+{
+    const int K = W->cols, scols = (K + 127) / 128;
+    *f = scale_up(W->scale[(size_t)((g * 8) / 128) * scols + c / 128]);
+    if (*f == 0.0f)
+        return -1;
+    const uint8_t *w = (const uint8_t *)W->w + (size_t)g * K * 8 + (size_t)c * 8;   /* 128 cols x 8 rows */
+    for (int k = 0; k < 8; k++)
+        if (nan_codes128(w + 128 * k))
+            return -1;
+    return 0;
+}
+
+/* Group pairs starting at g0 (pair k: groups g0 + 2k, g0 + 2k + 1; a group past the
+ * matrix reads its partner again, its rows dropped) x vectors [v0, v0 + V); rows
+ * outside [r0, r1) are dropped.  0, or -1 (nothing stored) for an FP8 block the decode
+ * cannot take. */
+V4_INLINE int exact_tile(const v4_mat *W, const float *x, int ldx, int g0, const int P, int v0, const int V,
+                         float *y, int ldy, int r0, int r1)
+{
+    const int K = W->cols, ng = (W->rows + 7) / 8;
+    int ga[8], gb[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < P; k++) {
+        ga[k] = imin(g0 + 2 * k, ng - 1);
+        gb[k] = imin(g0 + 2 * k + 1, ng - 1);
+    }
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int k = 0; k < P; k++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            acc[k][v] = _mm512_setzero_ps();
+    __m512 fb[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < P; k++)
+        fb[k] = _mm512_setzero_ps();
+    for (int c = 0; c < K; c++) {
+        if (W->type == V4_W_FP8 && c % 128 == 0)
+#pragma GCC unroll 8
+            for (int k = 0; k < P; k++) {
+                float fa, fbb;
+                if (fp8_block_ok(W, ga[k], c, &fa) || fp8_block_ok(W, gb[k], c, &fbb))
+                    return -1;
+                fb[k] = _mm512_insertf32x8(_mm512_set1_ps(fa), _mm256_set1_ps(fbb), 1);
+            }
+        __m512 xb[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++)
+            xb[v] = _mm512_set1_ps(x[(size_t)(v0 + v) * ldx + c]);
+#pragma GCC unroll 8
+        for (int k = 0; k < P; k++) {
+            const __m512 wv = r8_pair(W, ((size_t)ga[k] * (size_t)K + (size_t)c) * 8,
+                                      ((size_t)gb[k] * (size_t)K + (size_t)c) * 8, fb[k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[k][v] = _mm512_fmadd_ps(xb[v], wv, acc[k][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < P; k++)
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            float out[16];
+            _mm512_storeu_ps(out, acc[k][v]);
+            for (int l = 0; l < 16; l++) {
+                const int r = (g0 + 2 * k + l / 8) * 8 + l % 8;
+                if (r >= r0 && r < r1)
+                    y[(size_t)(v0 + v) * ldy + r] = out[l];
+            }
+        }
+    return 0;
+}
+
+void v4_rows_exact_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
+                               const float *x, int ldx, float *y, int ldy, int r0, int r1)
+{
+    if (W->layout != V4_LAYOUT_R8 || (W->type != V4_W_F32 && W->type != V4_W_BF16 && W->type != V4_W_FP8) ||
+        (W->type == V4_W_FP8 && W->cols % 128 != 0)) {
+        v4_rows_exact_fast_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
+        return;
+    }
+    /* tiles of 2P groups outer, passes over the vectors inner: a tile's weights are read
+     * from memory once and found in L1/L2 by the later passes */
+    const int g_end = (r1 + 7) / 8;
+    const int P = n == 1 ? 8 : n <= 3 ? 4 : 2, vmax = 8 / P;
+    for (int g0 = r0 / 8; g0 < g_end; g0 += 2 * P) {
+        for (int v0 = 0; v0 < n;) {
+            const int left = n - v0, nv = left >= vmax ? vmax : left >= 2 ? 2 : 1;
+            int rc;
+            if (P == 8)
+                rc = exact_tile(W, x, ldx, g0, 8, v0, 1, y, ldy, r0, r1);
+            else if (P == 4)
+                rc = nv == 2 ? exact_tile(W, x, ldx, g0, 4, v0, 2, y, ldy, r0, r1)
+                             : exact_tile(W, x, ldx, g0, 4, v0, 1, y, ldy, r0, r1);
+            else
+                rc = nv == 4 ? exact_tile(W, x, ldx, g0, 2, v0, 4, y, ldy, r0, r1)
+                     : nv == 2 ? exact_tile(W, x, ldx, g0, 2, v0, 2, y, ldy, r0, r1)
+                               : exact_tile(W, x, ldx, g0, 2, v0, 1, y, ldy, r0, r1);
+            if (rc) {
+                const int a = g0 * 8 > r0 ? g0 * 8 : r0, b = imin((g0 + 2 * P) * 8, r1);
+                v4_rows_exact_fast_scalar(W, nv, NULL, NULL, x + (size_t)v0 * ldx, ldx, y + (size_t)v0 * ldy, ldy, a, b);
+            }
+            v0 += nv;
+        }
+    }
+}
+
+#endif
