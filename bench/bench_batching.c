@@ -3,7 +3,7 @@
  *
  *   bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]
  *                  [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]
- *                  [--device cpu|cuda|cuda:N]
+ *                  [--device cpu|cuda|cuda:N] [--numerics exact|fast]
  *
  * The model (default models/bench/small; generated with `v4fleet mkmodel --preset small`
  * when DIR/config.json is missing) is opened once through the task runner (max_batch =
@@ -56,7 +56,7 @@
 #endif
 
 typedef struct opts {
-    const char *model, *isa, *ns, *device;
+    const char *model, *isa, *ns, *device, *numerics;
     int k, tokens, prompt, runs, threads;
 } opts;
 
@@ -171,13 +171,13 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    opts o = {"models/bench/small", "auto", "1,2,4,8,16", "cpu", 2, 64, 4, 3, 2};
+    opts o = {"models/bench/small", "auto", "1,2,4,8,16", "cpu", NULL, 2, 64, 4, 3, 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
             printf("usage: bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]\n"
                    "                      [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]\n"
-                   "                      [--device cpu|cuda|cuda:N]\n");
+                   "                      [--device cpu|cuda|cuda:N] [--numerics exact|fast]\n");
             return 0;
         }
         if (!v) {
@@ -193,6 +193,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--runs")) o.runs = atoi(v);
         else if (!strcmp(a, "--threads")) o.threads = atoi(v);
         else if (!strcmp(a, "--device")) o.device = v;
+        else if (!strcmp(a, "--numerics")) o.numerics = v;
         else {
             fprintf(stderr, "bench_batching: unknown option %s\n", a);
             return 2;
@@ -230,7 +231,7 @@ int main(int argc, char **argv)
     if (ensure_model(o.model))
         return 1;
     v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, o.device, NULL, NULL, NULL};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, o.device, NULL, NULL, o.numerics};
     const int gpu = strncmp(o.device, "cpu", 3) != 0;
     v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
     if (!r) {
@@ -253,8 +254,9 @@ int main(int argc, char **argv)
         printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", bw, o.threads);
         printf("measured FP32 multiply-add rate: %.1f G/s (%d threads, %s, median of 5)\n", peak / 1e9, o.threads, fisa);
     }
-    printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n\n",
+    printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n",
            o.k, o.prompt, o.tokens, o.runs);
+    printf("numerics: %s (the roof columns assume exact arithmetic's rates)\n\n", v4_runner_numerics(r));
     printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW "
            "| MACs/position | roofline tok/s | %% of roofline | roofline speed-up | exact roof tok/s | %% of exact roof "
            "| exact roof speed-up |\n"

@@ -6,6 +6,7 @@
 #include "byte_suffix.h"
 #include "config_file.h"
 #include "device_setting.h"
+#include "numerics_setting.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -150,7 +151,7 @@ static const char *const KNOWN[] = {
     "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
     "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
     "V4_IO_THREADS", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
-    "V4_GPU_EXPERT_MEM",
+    "V4_GPU_EXPERT_MEM", "V4_NUMERICS",
 };
 
 int v4_parse_bytes(const char *v, long long *out)
@@ -231,8 +232,11 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_str(src, "V4_DEVICE", "cpu", c->device, sizeof c->device, err) ||
         get_str(src, "V4_CUDA_MODE", "auto", c->cuda_mode, sizeof c->cuda_mode, err) ||
         get_str(src, "V4_GPU_EXPERT_MEM", "", c->gpu_expert_mem, sizeof c->gpu_expert_mem, err) ||
+        get_str(src, "V4_NUMERICS", "exact", c->numerics, sizeof c->numerics, err) ||
         check_gpu(c, err))
         return -1;
+    if (v4_parse_numerics(c->numerics, NULL))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_NUMERICS", "'%s' is not exact or fast", c->numerics);
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CACHE_POLICY", "'%s' is not lru, slru or lfru", c->cache_policy);
     if (c->prefetch < c->concurrency)   /* every slot needs a delivery at hand */

@@ -20,7 +20,8 @@
  * explicit one as an error), V4_HTTP_ADDR (its
  * listen address, default 0.0.0.0), V4_LOG_FORMAT (json | text | auto = JSON unless
  * stderr is a terminal), V4_DEVICE (cpu | cuda | cuda:N), V4_CUDA_MODE (auto | resident |
- * hybrid), V4_GPU_EXPERT_MEM (GPU budget of routed experts: bytes or P%), and the test
+ * hybrid), V4_GPU_EXPERT_MEM (GPU budget of routed experts: bytes or P%), V4_NUMERICS
+ * (exact | fast, default exact; docs/numerics.md), and the test
  * hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
  * URLs may be logged.
@@ -81,6 +82,7 @@ typedef struct v4_worker_config {
     char device[16];                /* V4_DEVICE: cpu | cuda | cuda:N */
     char cuda_mode[16];             /* V4_CUDA_MODE: auto | resident | hybrid */
     char gpu_expert_mem[32];        /* V4_GPU_EXPERT_MEM: "" (all resident) | bytes | P% */
+    char numerics[8];               /* V4_NUMERICS: exact | fast (config/numerics_setting.h) */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

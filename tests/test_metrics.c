@@ -232,6 +232,11 @@ static void t_worker_set(void)
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         CHECK(t && strstr(t, must[i]), "worker metrics lack: %s", must[i]);
     CHECK(t && !strstr(t, "tier=\"host\""), "no host-cache series while experts are resident");
+    free(t);
+    v4_wmetrics_numerics(&m, "fast");
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "v4fleet:numerics{mode=\"fast\"} 1\n") && strstr(t, "v4fleet:numerics{mode=\"exact\"} 0\n"),
+          "numerics series (fast)");
     v4_runner_cache_figs cf = {10, 2, 4096, 2048, 8192};
     v4_wmetrics_cache(&m, "host", &cf);
     free(t);
@@ -263,7 +268,7 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 24, "%d families", fams);
+    CHECK(fams == 25, "%d families", fams);   /* 24 + v4fleet:numerics */
     free(t);
     v4_wmetrics_warmup(&m, 1.5, 12);
     v4_wmetrics_reload(&m, 1);

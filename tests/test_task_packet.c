@@ -181,8 +181,17 @@ static void test_results(void)
     CHECK(json_array_size(json_object_get(json_object_get(o, "output"), "token_ids")) == 2, "token_ids: %s", s);
     CHECK(json_equal(json_object_get(o, "metadata"), meta) && !json_object_get(o, "error"), "metadata: %s", s);
     CHECK(!json_object_get(o, "summary"), "no summary object for generation: %s", s);
+    CHECK(!json_object_get(json_object_get(o, "timing"), "numerics"), "no timing.numerics when not given: %s", s);
     json_decref(o);
     free(s);
+    ok.numerics = "fast";
+    s = v4_result_json(&ok);
+    o = json_loads(s, 0, NULL);
+    CHECK(o && !strcmp(json_string_value(json_object_get(json_object_get(o, "timing"), "numerics")), "fast"),
+          "timing.numerics: %s", s);
+    json_decref(o);
+    free(s);
+    ok.numerics = NULL;
     ok.chunks = 7;
     ok.levels = 2;
     s = v4_result_json(&ok);

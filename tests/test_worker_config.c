@@ -201,6 +201,27 @@ int main(void)
     unsetenv("V4_CONFIG_FILE");
     remove(path);
 
+    /* numerics: default exact, exact|fast accepted (env and file), anything else named */
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.numerics, "exact"), "numerics default: %s", c.numerics);
+    setenv("V4_NUMERICS", "fast", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.numerics, "fast"), "V4_NUMERICS=fast: %s", err.msg);
+    static const char *const badnum[] = {"Fast", "fastest", "exact ", "x"};   /* "" = unset: the default */
+    for (size_t i = 0; i < sizeof badnum / sizeof badnum[0]; i++) {
+        setenv("V4_NUMERICS", badnum[i], 1);
+        int rc = v4_worker_config_from_env(&c, &err);
+        CHECK(rc == -1 && !strcmp(err.where, "V4_NUMERICS"), "V4_NUMERICS='%s': want an error naming it, got %d %s %s",
+              badnum[i], rc, err.where, err.msg);
+    }
+    unsetenv("V4_NUMERICS");
+    f = fopen(path, "w");
+    fputs("V4_NUMERICS=fast\n", f);
+    fclose(f);
+    setenv("V4_CONFIG_FILE", path, 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.numerics, "fast"), "numerics from the config file: %s",
+          err.msg);
+    unsetenv("V4_CONFIG_FILE");
+    remove(path);
+
     /* the shipped example parses (its secret files are overridden by the environment) */
     char example[4200];
     snprintf(example, sizeof example, "%s/../../config/worker.conf.example", t_env("V4_TEST_DATA", "tests/data"));

@@ -102,6 +102,8 @@ V4_INLINE int fp8_tile(const v4_mat *W, const float *xd, int K, int r, const int
             #pragma GCC unroll 4
             for (int i = 0; i < RT; i++) {
                 const uint8_t *p = w + (size_t)(r + i) * K + c;
+                if ((c & 63) == 0 && v0 == 0)   /* the next tile's row, while this one computes */
+                    _mm_prefetch((const char *)(p + (size_t)RT * K), _MM_HINT_T0);
                 const __m512 wv = _mm512_mul_ps(e4m3x16(_mm_loadu_si128((const __m128i *)p)), fb[i]);
                 #pragma GCC unroll 4
                 for (int v = 0; v < V; v++)

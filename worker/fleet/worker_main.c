@@ -205,13 +205,14 @@ int v4_cmd_worker(int argc, char **argv)
     }
     if (v4w_open_runner(&w, &w.cfg, PHASE_LOADING, &w.runner))
         return finish(&w, http, 1);
+    v4_wmetrics_numerics(&w.m, v4_runner_numerics(w.runner));
     if (!realpath(w.cfg.model_dir, w.model_real))
         w.model_real[0] = 0;
     char masked[V4_CFG_STR];
     v4_mask_url(w.cfg.amqp_url, masked, sizeof masked);
-    v4w_log(&w, 1, NULL, "worker %s serving model \"%s\" (names: %s) from %s; broker %s%s%s", w.cfg.worker_id,
-         w.cfg.model_name, w.cfg.model_names, w.cfg.model_dir, masked, w.cfg.config_file[0] ? "; settings file " : "",
-         w.cfg.config_file);
+    v4w_log(&w, 1, NULL, "worker %s serving model \"%s\" (names: %s) from %s; numerics %s; broker %s%s%s",
+         w.cfg.worker_id, w.cfg.model_name, w.cfg.model_names, w.cfg.model_dir, v4_runner_numerics(w.runner), masked,
+         w.cfg.config_file[0] ? "; settings file " : "", w.cfg.config_file);
     if (strcmp(w.cfg.redis_url, "off")) {
         if (v4w_start_util(&w, &w.cfg, w.runner)) {
             v4_runner_free(w.runner);

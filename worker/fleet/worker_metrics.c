@@ -77,10 +77,13 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     m->reloads = v4m_family_new(r, V4M_COUNTER, "v4fleet:model_reloads_total",
                                 "Model reloads (SIGHUP or a new model directory) by result.", result_l, NULL, 0);
     m->info = v4m_family_new(r, V4M_GAUGE, "v4fleet:info", "The served model and this worker's id.", info_l, NULL, 0);
+    static const char *const mode_l[] = {"mode", NULL};
+    m->numerics = v4m_family_new(r, V4M_GAUGE, "v4fleet:numerics",
+                                 "The engine's numerics mode (1: the mode it runs; docs/numerics.md).", mode_l, NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
         !m->requeued || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
-        !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads) {
+        !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics) {
         v4_wmetrics_free(m);
         return -1;
     }
@@ -104,6 +107,15 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     const char *iv[] = {model, worker};
     v4m_set(v4m_series_of(m->info, iv), 1);
     return 0;
+}
+
+void v4_wmetrics_numerics(v4_wmetrics *m, const char *mode)
+{
+    static const char *const modes[] = {"exact", "fast"};
+    for (int k = 0; k < 2; k++) {
+        const char *v[] = {modes[k]};
+        v4m_set(v4m_series_of(m->numerics, v), mode && !strcmp(mode, modes[k]) ? 1 : 0);
+    }
 }
 
 void v4_wmetrics_free(v4_wmetrics *m)

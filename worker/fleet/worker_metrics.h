@@ -28,6 +28,7 @@
  *   v4fleet:warmup_experts_loaded         gauge      experts it pre-loaded
  *   v4fleet:model_reloads_total{result="ok|failed"}  counter
  *   v4fleet:info{model,worker}            gauge      always 1
+ *   v4fleet:numerics{mode="exact|fast"}   gauge      1 for the mode the engine runs, 0 for the other
  *
  * Ownership: v4_wmetrics owns the registry.  Thread: every function but init/free from
  * any thread (the registry is locked).
@@ -45,7 +46,7 @@ typedef struct v4_wmetrics {
     v4m_registry *reg;
     v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
-        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads;
+        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics;
 } v4_wmetrics;
 
 /* One finished task (a result was built).  Seconds; < 0 = not observed. */
@@ -57,6 +58,8 @@ typedef struct v4_wtask_figs {
 
 int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker);
 void v4_wmetrics_free(v4_wmetrics *m);
+/* The numerics mode the (new) engine runs: "exact" or "fast". */
+void v4_wmetrics_numerics(v4_wmetrics *m, const char *mode);
 void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f);
 /* One expert cache's figures as the series {tier="host"|"gpu"}. */
 void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f);

@@ -18,7 +18,7 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
     v4_task_error te = {0};
     v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, 0, NULL,
                          c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem,
-                         NULL /* numerics: V4_NUMERICS */};
+                         c->numerics};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -28,7 +28,8 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
     }
     char experts[256];
     v4_runner_describe_experts(r, experts, sizeof experts);
-    v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s", c->model_dir, v4_now_ms() - t0, experts);
+    v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s; numerics %s", c->model_dir, v4_now_ms() - t0, experts,
+            v4_runner_numerics(r));
     if (phase == PHASE_LOADING)
         v4w_set_phase(w, PHASE_WARMING, NULL, NULL);
     v4_warmup_opts wo = {c->warmup_experts ? c->redis_url : NULL, c->redis_prefix, c->model_name, c->warmup_tokens};
@@ -133,6 +134,7 @@ static void reload(worker *w, const char *why)
     w->x = nx;
     v4_runner_free(w->runner);
     w->runner = nr;
+    v4_wmetrics_numerics(&w->m, v4_runner_numerics(nr));
     memcpy(w->cfg.model_dir, nc.model_dir, sizeof nc.model_dir);
     memcpy(w->cfg.model_name, nc.model_name, sizeof nc.model_name);
     memcpy(w->cfg.model_names, nc.model_names, sizeof nc.model_names);

@@ -47,8 +47,11 @@ char *v4_result_json(const v4_result_info *r)
     } else {
         json_object_set_new(o, "error", error_obj(r->error));
     }
-    json_object_set_new(o, "timing", json_pack("{s:f, s:f, s:f, s:f}", "queue_ms", r->queue_ms, "prefill_ms",
-                                               r->prefill_ms, "decode_ms", r->decode_ms, "total_ms", r->total_ms));
+    json_t *timing = json_pack("{s:f, s:f, s:f, s:f}", "queue_ms", r->queue_ms, "prefill_ms", r->prefill_ms,
+                               "decode_ms", r->decode_ms, "total_ms", r->total_ms);
+    if (timing && r->numerics)
+        json_object_set_new(timing, "numerics", json_string(r->numerics));
+    json_object_set_new(o, "timing", timing);
     json_object_set_new(o, "experts", json_pack("{s:I, s:I, s:I}", "hits", (json_int_t)r->expert_hits, "misses",
                                                 (json_int_t)r->expert_misses, "bytes_loaded",
                                                 (json_int_t)r->expert_bytes_loaded));

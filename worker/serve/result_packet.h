@@ -42,6 +42,8 @@ typedef struct v4_result_info {
     int chunks, levels;
     /* failure (code != V4_TASK_OK) */
     const v4_task_error *error;
+    /* the numerics mode that produced it ("exact" | "fast"; timing.numerics), NULL: left out */
+    const char *numerics;
 } v4_result_info;
 
 /* NULL on allocation failure. */

@@ -11,6 +11,7 @@
 #include "cache/expert_provider.h"
 #include "cache/model_files.h"
 #include "engine.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
 #include "step_rows.h"
 #include "task_run_internal.h"
@@ -165,6 +166,11 @@ long v4_runner_context(const v4_runner *r)
 const v4_config *v4_runner_config(const v4_runner *r)
 {
     return &r->m.cfg;
+}
+
+const char *v4_runner_numerics(const v4_runner *r)
+{
+    return v4_numerics_name(v4_cpu_backend_numerics(r->be));   /* exact for other backends */
 }
 
 v4_xprov *v4_runner_experts(v4_runner *r)

@@ -94,6 +94,8 @@ int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
 long v4_runner_context(const v4_runner *r);
 /* The served model's shape (layers, routed experts, experts per token, ...). */
 const struct v4_config *v4_runner_config(const v4_runner *r);
+/* The numerics mode its engine runs: "exact" or "fast" (config/numerics_setting.h). */
+const char *v4_runner_numerics(const v4_runner *r);
 /* The runner's host expert cache (cache/expert_provider.h; the runner owns it), NULL
  * when every expert is resident.  Its users (warm-up) run on the runner's thread. */
 struct v4_xprov *v4_runner_experts(v4_runner *r);

@@ -335,7 +335,7 @@ static int finish_job(batch_run *b, v4_job *j)
         .prefill_ms = o->prefill_ms, .decode_ms = o->decode_ms, .total_ms = j->end_ms - j->start_ms,
         .expert_hits = o->expert_hits, .expert_misses = o->expert_misses,
         .expert_bytes_loaded = o->expert_bytes_loaded, .chunks = o->chunks, .levels = o->levels,
-        .error = j->rc ? &j->err : NULL};
+        .error = j->rc ? &j->err : NULL, .numerics = v4_runner_numerics(b->runner)};
     char *line = v4_batch_result_line(it, &ri, (long long)time(NULL));
     int failed = j->rc != 0;
     if (!line && !j->rc) {   /* e.g. output text jansson refuses */
