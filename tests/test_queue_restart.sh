@@ -30,8 +30,17 @@ qclient task tasks '{"id":"rs","deadline_ms":6000,"max_tokens":200000,"ignore_eo
 wait_lines "delivery tag" 1 10 || fail "the worker did not take the task"
 rmqctl stop_app > /dev/null 2>&1 || fail "stop_app failed"
 wait_lines "connection lost" 1 10 || fail "the worker did not notice the broker shutdown"
-grep -q "connection lost.*320 CONNECTION_FORCED" "$WORK/worker.log" ||
-    fail "the shutdown was not seen as CONNECTION_FORCED: $(grep -m 1 "connection lost" "$WORK/worker.log")"
+# The broker sends connection.close (320 CONNECTION_FORCED) and closes the socket; on a
+# busy machine the socket may be gone before the worker reads the frame, and the link
+# then reports the socket error (seen once in CI).  Either way the worker noticed the
+# shutdown of this broker; any other reason is a failure.
+if grep -q "connection lost.*320 CONNECTION_FORCED" "$WORK/worker.log"; then
+    echo "the shutdown was seen as CONNECTION_FORCED"
+elif grep -q "connection lost (amqp [a-z]*: a socket error occurred)" "$WORK/worker.log"; then
+    echo "the shutdown was seen as a closed socket (the close frame was not read first)"
+else
+    fail "the shutdown was not seen as CONNECTION_FORCED or a closed socket: $(grep -m 1 "connection lost" "$WORK/worker.log")"
+fi
 t0="$(now_ms)"
 rmqctl start_app > /dev/null 2>&1 || fail "start_app failed"
 wait_lines "amqp: connected" 2 15 || fail "no reconnect within 15 s of start_app"
