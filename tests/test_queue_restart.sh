@@ -26,7 +26,9 @@ WPID=$!
 wait_lines "amqp: connected" 1 10 || fail "the worker did not connect"
 
 echo "--- R7 A: stop_app while a task runs, start_app"
-qclient task tasks '{"id":"rs","deadline_ms":6000,"max_tokens":200000,"ignore_eos":true,"input_ids":[0,2,10,3,5],"temperature":0}'
+# deadline 15 s: the task must still be running when stop_app takes effect, which on a
+# slow machine (ASan) came more than 6 s after the delivery
+qclient task tasks '{"id":"rs","deadline_ms":15000,"max_tokens":200000,"ignore_eos":true,"input_ids":[0,2,10,3,5],"temperature":0}'
 wait_lines "delivery tag" 1 10 || fail "the worker did not take the task"
 rmqctl stop_app > /dev/null 2>&1 || fail "stop_app failed"
 wait_lines "connection lost" 1 10 || fail "the worker did not notice the broker shutdown"
@@ -47,12 +49,12 @@ wait_lines "amqp: connected" 2 15 || fail "no reconnect within 15 s of start_app
 echo "reconnected $(($(now_ms) - t0)) ms after start_app was called"
 # the running task ends into a lost connection: no ack on the new channel
 # (refused as a delivery of the lost connection, or at once while not yet reconnected)
-wait_lines "task rs: result not confirmed" 1 15 || fail "the stale delivery was not refused"
+wait_lines "task rs: result not confirmed" 1 45 || fail "the stale delivery was not refused"
 grep -q "task rs: result not confirmed.*\(lost connection\|amqp: not connected\)" "$WORK/worker.log" ||
     fail "task rs: unexpected failure: $(grep -m 1 "task rs:" "$WORK/worker.log")"
 # the redelivered run ends like the first (deadline) or, on a fast machine, earlier (the
 # random tiny model may emit EOS after a few thousand tokens): either way a second final line
-wait_lines "task rs: \(failed\|succeeded\)" 2 30 || fail "task rs was not redelivered and run again"
+wait_lines "task rs: \(failed\|succeeded\)" 2 60 || fail "task rs was not redelivered and run again"
 r="$(qclient result results 20)" || fail "no result for task rs"
 echo "$r" | grep -q '"id":"rs"' || fail "unexpected result: $r"
 for _ in $(seq 1 50); do [ "$(queue_counts tasks)" = "0 0" ] && break; sleep 0.2; done
