@@ -140,6 +140,8 @@ static void fp8_case(rng *r, int R, int K, int stress, bk *fb, int nfb, v4_backe
     check_product(what, &W, V4_LIN_QUANT, x, 3, fb, nfb, exact, 0);
     x[5] = 1.0f;
     w[(size_t)7 * K + 3] = 0x7f;
+    snprintf(what, sizeof what, "FP8 QUANT %dx%d NaN weight code", R, K);
+    check_product(what, &W, V4_LIN_QUANT, x, 3, fb, nfb, exact, 0);
     s[0] = 0xff;
     snprintf(what, sizeof what, "FP8 QUANT %dx%d NaN weight+scale", R, K);
     check_product(what, &W, V4_LIN_QUANT, x, 3, fb, nfb, exact, 0);
@@ -180,6 +182,14 @@ static void exact_case(rng *r, v4_wtype t, int R, int K, int r8, bk *fb, int nfb
              r8 ? "R8" : "row-major");
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         check_product(what, &W, V4_LIN_EXACT, x, ns[i], fb, nfb, exact, 1);
+    if (t == V4_W_FP8) {   /* a NaN weight code alone (the scales stay finite) */
+        uint8_t *b = w;
+        b[(size_t)(R / 2) * K + 5] = 0xff;
+        if (r8)
+            v4_mat_pack_r8(&(v4_mat){t, R, K, w, s, V4_LAYOUT_ROWMAJOR}, packed, 0, (R + 7) / 8);
+        snprintf(what, sizeof what, "EXACT FP8 %dx%d %s NaN weight code", R, K, r8 ? "R8" : "row-major");
+        check_product(what, &W, V4_LIN_EXACT, x, 3, fb, nfb, exact, 0);
+    }
     x[K + 9] = INFINITY;
     x[2 * K + 1] = NAN;
     snprintf(what, sizeof what, "EXACT %s %dx%d %s Inf/NaN input", t == V4_W_BF16 ? "BF16" : t == V4_W_F32 ? "F32" : "FP8",

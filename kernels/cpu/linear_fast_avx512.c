@@ -12,7 +12,8 @@
  * 128-byte block (64 bytes per compare).  Multiplying by s_w * 2^120 (a power of two, a normal
  * float for e8m0 bytes below 135) gives w * s_w with the one rounding the reference
  * does.  Tiles with an e4m3 NaN code or an e8m0 byte >= 135 (weights scaled by 2^8 or
- * more, or a NaN scale) are recomputed by the reference, which handles them exactly.
+ * more, or a NaN scale) are run by the reference, which handles them exactly; each tile
+ * is checked once, before its passes over the vectors (fp8_rows_ok, r8_fp8_ok).
  *
  * FP8 QUANT: tiles of 4 rows x up to 4 vectors, one 16-lane accumulator per (row,
  * vector): lane l is the reference's a[l] (columns l mod 16), the fold at the end is
@@ -71,9 +72,21 @@ V4_INLINE float fold16(__m512 a)
 
 /* -------------------------------------------------------------------- FP8 -- */
 
-/* Rows [r, r + RT) x vectors [v0, v0 + V) of the FP8 product; 0, or -1 when the tile
- * holds a NaN code or an out-of-range scale (nothing stored then). */
-V4_INLINE int fp8_tile(const v4_mat *W, const float *xd, int K, int r, const int RT, int v0, const int V, float *y,
+/* Whether the decode takes rows [r, r + rt) of the FP8 matrix: no NaN code, every scale
+ * byte below 135.  Checked once per tile, before its passes over the vectors. */
+static int fp8_rows_ok(const v4_mat *W, int r, int rt)
+{
+    const int K = W->cols, nkb = K / 128, scols = (K + 127) / 128;
+    for (int i = r; i < r + rt; i++)
+        for (int kb = 0; kb < nkb; kb++)
+            if (W->scale[(size_t)(i / 128) * scols + kb] >= 135 ||
+                nan_codes128((const uint8_t *)W->w + (size_t)i * K + (size_t)kb * 128))
+                return 0;
+    return 1;
+}
+
+/* Rows [r, r + RT) x vectors [v0, v0 + V) of the FP8 product (rows fp8_rows_ok). */
+V4_INLINE void fp8_tile(const v4_mat *W, const float *xd, int K, int r, const int RT, int v0, const int V, float *y,
                        int ldy)
 {
     const int nkb = K / 128, scols = (K + 127) / 128;
@@ -84,16 +97,11 @@ V4_INLINE int fp8_tile(const v4_mat *W, const float *xd, int K, int r, const int
         #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
             acc[i][v] = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    int bad_scale = 0;
     for (int kb = 0; kb < nkb; kb++) {
         __m512 fb[4];
         #pragma GCC unroll 4
-        for (int i = 0; i < RT; i++) {
-            const float f = scale_up(W->scale[(size_t)((r + i) / 128) * scols + kb]);
-            bad_scale |= f == 0.0f;
-            fb[i] = _mm512_set1_ps(f);
-        }
+        for (int i = 0; i < RT; i++)
+            fb[i] = _mm512_set1_ps(scale_up(W->scale[(size_t)((r + i) / 128) * scols + kb]));
         for (int c = kb * 128; c < kb * 128 + 128; c += 16) {
             __m512 xv[4];
             #pragma GCC unroll 4
@@ -111,14 +119,11 @@ V4_INLINE int fp8_tile(const v4_mat *W, const float *xd, int K, int r, const int
             }
         }
     }
-    if (bad || bad_scale)
-        return -1;
     #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
         #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
             y[(size_t)(v0 + v) * ldy + r + i] = v4_bf16(fold16(acc[i][v]));
-    return 0;
 }
 
 void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
@@ -138,22 +143,17 @@ void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const floa
         }
     for (int r = r0; r < r1; r += 4) {
         const int rt = imin(4, r1 - r);
+        if (rt < 4 || !fp8_rows_ok(W, r, rt)) {   /* a 1-3 row tail (not with 128-row chunks), or rows the decode cannot take */
+            v4_rows_fp8_fast_scalar(W, n, xq, xs, NULL, 0, y, ldy, r, r + rt);
+            continue;
+        }
         for (int v0 = 0; v0 < n; v0 += 4) {
-            const int nv = imin(4, n - v0);
-            int rc;
-            if (rt == 4) {
-                switch (nv) {
-                case 1: rc = fp8_tile(W, xd, K, r, 4, v0, 1, y, ldy); break;
-                case 2: rc = fp8_tile(W, xd, K, r, 4, v0, 2, y, ldy); break;
-                case 3: rc = fp8_tile(W, xd, K, r, 4, v0, 3, y, ldy); break;
-                default: rc = fp8_tile(W, xd, K, r, 4, v0, 4, y, ldy); break;
-                }
-            } else {
-                rc = -1;   /* a tail of 1-3 rows (never with 128-row chunks): the reference */
+            switch (imin(4, n - v0)) {
+            case 1: fp8_tile(W, xd, K, r, 4, v0, 1, y, ldy); break;
+            case 2: fp8_tile(W, xd, K, r, 4, v0, 2, y, ldy); break;
+            case 3: fp8_tile(W, xd, K, r, 4, v0, 3, y, ldy); break;
+            default: fp8_tile(W, xd, K, r, 4, v0, 4, y, ldy); break;
             }
-            if (rc)
-                v4_rows_fp8_fast_scalar(W, nv, xq + (size_t)v0 * K, xs + (size_t)v0 * nkb, NULL, 0,
-                                        y + (size_t)v0 * ldy, ldy, r, r + rt);
         }
     }
     free(xd);
@@ -162,8 +162,8 @@ void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const floa
 /* ------------------------------------------------------------------ EXACT -- */
 
 /* The 16 weights of groups ga (lanes 0-7) and gb (lanes 8-15) at column c as floats; FP8:
- * dequantized with fb (s_w * 2^120 per half) and rounded to bf16 (NaN codes and
- * out-of-range scales are flagged by the caller per 128 columns). */
+ * dequantized with fb (s_w * 2^120 per half) and rounded to bf16 (finite: the tile passed
+ * r8_fp8_ok). */
 V4_INLINE __m512 r8_pair(const v4_mat *W, size_t ia, size_t ib, __m512 fb)
 {
     switch (W->type) {
@@ -191,29 +191,30 @@ V4_INLINE __m512 r8_pair(const v4_mat *W, size_t ia, size_t ib, __m512 fb)
     }
 }
 
-/* An FP8 group's 128-column block at c: -1 when it holds a NaN code or a scale the
- * decode cannot take, else 0 and *f = s_w * 2^120. */
-static int fp8_block_ok(const v4_mat *W, int g, int c, float *f)
+/* Whether the decode takes the R8 FP8 groups [g0, g1) (every column): no NaN code,
+ * every scale byte below 135.  Checked once per tile, before its passes. */
+static int r8_fp8_ok(const v4_mat *W, int g0, int g1)
 {
     const int K = W->cols, scols = (K + 127) / 128;
-    *f = scale_up(W->scale[(size_t)((g * 8) / 128) * scols + c / 128]);
-    if (*f == 0.0f)
-        return -1;
-    const uint8_t *w = (const uint8_t *)W->w + (size_t)g * K * 8 + (size_t)c * 8;   /* 128 cols x 8 rows */
-    for (int k = 0; k < 8; k++)
-        if (nan_codes128(w + 128 * k))
-            return -1;
-    return 0;
+    for (int g = g0; g < g1; g++) {
+        for (int kb = 0; kb < K / 128; kb++)
+            if (W->scale[(size_t)((g * 8) / 128) * scols + kb] >= 135)
+                return 0;
+        const uint8_t *w = (const uint8_t *)W->w + (size_t)g * K * 8;   /* K cols x 8 rows */
+        for (size_t k = 0; k < (size_t)K * 8; k += 128)
+            if (nan_codes128(w + k))
+                return 0;
+    }
+    return 1;
 }
 
 /* Group pairs starting at g0 (pair k: groups g0 + 2k, g0 + 2k + 1; a group past the
  * matrix reads its partner again, its rows dropped) x vectors [v0, v0 + V); rows
- * outside [r0, r1) are dropped.  0, or -1 (nothing stored) for an FP8 block the decode
- * cannot take. */
-V4_INLINE int exact_tile(const v4_mat *W, const float *x, int ldx, int g0, const int P, int v0, const int V,
+ * outside [r0, r1) are dropped.  FP8: the groups pass r8_fp8_ok. */
+V4_INLINE void exact_tile(const v4_mat *W, const float *x, int ldx, int g0, const int P, int v0, const int V,
                          float *y, int ldy, int r0, int r1)
 {
-    const int K = W->cols, ng = (W->rows + 7) / 8;
+    const int K = W->cols, ng = (W->rows + 7) / 8, scols = (K + 127) / 128;
     int ga[8], gb[8];
 #pragma GCC unroll 8
     for (int k = 0; k < P; k++) {
@@ -234,9 +235,8 @@ V4_INLINE int exact_tile(const v4_mat *W, const float *x, int ldx, int g0, const
         if (W->type == V4_W_FP8 && c % 128 == 0)
 #pragma GCC unroll 8
             for (int k = 0; k < P; k++) {
-                float fa, fbb;
-                if (fp8_block_ok(W, ga[k], c, &fa) || fp8_block_ok(W, gb[k], c, &fbb))
-                    return -1;
+                const float fa = scale_up(W->scale[(size_t)((ga[k] * 8) / 128) * scols + c / 128]);
+                const float fbb = scale_up(W->scale[(size_t)((gb[k] * 8) / 128) * scols + c / 128]);
                 fb[k] = _mm512_insertf32x8(_mm512_set1_ps(fa), _mm256_set1_ps(fbb), 1);
             }
         __m512 xb[4];
@@ -264,7 +264,6 @@ V4_INLINE int exact_tile(const v4_mat *W, const float *x, int ldx, int g0, const
                     y[(size_t)(v0 + v) * ldy + r] = out[l];
             }
         }
-    return 0;
 }
 
 void v4_rows_exact_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
@@ -279,23 +278,27 @@ void v4_rows_exact_fast_avx512(const v4_mat *W, int n, const float *xq, const fl
      * from memory once and found in L1/L2 by the later passes */
     const int g_end = (r1 + 7) / 8;
     const int P = n == 1 ? 8 : n <= 3 ? 4 : 2, vmax = 8 / P;
+    const int ng = (W->rows + 7) / 8;
     for (int g0 = r0 / 8; g0 < g_end; g0 += 2 * P) {
+        if (W->type == V4_W_FP8 && !r8_fp8_ok(W, g0, imin(g0 + 2 * P, ng))) {   /* the reference for these rows */
+            const int a = g0 * 8 > r0 ? g0 * 8 : r0, b = imin((g0 + 2 * P) * 8, r1);
+            v4_rows_exact_fast_scalar(W, n, NULL, NULL, x, ldx, y, ldy, a, b);
+            continue;
+        }
         for (int v0 = 0; v0 < n;) {
             const int left = n - v0, nv = left >= vmax ? vmax : left >= 2 ? 2 : 1;
-            int rc;
             if (P == 8)
-                rc = exact_tile(W, x, ldx, g0, 8, v0, 1, y, ldy, r0, r1);
+                exact_tile(W, x, ldx, g0, 8, v0, 1, y, ldy, r0, r1);
+            else if (P == 4 && nv == 2)
+                exact_tile(W, x, ldx, g0, 4, v0, 2, y, ldy, r0, r1);
             else if (P == 4)
-                rc = nv == 2 ? exact_tile(W, x, ldx, g0, 4, v0, 2, y, ldy, r0, r1)
-                             : exact_tile(W, x, ldx, g0, 4, v0, 1, y, ldy, r0, r1);
+                exact_tile(W, x, ldx, g0, 4, v0, 1, y, ldy, r0, r1);
+            else if (nv == 4)
+                exact_tile(W, x, ldx, g0, 2, v0, 4, y, ldy, r0, r1);
+            else if (nv == 2)
+                exact_tile(W, x, ldx, g0, 2, v0, 2, y, ldy, r0, r1);
             else
-                rc = nv == 4 ? exact_tile(W, x, ldx, g0, 2, v0, 4, y, ldy, r0, r1)
-                     : nv == 2 ? exact_tile(W, x, ldx, g0, 2, v0, 2, y, ldy, r0, r1)
-                               : exact_tile(W, x, ldx, g0, 2, v0, 1, y, ldy, r0, r1);
-            if (rc) {
-                const int a = g0 * 8 > r0 ? g0 * 8 : r0, b = imin((g0 + 2 * P) * 8, r1);
-                v4_rows_exact_fast_scalar(W, nv, NULL, NULL, x + (size_t)v0 * ldx, ldx, y + (size_t)v0 * ldy, ldy, a, b);
-            }
+                exact_tile(W, x, ldx, g0, 2, v0, 1, y, ldy, r0, r1);
             v0 += nv;
         }
     }
