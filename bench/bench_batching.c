@@ -57,7 +57,7 @@
 
 typedef struct opts {
     const char *model, *isa, *ns, *device, *numerics;
-    int k, tokens, prompt, runs, threads;
+    int k, tokens, prompt, runs, threads, prefill, prefill_rows;
 } opts;
 
 static int ensure_model(const char *dir)
@@ -89,10 +89,11 @@ static void page_in(const char *dir)
 }
 
 typedef struct run_figs {
-    double tps, rows_per_step, bytes_per_row, gbs, macs_per_row, bytes, macs, tokens, ebytes, emacs;
+    double tps, rows_per_step, bytes_per_row, gbs, macs_per_row, bytes, macs, tokens, ebytes, emacs, seconds;
 } run_figs;
 
-static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs *rf)
+/* n slots, k tasks per slot of `prompt` random ids and `tokens` generated tokens each. */
+static int run_once(v4_runner *r, int n, int k_per_slot, int prompt, int gen, unsigned *rng, run_figs *rf)
 {
     char err[256];
     v4_exec *x = v4_exec_continuous(r, n, NULL, NULL, err, sizeof err);
@@ -100,7 +101,7 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
         fprintf(stderr, "bench_batching: %s\n", err);
         return -1;
     }
-    const int V = v4_runner_config(r)->vocab_size, jobs = n * o->k;
+    const int V = v4_runner_config(r)->vocab_size, jobs = n * k_per_slot;
     long long tokens = 0;
     int failed = 0, submitted = 0;
     v4_job *fin[64];
@@ -108,7 +109,7 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
     while (submitted < jobs || x->ops->in_flight(x) > 0) {
         if (submitted < jobs && x->ops->in_flight(x) < x->ops->capacity(x)) {
             /* an id takes at most 11 bytes with its comma */
-            const size_t cap = (size_t)o->prompt * 12 + 256;
+            const size_t cap = (size_t)prompt * 12 + 256;
             char *line = malloc(cap);
             if (!line) {
                 fprintf(stderr, "bench_batching: out of memory\n");
@@ -116,11 +117,11 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
                 return -1;
             }
             size_t at = (size_t)snprintf(line, cap, "{\"id\":\"b%d\",\"input_ids\":[", submitted);
-            for (int p = 0; p < o->prompt; p++) {
+            for (int p = 0; p < prompt; p++) {
                 *rng = *rng * 1103515245u + 12345u;
                 at += (size_t)snprintf(line + at, cap - at, "%s%u", p ? "," : "", 2 + (*rng >> 8) % (unsigned)(V - 2));
             }
-            snprintf(line + at, cap - at, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}", o->tokens);
+            snprintf(line + at, cap - at, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}", gen);
             v4_job *j = calloc(1, sizeof *j);
             v4_task_error te = {0};
             int bad = v4_task_parse(line, strlen(line), 1 << 20, &j->task, &te);
@@ -151,6 +152,7 @@ static int run_once(v4_runner *r, const opts *o, int n, unsigned *rng, run_figs 
     v4_exec_figs_get(x, &f);
     x->ops->destroy(x);
     rf->tps = (double)tokens / dt;
+    rf->seconds = dt;
     rf->rows_per_step = f.steps ? (double)f.rows / (double)f.steps : 0;
     rf->bytes_per_row = f.rows ? f.weight_bytes / (double)f.rows : 0;
     rf->gbs = f.weight_bytes / dt / 1e9;
@@ -169,15 +171,107 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], cmp_d);
+    return v[n / 2];
+}
+
+typedef struct mach {
+    char cpu[256];
+    double bw, peak;
+    int gpu;
+} mach;
+
+/* One mode's decode table rows (one per N); fills x8 with the N = 8 / N = 1 speed-up. */
+static int decode_rows(v4_runner *r, const opts *o, const mach *mc, const char *mode, const int *ns, int nn,
+                       double *tps_out)
+{
+    const v4_config *cfg = v4_runner_config(r);
+    unsigned rng = 12345;
+    double base = 0, roof_base = 0, xroof_base = 0;
+    int rc = 0;
+    for (int t = 0; t < nn; t++) {
+        run_figs rf[32], med = {0};
+        double v[32];
+        int ok = 1;
+        tps_out[t] = 0;
+        for (int k = 0; k < o->runs && ok; k++)
+            ok = run_once(r, ns[t], o->k, o->prompt, o->tokens, &rng, &rf[k]) == 0;
+        if (!ok) {
+            rc = 1;
+            continue;
+        }
+        for (int k = 0; k < o->runs; k++)
+            v[k] = rf[k].tps;
+        med.tps = median(v, o->runs);
+        for (int k = 0; k < o->runs; k++)   /* the figures of the median run */
+            if (rf[k].tps == med.tps)
+                med = rf[k];
+        tps_out[t] = med.tps;
+        const double mac_s = mc->peak > 0 ? med.macs / mc->peak : 0;
+        const double bound_s = mc->gpu ? 0 : med.bytes / (mc->bw * 1e9) > mac_s ? med.bytes / (mc->bw * 1e9) : mac_s;
+        const double roof = bound_s > 0 ? med.tokens / bound_s : 0;
+        if (ns[t] == 1 || !base)
+            base = ns[t] == 1 ? med.tps : base;
+        if (ns[t] == 1)
+            roof_base = roof;
+        char rcell[240] = "n/a | n/a | n/a | n/a | n/a | n/a";
+        if (roof > 0) {
+            /* the exact-arithmetic bound (see the header) */
+            const double Bs = mc->bw * 1e9, tb = med.bytes - med.ebytes, tm = med.macs - med.emacs;
+            const double trunk_s = tb / Bs > tm / (mc->peak / 2) ? tb / Bs : tm / (mc->peak / 2);
+            const double exp_s = med.ebytes / Bs > med.emacs / (2 * mc->peak) ? med.ebytes / Bs
+                                                                               : med.emacs / (2 * mc->peak);
+            const double xroof = med.tokens / (trunk_s + exp_s);
+            if (ns[t] == 1)
+                xroof_base = xroof;
+            snprintf(rcell, sizeof rcell, "%.1f | %.0f%% | %s%.2fx | %.1f | %.0f%% | %s%.2fx", roof,
+                     100.0 * med.tps / roof, roof_base ? "" : "n/a ", roof_base ? roof / roof_base : 0, xroof,
+                     100.0 * med.tps / xroof, xroof_base ? "" : "n/a ", xroof_base ? xroof / xroof_base : 0);
+        }
+        const char *mname = strrchr(o->model, '/') && strrchr(o->model, '/')[1] ? strrchr(o->model, '/') + 1 : o->model;
+        printf("| %s | %s (%d layers, dim %d, %d experts top-%d), %d thr, %s | %s | %d | %.2f | %.2f-%.2f | %s%.2fx "
+               "| %.2f | %.3e | %.2f | %.1f%% | %.3e | %s |\n",
+               mc->cpu, mname, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o->threads,
+               mc->gpu ? o->device : o->isa, mode, ns[t], med.tps, v[0], v[o->runs - 1], base ? "" : "n/a ",
+               base ? med.tps / base : 0, med.rows_per_step, med.bytes_per_row, med.gbs, 100.0 * med.gbs / mc->bw,
+               med.macs_per_row, rcell);
+        fflush(stdout);
+    }
+    return rc;
+}
+
+/* Prefill of one --prefill-token prompt (one task, 1 generated token), R runs:
+ * prompt tokens per second (median), filled into *tps. */
+static int prefill_row(v4_runner *r, const opts *o, const mach *mc, const char *mode, double *tps)
+{
+    unsigned rng = 777;
+    double v[32];
+    run_figs rf;
+    for (int k = 0; k < o->runs; k++) {
+        if (run_once(r, 1, 1, o->prefill, 1, &rng, &rf))
+            return -1;
+        v[k] = o->prefill / rf.seconds;
+    }
+    *tps = median(v, o->runs);
+    printf("| %s | %s | %d rows/step | %d | %.1f | %.1f-%.1f |\n", mc->cpu, mode, o->prefill_rows, o->prefill, *tps,
+           v[0], v[o->runs - 1]);
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    opts o = {"models/bench/small", "auto", "1,2,4,8,16", "cpu", NULL, 2, 64, 4, 3, 2};
+    opts o = {"models/bench/small", "auto", "1,2,4,8,16", "cpu", NULL, 2, 64, 4, 3, 2, 2048, 64};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
             printf("usage: bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]\n"
                    "                      [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]\n"
-                   "                      [--device cpu|cuda|cuda:N] [--numerics exact|fast]\n");
+                   "                      [--device cpu|cuda|cuda:N] [--numerics exact,fast|exact|fast]\n"
+                   "                      [--prefill TOKENS (0: none)] [--prefill-rows ROWS]\n");
             return 0;
         }
         if (!v) {
@@ -194,6 +288,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads")) o.threads = atoi(v);
         else if (!strcmp(a, "--device")) o.device = v;
         else if (!strcmp(a, "--numerics")) o.numerics = v;
+        else if (!strcmp(a, "--prefill")) o.prefill = atoi(v);
+        else if (!strcmp(a, "--prefill-rows")) o.prefill_rows = atoi(v);
         else {
             fprintf(stderr, "bench_batching: unknown option %s\n", a);
             return 2;
@@ -212,11 +308,14 @@ int main(int argc, char **argv)
         p += strcspn(p, ",");
         p += *p == ',';
     }
-    if (o.k < 1 || o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.runs > 32) {
-        fprintf(stderr, "bench_batching: bad --tasks-per-slot / --tokens / --prompt / --runs\n");
+    if (o.k < 1 || o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.runs > 32 || o.prefill < 0 ||
+        o.prefill_rows < 1 || o.prefill_rows > 4096) {
+        fprintf(stderr, "bench_batching: bad --tasks-per-slot / --tokens / --prompt / --runs / --prefill / "
+                        "--prefill-rows\n");
         return 2;
     }
-    if (strncmp(o.device, "cpu", 3)) {   /* the GPU row: skipped, not failed, without a GPU */
+    mach mc = {"", HBM_GBS, 0, strncmp(o.device, "cpu", 3) != 0};
+    if (mc.gpu) {   /* the GPU row: skipped, not failed, without a GPU */
 #ifdef V4_HAVE_CUDA
         char why[256] = "";
         if (v4_cuda_device_count(why, sizeof why) <= 0) {
@@ -228,88 +327,75 @@ int main(int argc, char **argv)
         return 0;
 #endif
     }
+    /* The modes: the list given, else both on the CPU and exact on a GPU (no fast path there yet). */
+    const char *modes[2];
+    int nm = 0;
+    const char *list = o.numerics ? o.numerics : mc.gpu ? "exact" : "exact,fast";
+    if (!strcmp(list, "exact,fast") || !strcmp(list, "both")) {
+        modes[nm++] = "exact";
+        modes[nm++] = "fast";
+    } else if (!strcmp(list, "exact") || !strcmp(list, "fast")) {
+        modes[nm++] = list;
+    } else {
+        fprintf(stderr, "bench_batching: --numerics wants exact, fast or exact,fast, got '%s'\n", list);
+        return 2;
+    }
     if (ensure_model(o.model))
         return 1;
-    v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, maxn, 0, o.device, NULL, NULL, o.numerics};
-    const int gpu = strncmp(o.device, "cpu", 3) != 0;
-    v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
-    if (!r) {
-        fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);
-        return 1;
-    }
-    page_in(o.model);
-    const v4_config *cfg = v4_runner_config(r);
-    char cpu[256];
-    v4_bench_cpu_name(cpu, sizeof cpu);
-    double bw = HBM_GBS, peak = 0;
-    if (gpu) {
+    v4_bench_cpu_name(mc.cpu, sizeof mc.cpu);
+    if (mc.gpu) {
         printf("device %s: %% of BW against %.0f GB/s (H200 HBM3e nominal); no roofline (CPU figures only)\n",
-               o.device, bw);
-        snprintf(cpu, sizeof cpu, "GPU %s", o.device);
+               o.device, mc.bw);
+        snprintf(mc.cpu, sizeof mc.cpu, "GPU %s", o.device);
     } else {
         const char *fisa = "";
-        bw = v4_bench_read_bandwidth((size_t)2 << 30, o.threads, 5);
-        peak = v4_bench_fma_peak(o.threads, 5, &fisa);
-        printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", bw, o.threads);
-        printf("measured FP32 multiply-add rate: %.1f G/s (%d threads, %s, median of 5)\n", peak / 1e9, o.threads, fisa);
+        mc.bw = v4_bench_read_bandwidth((size_t)2 << 30, o.threads, 5);
+        mc.peak = v4_bench_fma_peak(o.threads, 5, &fisa);
+        printf("measured read bandwidth: %.2f GB/s (%d threads, 2 GiB sum, median of 5)\n", mc.bw, o.threads);
+        printf("measured FP32 multiply-add rate: %.1f G/s (%d threads, %s, median of 5)\n", mc.peak / 1e9, o.threads,
+               fisa);
     }
     printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n",
            o.k, o.prompt, o.tokens, o.runs);
-    printf("numerics: %s (the roof columns assume exact arithmetic's rates)\n\n", v4_runner_numerics(r));
-    printf("| machine | config | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | GB/s | %% of read BW "
-           "| MACs/position | roofline tok/s | %% of roofline | roofline speed-up | exact roof tok/s | %% of exact roof "
-           "| exact roof speed-up |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    fflush(stdout);
-    unsigned rng = 12345;
-    double base = 0, roof_base = 0, xroof_base = 0;
+    printf("(the exact roof columns assume the exact arithmetic's rates in both modes)\n\n");
+    double tps[2][16] = {{0}}, pre[2] = {0};
     int rc = 0;
-    for (int t = 0; t < nn; t++) {
-        run_figs rf[32], med = {0};
-        double v[32];
-        int ok = 1;
-        for (int k = 0; k < o.runs && ok; k++)
-            ok = run_once(r, &o, ns[t], &rng, &rf[k]) == 0;
-        if (!ok) {
-            rc = 1;
-            continue;
+    for (int mi = 0; mi < nm; mi++) {
+        v4_task_error e = {0};
+        const int rows = o.prefill > 0 && o.prefill_rows > maxn ? o.prefill_rows : maxn;
+        v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, rows, 0, o.device, NULL, NULL, modes[mi]};
+        v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
+        if (!r) {
+            fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);
+            return 1;
         }
-        for (int k = 0; k < o.runs; k++)
-            v[k] = rf[k].tps;
-        qsort(v, (size_t)o.runs, sizeof v[0], cmp_d);
-        med.tps = v[o.runs / 2];
-        for (int k = 0; k < o.runs; k++)   /* the figures of the median run */
-            if (rf[k].tps == med.tps)
-                med = rf[k];
-        const double mac_s = peak > 0 ? med.macs / peak : 0;
-        const double bound_s = gpu ? 0 : med.bytes / (bw * 1e9) > mac_s ? med.bytes / (bw * 1e9) : mac_s;
-        const double roof = bound_s > 0 ? med.tokens / bound_s : 0;
-        if (ns[t] == 1 || !base)
-            base = ns[t] == 1 ? med.tps : base;
-        if (ns[t] == 1)
-            roof_base = roof;
-        char rcell[240] = "n/a | n/a | n/a | n/a | n/a | n/a";
-        if (roof > 0) {
-            /* the exact-arithmetic bound (see the header) */
-            const double Bs = bw * 1e9, tb = med.bytes - med.ebytes, tm = med.macs - med.emacs;
-            const double trunk_s = tb / Bs > tm / (peak / 2) ? tb / Bs : tm / (peak / 2);
-            const double exp_s = med.ebytes / Bs > med.emacs / (2 * peak) ? med.ebytes / Bs : med.emacs / (2 * peak);
-            const double xroof = med.tokens / (trunk_s + exp_s);
-            if (ns[t] == 1)
-                xroof_base = xroof;
-            snprintf(rcell, sizeof rcell, "%.1f | %.0f%% | %s%.2fx | %.1f | %.0f%% | %s%.2fx", roof,
-                     100.0 * med.tps / roof, roof_base ? "" : "n/a ", roof_base ? roof / roof_base : 0, xroof,
-                     100.0 * med.tps / xroof, xroof_base ? "" : "n/a ", xroof_base ? xroof / xroof_base : 0);
-        }
-        const char *mname = strrchr(o.model, '/') && strrchr(o.model, '/')[1] ? strrchr(o.model, '/') + 1 : o.model;
-        printf("| %s | %s (%d layers, dim %d, %d experts top-%d), %d thr, %s | %d | %.2f | %.2f-%.2f | %s%.2fx | %.2f | "
-               "%.3e | %.2f | %.1f%% | %.3e | %s |\n",
-               cpu, mname, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o.threads,
-               gpu ? o.device : o.isa, ns[t], med.tps, v[0], v[o.runs - 1], base ? "" : "n/a ", base ? med.tps / base : 0,
-               med.rows_per_step, med.bytes_per_row, med.gbs, 100.0 * med.gbs / bw, med.macs_per_row, rcell);
+        if (mi == 0)
+            page_in(o.model);
+        printf("| machine | config | mode | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | "
+               "GB/s | %% of read BW | MACs/position | roofline tok/s | %% of roofline | roofline speed-up "
+               "| exact roof tok/s | %% of exact roof | exact roof speed-up |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         fflush(stdout);
+        rc |= decode_rows(r, &o, &mc, v4_runner_numerics(r), ns, nn, tps[mi]);
+        if (o.prefill > 0) {
+            printf("\n| machine | mode | chunk | prompt tokens | prefill tokens/s | (min-max) |\n"
+                   "|---|---|---|---|---|---|\n");
+            rc |= prefill_row(r, &o, &mc, v4_runner_numerics(r), &pre[mi]) != 0;
+        }
+        printf("\n");
+        v4_runner_free(r);
     }
-    v4_runner_free(r);
+    /* The targets of the fast mode (issue 18): N = 8 >= 3x N = 1, prefill >= 2x exact. */
+    int i1 = -1, i8 = -1;
+    for (int t = 0; t < nn; t++) {
+        i1 = ns[t] == 1 ? t : i1;
+        i8 = ns[t] == 8 ? t : i8;
+    }
+    for (int mi = 0; mi < nm; mi++)
+        if (i1 >= 0 && i8 >= 0 && tps[mi][i1] > 0)
+            printf("summary: %s: N = 8 / N = 1 = %.2fx (target in fast mode: >= 3x)\n", modes[mi],
+                   tps[mi][i8] / tps[mi][i1]);
+    if (nm == 2 && pre[0] > 0 && pre[1] > 0)
+        printf("summary: prefill of %d tokens, fast / exact = %.2fx (target: >= 2x)\n", o.prefill, pre[1] / pre[0]);
     return rc;
 }

@@ -105,6 +105,11 @@ static inline size_t v4_mat_index(const v4_mat *W, int r, int j)
 typedef enum v4_lin_mode {
     V4_LIN_QUANT = 1,       /* FP8/FP4 weight, FP8 activations, BF16 output */
     V4_LIN_EXACT,           /* BF16/F32/FP8-dequantized weight, float input, f32 output */
+    V4_LIN_BF16,            /* the same product where a BF16-GEMM accuracy is allowed (the LM
+                               head, wo_a): the exact numerics mode runs it as V4_LIN_EXACT,
+                               bit for bit; the fast mode with float accumulation (on a GPU,
+                               BF16 tensor cores).  Router, mHC and the small projections
+                               stay V4_LIN_EXACT in both modes. */
 } v4_lin_mode;
 
 typedef struct v4_backend v4_backend;

@@ -8,6 +8,8 @@
  *   - the measured contract against the exact mode on identical inputs: DeepGEMM's
  *     calc_diff = 1 - 2<x,y> / (|x|^2 + |y|^2) (in double) <= 1e-6 per product, and the
  *     same NaN/Inf pattern (NaN activations, a NaN weight code, a NaN scale);
+ *   - the FP8 row kernels called directly (reference, AVX-512F emulation of the dot
+ *     instruction, AVX512-BF16) give the same bytes, also where products flush to zero;
  *   - FP4 products are unchanged (fast mode keeps the exact integer kernels);
  *   - V4_NUMERICS picks the mode, an unknown mode is an error naming it.
  */
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/v4/weights.h"
 #include "linear_gen.h"
 #include "testutil.h"
@@ -248,6 +251,69 @@ static void env_choice(void)
         be->ops->destroy(be);
 }
 
+/* The FP8 row kernels called directly on the same quantized inputs: the reference, the
+ * AVX-512F kernel that emulates the dot instruction's order, and the AVX512-BF16
+ * kernel (VDPBF16PS) give the same bytes; each SIMD kernel is run only where the CPU
+ * has it (reported as skipped otherwise).  Cases: ordinary, stress scales (bytes
+ * routed to the reference), products below FLT_MIN (scale bytes 10-14 with tiny
+ * activations: the flush-to-zero path, every output 0) and around it. */
+static void fp8_direct(rng *r, int R, int K, int kind)
+{
+    uint8_t *w = malloc((size_t)R * K), *s = malloc((size_t)((R + 127) / 128) * ((K + 127) / 128));
+    for (size_t i = 0; i < (size_t)R * K; i++)
+        w[i] = rand_e4m3(r);
+    for (int i = 0; i < ((R + 127) / 128) * ((K + 127) / 128); i++)
+        s[i] = kind == 1 ? rand_e8m0(r) : kind >= 2 ? (uint8_t)rint_(r, 10, 14) : (uint8_t)rint_(r, 115, 123);
+    v4_mat W = {V4_W_FP8, R, K, w, s, V4_LAYOUT_ROWMAJOR};
+    const int n = 9;
+    float *x = malloc(sizeof(float) * n * K), *xq = malloc(sizeof(float) * n * K), *xs = malloc(sizeof(float) * n * K);
+    float *y[3];
+    for (int k = 0; k < 3; k++)
+        y[k] = malloc(sizeof(float) * n * R);
+    for (int b = 0; b < n; b++) {
+        if (kind >= 2)   /* 2: every product below FLT_MIN; 3: products around it */
+            for (int j = 0; j < K; j++)
+                x[(size_t)b * K + j] = v4_bf16(rval(r, kind == 2 ? -100 - rint_(r, 0, 25) : -5 - rint_(r, 0, 20)));
+        else if (kind == 1)
+            rand_acts(r, x + (size_t)b * K, K, 1);
+        else
+            acts(r, x + (size_t)b * K, K);
+        v4_act_quant(x + (size_t)b * K, K, xq + (size_t)b * K, xs + (size_t)b * (K / 128));
+    }
+    static const char *names[3] = {"reference", "avx512 (emulated dot)", "avx512bf16 (vdpbf16ps)"};
+    const int have[3] = {1, v4_cpu_isa_supported("avx512"),
+                         v4_cpu_isa_supported("avx512") && __builtin_cpu_supports("avx512bf16")};
+    static const int ns[] = {1, 2, 3, 4, 5, 8, 9};
+    long zeros = 0, nonzero = 0;
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const int m = ns[t];
+        for (int k = 0; k < 3; k++)
+            memset(y[k], 0xa5, sizeof(float) * n * R);
+        v4_rows_fp8_fast_scalar(&W, m, xq, xs, x, K, y[0], R, 0, R);
+#if V4_CPU_X86
+        if (have[1])
+            v4_rows_fp8_fast_avx512(&W, m, xq, xs, x, K, y[1], R, 0, R);
+        if (have[2])
+            v4_rows_fp8_fast_bf16(&W, m, xq, xs, x, K, y[2], R, 0, R);
+#endif
+        for (int k = 1; k < 3; k++)
+            if (have[k])
+                CHECK(!memcmp(y[0], y[k], sizeof(float) * m * R), "FP8 %dx%d kind %d n=%d: %s differs from the reference",
+                      R, K, kind, m, names[k]);
+        for (int i = 0; i < m * R; i++)
+            zeros += y[0][i] == 0.0f, nonzero += y[0][i] != 0.0f;
+    }
+    if (kind == 2)
+        CHECK(zeros > 0 && nonzero == 0, "the flush-to-zero case: %ld zero, %ld nonzero outputs", zeros, nonzero);
+    for (int k = 1; k < 3; k++)
+        if (!have[k] || !V4_CPU_X86)
+            printf("SKIP: FP8 direct %s: not on this CPU\n", names[k]);
+    printf("  FP8 direct %dx%d kind %d: kernels agree (%ld zero outputs)\n", R, K, kind, zeros);
+    free(w); free(s); free(x); free(xq); free(xs);
+    for (int k = 0; k < 3; k++)
+        free(y[k]);
+}
+
 int main(void)
 {
     unsetenv("V4_NUMERICS");
@@ -274,6 +340,10 @@ int main(void)
             exact_case(&r, ts[t], 200, 512, r8, fb, nfb, exact);
             exact_case(&r, ts[t], 40, 128, r8, fb, nfb, exact);
         }
+    fp8_direct(&r, 256, 1024, 0);
+    fp8_direct(&r, 128, 512, 1);
+    fp8_direct(&r, 128, 512, 2);
+    fp8_direct(&r, 128, 512, 3);
     fp4_unchanged(&r, fb, nfb, exact);
     env_choice();
     for (int k = 0; k < nfb; k++)

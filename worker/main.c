@@ -22,6 +22,7 @@ static const subcommand commands[] = {
     {"pack", v4_cmd_pack, "repack routed experts into a checksummed expert pack, or --verify one"},
     {"worker", v4_cmd_worker, "queue worker: RabbitMQ tasks in, results out (settings from the environment)"},
     {"cachesim", v4_cmd_cachesim, "replay a routing trace through the expert cache policies vs Belady MIN"},
+    {"numerics-check", v4_cmd_numerics_check, "the fast numerics mode against the exact one: the contract table"},
     {"batch", v4_cmd_batch, "run a JSONL file of tasks (queue packets or OpenAI batch lines) -> results, resumable"},
 };
 
@@ -29,7 +30,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet COMMAND [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "\nRun 'v4fleet COMMAND --help' for the options of one command.\n");
 }
 

@@ -11,9 +11,11 @@
  * an ISA the CPU lacks is an error (V4_ERR_INVALID).  The ISA as asked ("auto" or the
  * name) is kept for the engine's attention loops (v4_cpu_backend_isa_asked).
  *
- * Numerics (config/numerics_setting.h): "exact" (the default) runs the kernels above;
- * "fast" swaps in the FP8 and EXACT kernels of linear_fast*.c (float accumulation in a
- * fixed order, the same bits on every ISA and batch size).  The mode comes from the
+ * Numerics (config/numerics_setting.h): "exact" (the default) runs the kernels above
+ * (V4_LIN_BF16 products as V4_LIN_EXACT); "fast" swaps in the kernels of linear_fast*.c
+ * for the FP8 QUANT and the V4_LIN_BF16 products (float accumulation in a fixed order,
+ * the same bits on every ISA and batch size); V4_LIN_EXACT (router, mHC, compressor and
+ * indexer projections) and FP4 stay exact in both modes.  The mode comes from the
  * numerics argument of v4_cpu_backend_create_ex, else V4_NUMERICS, else exact.
  *
  * A linear call: in QUANT mode every input vector is quantized once (v4_act_quant or
@@ -72,7 +74,7 @@ typedef struct cpu_impl {
     v4_numerics numerics;
     const char *asked;  /* "auto" (chosen here) or isa (named by the caller or V4_CPU_ISA) */
     v4_act_quant_fn act_quant;
-    v4_rows_fn fp8, fp4, exact;
+    v4_rows_fn fp8, fp4, exact, bf16;   /* bf16: the V4_LIN_BF16 products */
     v4_pool *pool;
     int n_threads;
     float *xq, *xs;
@@ -141,7 +143,7 @@ static int job_ok(const v4_lin_job *in)
 {
     const v4_mat *W = in->W;
     return !v4_mat_is_device(W) && (W->layout == V4_LAYOUT_ROWMAJOR ||
-           (W->layout == V4_LAYOUT_R8 && in->mode == V4_LIN_EXACT && W->type != V4_W_FP4));
+           (W->layout == V4_LAYOUT_R8 && in->mode != V4_LIN_QUANT && W->type != V4_W_FP4));
 }
 
 /* Quantization buffer floats a QUANT job needs (xq, xs): one spare each for the
@@ -156,8 +158,8 @@ static void prepare_job(const cpu_impl *c, const v4_lin_job *in, float *xq, floa
 {
     const v4_mat *W = in->W;
     *out = (lin_job){.W = W, .n = in->n, .x = in->x, .ldx = in->ldx, .y = in->y, .ldy = in->ldy, .src = in};
-    if (in->mode == V4_LIN_EXACT) {
-        out->fn = c->exact;
+    if (in->mode != V4_LIN_QUANT) {   /* EXACT: always the exact kernels; BF16: the mode's */
+        out->fn = in->mode == V4_LIN_BF16 ? c->bf16 : c->exact;
         /* R8: any multiple of 8 rows is a whole number of groups, and even one group
          * per task keeps the kernel memory-bound (small matrices like the mHC fn
          * [24 x 16384] still use every thread) */
@@ -329,17 +331,20 @@ int v4_cpu_isa_supported(const char *isa)
     return 0;
 }
 
-/* The fast numerics mode's kernels (linear_fast*.c) over the ISA's exact set: FP8 and
- * EXACT products accumulate in float; FP4 keeps its exact integer kernels (already the
- * fast ones).  ISAs without fast SIMD kernels (scalar, avx2) run the fast reference. */
+/* The fast numerics mode's kernels (linear_fast*.c) over the ISA's exact set: FP8 QUANT
+ * (the bf16-dot order: VDPBF16PS where the CPU has AVX512-BF16, its AVX-512F emulation
+ * otherwise) and V4_LIN_BF16 products accumulate in float; V4_LIN_EXACT and FP4 keep
+ * their exact kernels.  ISAs without fast SIMD kernels (scalar, avx2) run the fast
+ * reference. */
 static void select_fast(cpu_impl *c)
 {
     c->fp8 = v4_rows_fp8_fast_scalar;
-    c->exact = v4_rows_exact_fast_scalar;
+    c->bf16 = v4_rows_exact_fast_scalar;
 #if V4_CPU_X86
     if (strncmp(c->isa, "avx512", 6) == 0) {
-        c->fp8 = v4_rows_fp8_fast_avx512;
-        c->exact = v4_rows_exact_fast_avx512;
+        __builtin_cpu_init();
+        c->fp8 = __builtin_cpu_supports("avx512bf16") ? v4_rows_fp8_fast_bf16 : v4_rows_fp8_fast_avx512;
+        c->bf16 = v4_rows_exact_fast_avx512;
     }
 #endif
 }
@@ -437,6 +442,7 @@ v4_backend *v4_cpu_backend_create_ex(int n_threads, const char *isa, const char 
     }
     c->asked = asked_auto ? "auto" : c->isa;
     c->numerics = num;
+    c->bf16 = c->exact;
     if (num == V4_NUM_FAST)
         select_fast(c);
     c->n_threads = n_threads;

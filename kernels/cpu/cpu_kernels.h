@@ -38,9 +38,10 @@ void v4_rows_exact_scalar(const v4_mat *W, int n, const float *xq, const float *
                           const float *x, int ldx, float *y, int ldy, int r0, int r1);
 
 /* The fast numerics mode (linear_fast.c: the reference and the order it defines; SIMD
- * twins give the same bits).  FP8 QUANT: 16 lane accumulators over the columns mod 16,
- * a[l] = fma(xq_j * s_act, e4m3(w_j) * s_w, a[l]), folded a[l] += a[l + h] for h = 8, 4,
- * 2, 1, y = bf16(a[0]).  EXACT: per row one chain of fmas, columns ascending. */
+ * twins give the same bits).  FP8 QUANT: the order of the bf16 dot instruction
+ * VDPBF16PS (two chains of 16 lanes over alternating 32-column chunks, each lane the odd
+ * then the even column's fma, subnormals flushed; the exact order is in linear_fast.c).
+ * EXACT: per row one chain of fmas, columns ascending. */
 void v4_rows_fp8_fast_scalar(const v4_mat *W, int n, const float *xq, const float *xs,
                              const float *x, int ldx, float *y, int ldy, int r0, int r1);
 void v4_rows_exact_fast_scalar(const v4_mat *W, int n, const float *xq, const float *xs,
@@ -74,6 +75,9 @@ void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const floa
                              const float *x, int ldx, float *y, int ldy, int r0, int r1);
 void v4_rows_exact_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
                                const float *x, int ldx, float *y, int ldy, int r0, int r1);
+/* the fast FP8 QUANT kernel on AVX512-BF16 (linear_fast_bf16.c: VDPBF16PS, the same bits) */
+void v4_rows_fp8_fast_bf16(const v4_mat *W, int n, const float *xq, const float *xs,
+                           const float *x, int ldx, float *y, int ldy, int r0, int r1);
 #else
 #define V4_CPU_X86 0
 typedef void (*v4_act_quant_fn)(const float *x, int cols, float *xq, float *xs);

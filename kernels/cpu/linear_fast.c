@@ -3,13 +3,17 @@
  * to the order defined in cpu_kernels.h.  The SIMD versions (linear_fast_avx512.c) give
  * the same bits; an ISA without them runs these.
  *
- * FP8 QUANT.  The dequantized activation x'_j = xq_j * s_act (exact: s_act is a power of
- * two) and the dequantized weight w'_j = e4m3(w_j) * s_w (exact unless it leaves the
- * float range, then rounded once) meet in 16 lane accumulators: lane l takes the columns
- * j = l (mod 16) in ascending order, a[l] = fma(x'_j, w'_j, a[l]); then the lanes are
- * folded a[l] += a[l + h] for h = 8, 4, 2, 1 and y = bf16(a[0]).  So there is no
- * rounding per 128-block, one per product-add, and the per-block scales fold into the
- * operands (the exact mode rounds the block partial once and scales it).
+ * FP8 QUANT: the order of a bf16 dot product instruction (AVX512-BF16 VDPBF16PS, whose
+ * lane semantics are: two FMAs per 32-bit lane, the odd element first, inputs
+ * denormals-are-zero, results flushed to zero), so that CPUs with it run it in one
+ * instruction per 32 products and every other CPU gets the same bits.  Operands, exact:
+ * x'_j = xq_j * s_act (an e4m3 value times a power of two) and w'_j = e4m3(w_j) * s_w,
+ * both bf16 values (each flushed to 0 when subnormal, before the bf16 rounding).  The columns go in chunks of 32; the
+ * chunks alternate between two chains A (even chunks) and B (odd chunks) of 16 lanes;
+ * lane l of a chunk at column c takes a = ftz(fma(x'_{c+2l+1}, w'_{c+2l+1}, a)), then
+ * a = ftz(fma(x'_{c+2l}, w'_{c+2l}, a)).  At the end a[l] = ftz(A[l] + B[l]), the lanes
+ * are folded a[l] = ftz(a[l] + a[l + h]) for h = 8, 4, 2, 1 and y = bf16(a[0]).  No rounding per
+ * 128-block (the block scales are in the operands), one per product-add.
  *
  * EXACT (BF16, F32, FP8 dequantized to bf16 like the exact mode): one float
  * accumulator per row, columns ascending, acc = fma(x_j, w_j, acc), y = acc (a SIMD
@@ -22,10 +26,23 @@
  * the same at any batch size, thread count or split.  NaN/Inf propagate as IEEE says
  * (a NaN weight code or scale gives NaN, like the exact mode).
  */
+#include <float.h>
 #include <math.h>
 
 #include "../codec.h"
 #include "cpu_kernels.h"
+
+/* Subnormal -> zero (the instruction's DAZ on its inputs, FTZ on its results). */
+static inline float ftz(float v)
+{
+    return v != 0.0f && fabsf(v) < FLT_MIN ? copysignf(0.0f, v) : v;
+}
+
+/* One product-add of the chain: fma, flushed. */
+static inline float dot_step(float x, float w, float a)
+{
+    return ftz(fmaf(ftz(x), ftz(w), a));
+}
 
 void v4_rows_fp8_fast_scalar(const v4_mat *W, int n, const float *xq, const float *xs,
                              const float *x, int ldx, float *y, int ldy, int r0, int r1)
@@ -37,15 +54,22 @@ void v4_rows_fp8_fast_scalar(const v4_mat *W, int n, const float *xq, const floa
         const float *q = xq + (size_t)b * K, *qs = xs + (size_t)b * nkb;
         for (int r = r0; r < r1; r++) {
             const uint8_t *wr = w + (size_t)r * K;
-            float a[16] = {0};
+            float ch[2][16] = {{0}};
             for (int kb = 0; kb < nkb; kb++) {
                 const float sw = v4_e8m0_to_f32(W->scale[(size_t)(r / 128) * scols + kb]);
-                for (int j = kb * 128; j < kb * 128 + 128; j++)
-                    a[j & 15] = fmaf(q[j] * qs[kb], v4_e4m3_to_f32(wr[j]) * sw, a[j & 15]);
+                for (int c = kb * 128; c < kb * 128 + 128; c += 32) {
+                    float *a = ch[(c / 32) & 1];
+                    for (int l = 0; l < 16; l++)
+                        for (int j = c + 2 * l + 1; j >= c + 2 * l; j--)
+                            a[l] = dot_step(v4_bf16(ftz(q[j] * qs[kb])), v4_bf16(ftz(v4_e4m3_to_f32(wr[j]) * sw)), a[l]);
+                }
             }
+            float a[16];
+            for (int l = 0; l < 16; l++)
+                a[l] = ftz(ch[0][l] + ch[1][l]);
             for (int h = 8; h >= 1; h >>= 1)
                 for (int l = 0; l < h; l++)
-                    a[l] = a[l] + a[l + h];
+                    a[l] = ftz(a[l] + a[l + h]);
             y[(size_t)b * ldy + r] = v4_bf16(a[0]);
         }
     }

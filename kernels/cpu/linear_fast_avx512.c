@@ -73,49 +73,73 @@ V4_INLINE float fold16(__m512 a)
 /* -------------------------------------------------------------------- FP8 -- */
 
 /* Whether the decode takes rows [r, r + rt) of the FP8 matrix: no NaN code, every scale
- * byte below 135.  Checked once per tile, before its passes over the vectors. */
+ * byte in [10, 135) (so that every nonzero w * s_w is a normal float).  Checked once per
+ * tile, before its passes over the vectors. */
 static int fp8_rows_ok(const v4_mat *W, int r, int rt)
 {
     const int K = W->cols, nkb = K / 128, scols = (K + 127) / 128;
     for (int i = r; i < r + rt; i++)
-        for (int kb = 0; kb < nkb; kb++)
-            if (W->scale[(size_t)(i / 128) * scols + kb] >= 135 ||
-                nan_codes128((const uint8_t *)W->w + (size_t)i * K + (size_t)kb * 128))
+        for (int kb = 0; kb < nkb; kb++) {
+            const uint8_t e = W->scale[(size_t)(i / 128) * scols + kb];
+            if (e >= 135 || e < 10 || nan_codes128((const uint8_t *)W->w + (size_t)i * K + (size_t)kb * 128))
                 return 0;
+        }
     return 1;
 }
 
-/* Rows [r, r + RT) x vectors [v0, v0 + V) of the FP8 product (rows fp8_rows_ok). */
+/* 32 e4m3 bytes -> the odd (columns 1, 3, .., 31) and even bytes, 16 each. */
+V4_INLINE void split_odd_even(const uint8_t *p, __m128i *odd, __m128i *even)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    const __m256i m = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                       0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    const __m256i t = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, m), 0xd8);   /* e0 e1 o0 o1 (qwords) */
+    *even = _mm256_castsi256_si128(t);
+    *odd = _mm256_extracti128_si256(t, 1);
+}
+
+/* Rows [r, r + RT) x vectors [v0, v0 + V) of the FP8 product (rows fp8_rows_ok), in
+ * the reference's dot-instruction order: xd holds each vector's x' per 32-column chunk
+ * as its 16 odd then its 16 even columns; each lane does the odd FMA, then the even
+ * one (MXCSR flush-to-zero on: the instruction's FTZ). */
 V4_INLINE void fp8_tile(const v4_mat *W, const float *xd, int K, int r, const int RT, int v0, const int V, float *y,
                        int ldy)
 {
     const int nkb = K / 128, scols = (K + 127) / 128;
     const uint8_t *w = W->w;
-    __m512 acc[4][4];
+    __m512 acc[4][4][2];
     #pragma GCC unroll 4
     for (int i = 0; i < RT; i++)
         #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
-            acc[i][v] = _mm512_setzero_ps();
+            acc[i][v][0] = acc[i][v][1] = _mm512_setzero_ps();
     for (int kb = 0; kb < nkb; kb++) {
         __m512 fb[4];
         #pragma GCC unroll 4
         for (int i = 0; i < RT; i++)
             fb[i] = _mm512_set1_ps(scale_up(W->scale[(size_t)((r + i) / 128) * scols + kb]));
-        for (int c = kb * 128; c < kb * 128 + 128; c += 16) {
-            __m512 xv[4];
-            #pragma GCC unroll 4
-            for (int v = 0; v < V; v++)
-                xv[v] = _mm512_loadu_ps(xd + (size_t)(v0 + v) * K + c);
-            #pragma GCC unroll 4
-            for (int i = 0; i < RT; i++) {
-                const uint8_t *p = w + (size_t)(r + i) * K + c;
-                if ((c & 63) == 0 && v0 == 0)   /* the next tile's row, while this one computes */
-                    _mm_prefetch((const char *)(p + (size_t)RT * K), _MM_HINT_T0);
-                const __m512 wv = _mm512_mul_ps(e4m3x16(_mm_loadu_si128((const __m128i *)p)), fb[i]);
+        for (int c = kb * 128; c < kb * 128 + 128; c += 64) {   /* chunk c: chain 0, c + 32: chain 1 */
+            #pragma GCC unroll 2
+            for (int ch = 0; ch < 2; ch++) {
+                const int cc = c + 32 * ch;
+                __m512 xo[4], xe[4];
                 #pragma GCC unroll 4
-                for (int v = 0; v < V; v++)
-                    acc[i][v] = _mm512_fmadd_ps(xv[v], wv, acc[i][v]);
+                for (int v = 0; v < V; v++) {
+                    xo[v] = _mm512_loadu_ps(xd + (size_t)(v0 + v) * K + cc);
+                    xe[v] = _mm512_loadu_ps(xd + (size_t)(v0 + v) * K + cc + 16);
+                }
+                #pragma GCC unroll 4
+                for (int i = 0; i < RT; i++) {
+                    const uint8_t *p = w + (size_t)(r + i) * K + cc;
+                    if (ch == 0 && v0 == 0)   /* the next tile's row, while this one computes */
+                        _mm_prefetch((const char *)(p + (size_t)RT * K), _MM_HINT_T0);
+                    __m128i bo, be;
+                    split_odd_even(p, &bo, &be);
+                    const __m512 wo = _mm512_mul_ps(e4m3x16(bo), fb[i]), we = _mm512_mul_ps(e4m3x16(be), fb[i]);
+                    #pragma GCC unroll 4
+                    for (int v = 0; v < V; v++)
+                        acc[i][v][ch] = _mm512_fmadd_ps(xe[v], we, _mm512_fmadd_ps(xo[v], wo, acc[i][v][ch]));
+                }
             }
         }
     }
@@ -123,28 +147,49 @@ V4_INLINE void fp8_tile(const v4_mat *W, const float *xd, int K, int r, const in
     for (int i = 0; i < RT; i++)
         #pragma GCC unroll 4
         for (int v = 0; v < V; v++)
-            y[(size_t)(v0 + v) * ldy + r + i] = v4_bf16(fold16(acc[i][v]));
+            y[(size_t)(v0 + v) * ldy + r + i] = v4_bf16(fold16(_mm512_add_ps(acc[i][v][0], acc[i][v][1])));
+}
+
+/* Whether every activation scale of the call is finite (else the reference runs). */
+static int scales_finite(const float *xs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!(xs[i] - xs[i] == 0.0f))
+            return 0;
+    return 1;
 }
 
 void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const float *xs,
                              const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
     const int K = W->cols, nkb = K / 128;
-    float *xd = K % 128 == 0 && n > 0 ? malloc(sizeof(float) * (size_t)n * (size_t)K) : NULL;
+    float *xd = K % 128 == 0 && n > 0 && scales_finite(xs, (size_t)n * nkb)
+                    ? malloc(sizeof(float) * (size_t)n * (size_t)K) : NULL;
     if (!xd) {
         v4_rows_fp8_fast_scalar(W, n, xq, xs, x, ldx, y, ldy, r0, r1);
         return;
     }
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8000);   /* flush to zero: products below FLT_MIN, as the reference's ftz */
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     for (int b = 0; b < n; b++)
         for (int kb = 0; kb < nkb; kb++) {
             const __m512 s = _mm512_set1_ps(xs[(size_t)b * nkb + kb]);
-            for (int c = kb * 128; c < kb * 128 + 128; c += 16)
-                _mm512_storeu_ps(xd + (size_t)b * K + c, _mm512_mul_ps(_mm512_loadu_ps(xq + (size_t)b * K + c), s));
+            for (int c = kb * 128; c < kb * 128 + 128; c += 32) {
+                /* x' = ftz(xq * s_act), exact (a bf16 value): MXCSR.FTZ does the flush */
+                const __m512 lo = _mm512_mul_ps(_mm512_loadu_ps(xq + (size_t)b * K + c), s);
+                const __m512 hi = _mm512_mul_ps(_mm512_loadu_ps(xq + (size_t)b * K + c + 16), s);
+                _mm512_storeu_ps(xd + (size_t)b * K + c, _mm512_permutex2var_ps(lo, odd, hi));
+                _mm512_storeu_ps(xd + (size_t)b * K + c + 16, _mm512_permutex2var_ps(lo, even, hi));
+            }
         }
     for (int r = r0; r < r1; r += 4) {
         const int rt = imin(4, r1 - r);
         if (rt < 4 || !fp8_rows_ok(W, r, rt)) {   /* a 1-3 row tail (not with 128-row chunks), or rows the decode cannot take */
+            _mm_setcsr(csr);
             v4_rows_fp8_fast_scalar(W, n, xq, xs, NULL, 0, y, ldy, r, r + rt);
+            _mm_setcsr(csr | 0x8000);
             continue;
         }
         for (int v0 = 0; v0 < n; v0 += 4) {
@@ -156,6 +201,7 @@ void v4_rows_fp8_fast_avx512(const v4_mat *W, int n, const float *xq, const floa
             }
         }
     }
+    _mm_setcsr(csr);
     free(xd);
 }
 

@@ -270,7 +270,7 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
     const v4_layout lay = v4_mat_layout(W);
     const int quant_ok = mode == V4_LIN_QUANT && lay == V4_LAYOUT_ROWMAJOR &&
                          (W->type == V4_W_FP8 || W->type == V4_W_FP4);
-    const int exact_ok = mode == V4_LIN_EXACT && (lay == V4_LAYOUT_ROWMAJOR || lay == V4_LAYOUT_R8) &&
+    const int exact_ok = (mode == V4_LIN_EXACT || mode == V4_LIN_BF16) && (lay == V4_LAYOUT_ROWMAJOR || lay == V4_LAYOUT_R8) &&
                          (W->type == V4_W_FP8 || W->type == V4_W_BF16 || W->type == V4_W_F32);
     if (c->broken || !(quant_ok || exact_ok) || K < 0) {
         fill_nan(n, rows, y, ldy);

@@ -861,6 +861,10 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
                           e->fail_where, cudaGetErrorString(e->fail));
     if (n > e->max_batch)
         return v4_err_set(err, V4_ERR_INVALID, "cuda step", "batch of %d (max %d)", n, e->max_batch);
+    for (int b = 0; tr && b < n; b++)
+        if (tr[b] && (tr[b]->force || tr[b]->route_gap))
+            return v4_err_set(err, V4_ERR_INVALID, "cuda step",
+                              "teacher forcing and routing gaps are traced on the CPU path only (row %d)", b);
     dseq *S[256];
     int max_len = 0;
     memcpy(e->h_tok, tokens, sizeof(int32_t) * (size_t)n);   /* pinned: the upload is not waited for */

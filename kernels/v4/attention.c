@@ -130,7 +130,7 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
         nj = 0;
         for (int g = g0; g < G && g < g0 + 8; g++, nj++) {
             wg[nj] = v4_mat_rows(&lw->wo_a, g * ol, ol);
-            jobs[nj] = (v4_lin_job){&wg[nj], V4_LIN_EXACT, n, S->o + (size_t)g * gin, H * hd, S->z + (size_t)g * ol,
+            jobs[nj] = (v4_lin_job){&wg[nj], V4_LIN_BF16, n, S->o + (size_t)g * gin, H * hd, S->z + (size_t)g * ol,
                                     G * ol};
         }
         v4_linear_many(be, jobs, nj);

@@ -226,6 +226,8 @@ static void trace_streams(v4_ctx *c, int layer, int sub, int n, v4_trace *const 
         if (t->sub_out)
             memcpy(t->sub_out + ((size_t)layer * 2 + sub) * cfg->dim, c->s.out + (size_t)b * cfg->dim,
                    sizeof(float) * cfg->dim);
+        if (t->force)
+            memcpy(c->s.X + (size_t)b * hd, t->force + ((size_t)layer * 2 + sub) * hd, sizeof(float) * hd);
     }
 }
 
@@ -245,7 +247,7 @@ static void head_rows(v4_ctx *c, int n, const int *want, float *logits)
     const v4_config *cfg = &c->w->cfg;
     const int dim = cfg->dim, V = cfg->vocab_size;
     if (!want) {
-        v4_linear(c->be, &c->w->head, V4_LIN_EXACT, n, c->s.x, dim, logits, V);
+        v4_linear(c->be, &c->w->head, V4_LIN_BF16, n, c->s.x, dim, logits, V);
         return;
     }
     int m = 0;
@@ -256,7 +258,7 @@ static void head_rows(v4_ctx *c, int n, const int *want, float *logits)
         }
     if (!m)
         return;
-    v4_linear(c->be, &c->w->head, V4_LIN_EXACT, m, c->s.hid, dim, logits, V);
+    v4_linear(c->be, &c->w->head, V4_LIN_BF16, m, c->s.hid, dim, logits, V);
     for (int j = m - 1; j >= 0; j--)
         if (c->s.rowsel[j] != j)
             memmove(logits + (size_t)c->s.rowsel[j] * V, logits + (size_t)j * V, sizeof(float) * V);

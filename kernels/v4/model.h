@@ -45,6 +45,15 @@ typedef struct v4_trace {
     uint32_t *checksum;
     float *q, *kv, *sub_out, *streams;
     float *hidden;          /* [dim] final normed hidden state */
+    /* route_gap[l] (if non-NULL): on a score-routed layer, how far the k-th selected
+     * biased score lies above the best unselected one, relative to the k-th
+     * (s_k - s_k+1) / |s_k|; -1 on a hash-routed layer.  A near-tie shows as a small gap. */
+    float *route_gap;
+    /* Teacher forcing (input, may be NULL): force[l][2][hc][dim], the residual streams
+     * the step continues from after each sub-layer (normally another run's `streams`
+     * at the same position).  The row's own sub_out, streams and checksum are recorded
+     * first, so each sub-layer's outputs come from the given inputs. */
+    const float *force;
 } v4_trace;
 
 v4_seq *v4_seq_create(const v4_weights *w, int max_len, v4_error *err);

@@ -47,6 +47,25 @@ void v4_moe_route(float *z, int E, int K, const float *bias, const int32_t *hash
         wt[k] = (z[sel[k]] / fs) * route_scale;
 }
 
+/* The relative gap between the k-th selected biased score and the best unselected one
+ * (v4_trace.route_gap); s holds the scores, sel the K selected ids. */
+static float route_gap(const float *s, const float *bias, int E, int K, const int *sel)
+{
+    float kth = INFINITY, next = -INFINITY;
+    for (int k = 0; k < K; k++)
+        kth = fminf(kth, s[sel[k]] + bias[sel[k]]);
+    for (int e = 0; e < E; e++) {
+        int in = 0;
+        for (int k = 0; k < K && !in; k++)
+            in = sel[k] == e;
+        if (!in)
+            next = fmaxf(next, s[e] + bias[e]);
+    }
+    if (next == -INFINITY)
+        return INFINITY;       /* every expert is selected */
+    return (float)(((double)kth - next) / fmax(fabs((double)kth), 1e-30));
+}
+
 static void route(v4_ctx *c, int layer, int b, int32_t token, v4_trace *t)
 {
     const v4_config *cfg = &c->w->cfg;
@@ -61,6 +80,8 @@ static void route(v4_ctx *c, int layer, int b, int32_t token, v4_trace *t)
             t->route_ids[layer * K + k] = sel[k];
             t->route_w[layer * K + k] = wt[k];
         }
+    if (t && t->route_gap)
+        t->route_gap[layer] = lw->tid2eid ? -1.0f : route_gap(c->s.gate + (size_t)b * E, lw->gate_bias, E, K, sel);
 }
 
 void v4_swiglu(const float *g, const float *u, int I, float lim, const float *wt, float *h)

@@ -97,7 +97,7 @@ int v4_cmd_logits(int argc, char **argv)
     int32_t *rid = calloc((size_t)cfg->n_layers * cfg->n_act_experts, 4);
     float *rw = calloc((size_t)cfg->n_layers * cfg->n_act_experts, 4);
     int32_t *iid = calloc((size_t)cfg->n_layers * cfg->index_topk, 4), *icnt = calloc((size_t)cfg->n_layers, 4);
-    v4_trace tr = {rid, rw, iid, icnt, NULL, NULL, NULL, NULL, NULL, NULL};
+    v4_trace tr = {.route_ids = rid, .route_w = rw, .index_ids = iid, .index_count = icnt};
     v4_trace *trp = &tr;
     if (v4_read_ids_json(tokens, &ids, &n, cfg->vocab_size, &err))
         goto fail;

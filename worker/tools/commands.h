@@ -16,5 +16,6 @@ int v4_cmd_stats(int argc, char **argv);
 int v4_cmd_pack(int argc, char **argv);
 int v4_cmd_cachesim(int argc, char **argv);
 int v4_cmd_batch(int argc, char **argv);
+int v4_cmd_numerics_check(int argc, char **argv);
 
 #endif
