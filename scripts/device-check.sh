@@ -87,7 +87,7 @@ summary() {
     for l in "${SUMMARY[@]}"; do say "$l"; done
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
         cp "$LOG" "$OUT/device-check.log" 2>/dev/null
-        for f in bench.txt bench_flash.txt bench_batching.txt diverge.txt; do
+        for f in bench.txt bench_flash.txt bench_batching.txt numerics.txt diverge.txt; do
             [ -f "$BUILD/$f" ] && cp "$BUILD/$f" "$OUT/$f"
         done
     fi
@@ -252,12 +252,12 @@ if [ $MODE = full ]; then
                 "ms/token $(trim "$ms"), tokens/s $(trim "$tps"), $(trim "$gbs") GB/s = $(trim "$pct")"
         done < <(grep -E '^\| .*experts (all resident|[0-9])' "$BUILD/bench_flash.txt")
         # Continuous batching on the GPU (issue 8's GPU row): aggregate tokens/s at N.
-        run_step bench-batching 75 "$BUILD/bench/bench_batching" --model "$FLASH" --device cuda --ns 1,4,8,16 \
-            --tokens 16 --tasks-per-slot 1 --runs 1
-        grep -E '^\|' "$BUILD/step.out" >"$BUILD/bench_batching.txt"
+        run_step bench-batching 110 "$BUILD/bench/bench_batching" --model "$FLASH" --device cuda --ns 1,4,8,16 \
+            --tokens 16 --tasks-per-slot 1 --runs 1 --prefill 512
+        grep -E '^(\||summary:)' "$BUILD/step.out" >"$BUILD/bench_batching.txt"
         step_result bench_batching "$(bench_rc "$BUILD/step.out")" $STEP_S \
-            "build-gpu/bench_batching.txt (N = 1,4,8,16; 16 tokens)"
-        while IFS='|' read -r _ _ _ n tps _ sp _; do
+            "build-gpu/bench_batching.txt (N = 1,4,8,16; 16 tokens; a 512-token prefill)"
+        while IFS='|' read -r _ _ _ _ n tps _ sp _; do
             summary_row "batch N = $(trim "$n")" "tokens/s $(trim "$tps"), speed-up $(trim "$sp")"
         done < <(grep -E '^\| GPU' "$BUILD/bench_batching.txt")
     else
@@ -266,6 +266,29 @@ if [ $MODE = full ]; then
 else
     step_result mkmodel-flash "NOT BUILT" 0 "needs ${LIBS_MISSING[*]}"
     step_result bench_flash "NOT BUILT" 0 "needs ${LIBS_MISSING[*]}"
+fi
+
+# ------------------------------------------------- 5b. numerics contract --
+# numerics-check (docs/numerics.md#the-validation-contract): the fast mode against the
+# exact one.  The CUDA backend has no fast path yet, so this is CPU fast vs CPU exact on
+# this machine's cores (the golden tiny model, and the flash model when there is one);
+# GPU fast vs CPU exact is the row to add with the CUDA fast path.
+if [ $MODE = full ]; then
+    run_step numerics-tiny 40 "$BUILD/v4fleet" numerics-check --model "$ROOT/tests/data/golden/tiny/model" \
+        --positions 64 --free-logits report
+    r=$(grep -qE '^numerics-check: the contract holds' "$BUILD/step.out" && echo PASS || echo FAIL)
+    [ $STEP_RC -eq 124 ] && r=TIMEOUT
+    [ "$r" = PASS ] || FAILED=1
+    grep -E ' (ok|FAIL|\(report\))$|^numerics-check: the contract' "$BUILD/step.out" >"$BUILD/numerics.txt"
+    step_result numerics-tiny "$r" $STEP_S "CPU fast vs CPU exact (no CUDA fast path yet): build-gpu/numerics.txt"
+    if [ "${FLASH_OK:-0}" = 1 ]; then
+        run_step numerics-flash 120 "$BUILD/v4fleet" numerics-check --model "$FLASH" --positions 32 --free-logits report
+        r=$(grep -qE '^numerics-check: the contract holds' "$BUILD/step.out" && echo PASS || echo FAIL)
+        [ $STEP_RC -eq 124 ] && r=TIMEOUT
+        [ "$r" = PASS ] || FAILED=1
+        grep -E ' (ok|FAIL|\(report\))$|^numerics-check: the contract' "$BUILD/step.out" >>"$BUILD/numerics.txt"
+        step_result numerics-flash "$r" $STEP_S "CPU fast vs CPU exact, $FLASH_L-layer flash, 32 positions"
+    fi
 fi
 
 # ---------------------------------------------------------- 6. divergence --
@@ -307,7 +330,7 @@ else
 fi
 
 summary
-for f in bench.txt bench_flash.txt bench_batching.txt diverge.txt; do
+for f in bench.txt bench_flash.txt bench_batching.txt numerics.txt diverge.txt; do
     if [ -s "$BUILD/$f" ]; then
         say ""
         say "build-gpu/$f:"

@@ -100,7 +100,7 @@ static void run_sequence(const v4_model_files *m, v4_backend *be, const golden *
     float *rw = calloc((size_t)g->L * g->K, 4), *hid = calloc((size_t)g->D, 4);
     float *q = calloc((size_t)g->L * g->H * g->HD, 4), *kv = calloc((size_t)g->L * g->HD, 4);
     float *sub = calloc((size_t)g->L * 2 * g->D, 4), *str = calloc((size_t)g->L * 2 * g->HC * g->D, 4);
-    v4_trace tr = {rid, rw, isel, icnt, cks, q, kv, sub, str, hid, NULL, NULL};
+    v4_trace tr = {rid, rw, isel, icnt, cks, q, kv, sub, str, hid, NULL, NULL, NULL};
     v4_trace *trp = &tr;
     int first_div = -1, dbg = 0, bad_int = 0;
     double worst_rel = 0;

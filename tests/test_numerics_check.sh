@@ -7,7 +7,8 @@
 #     identical with no difference outside a near-tie; hash routing identical; indexer
 #     Jaccard >= 0.995; teacher-forced logits: argmax at margins > 0.1, >= 99.5%,
 #     mean KL <= 1e-4, p99.9 <= 1e-2), exit 0; the tiny model's free-running logits (exact
-#     tokens in, no forcing) are reported, not counted: it is chaotic;
+#     tokens in, no forcing) are reported, not counted, because its chaos baseline (exact
+#     against exact with +-1 ulp on the streams once, at position 0) fails the bounds;
 #   - the same with --free-logits check counts those rows: on this chaotic model they
 #     fail, the table says FAIL and the exit status is 1 (the check can fail);
 #   - a second tiny model (mkmodel --seed 11) and `small` cut to 4 layers (one window,
@@ -32,8 +33,8 @@ rows() { grep -cE ' (ok|FAIL)$' "$1"; }
 python3 -c "import json,sys; json.dump(json.load(open(sys.argv[1]))['sequence'][:128], open(sys.argv[2], 'w'))" \
     "$G/tokens.json" "$work/seq.json" || { echo "FAIL: cannot read $G/tokens.json"; exit 1; }
 
-# 1. golden tiny
-nc --model "$G/model" --tokens "$work/seq.json" --threads 2 --free-logits report > "$work/tiny.txt"; rc=$?
+# 1. golden tiny (default --free-logits auto: the chaos baseline decides)
+nc --model "$G/model" --tokens "$work/seq.json" --threads 2 > "$work/tiny.txt"; rc=$?
 cat "$work/tiny.txt"
 [ "$rc" -eq 0 ] && grep -q "^numerics-check: the contract holds ($(rows "$work/tiny.txt") rows)" "$work/tiny.txt" &&
     ok "tiny: the contract holds" || bad "tiny: rc $rc: $(grep -E 'FAIL$' "$work/tiny.txt"; cat "$work/err.txt")"
@@ -43,28 +44,32 @@ for r in "kernel FP8 quant" "kernel FP8 bf16" "kernel FP4 quant" "kernel BF16 ex
     grep -q "^$r.* ok$" "$work/tiny.txt" || bad "tiny: no passing row '$r'"
 done
 [ "$(grep -c '^logits (exact tokens in).*(report)$' "$work/tiny.txt")" -eq 4 ] &&
-    ok "tiny: the free-running logits rows are reported, not counted" || bad "tiny: free-running rows not marked (report)"
+    grep -q "^numerics-check: the model is chaotic" "$work/tiny.txt" &&
+    ok "tiny: chaotic (the +-1 ulp baseline fails its bounds): free-running rows reported, not counted" ||
+    bad "tiny: free-running rows not marked (report) or no chaos line"
+[ "$(grep -c '^chaos: exact +-1 ulp at pos 0 .*differs (report)$' "$work/tiny.txt")" -ge 2 ] &&
+    ok "tiny: the chaos baseline rows differ" || bad "tiny: the chaos baseline does not show the model's chaos"
 grep -q "^routing (score layers) .*100.000% (256/256)" "$work/tiny.txt" &&
     ok "tiny: 128 positions x 2 score-routed layers counted" || bad "tiny: routing pairs not 256"
 grep -q "^numerics-check: 128/128 positions" "$work/err.txt" && ok "tiny: progress on stderr" || bad "tiny: no progress line"
 
 # 2. the check can fail: counted free-running rows on the chaotic model
-nc --model "$G/model" --tokens "$work/seq.json" --threads 2 > "$work/tiny_check.txt"; rc=$?
+nc --model "$G/model" --tokens "$work/seq.json" --threads 2 --free-logits check > "$work/tiny_check.txt"; rc=$?
 [ "$rc" -eq 1 ] && grep -q "^numerics-check: the contract FAILS: [1-4] of" "$work/tiny_check.txt" &&
     grep -qE "^logits \(exact tokens in\).* FAIL$" "$work/tiny_check.txt" &&
     ok "tiny --free-logits check: FAIL rows and exit 1" || bad "tiny --free-logits check: rc $rc"
 
 # 3. batch invariance / determinism: another chunk and thread count give the same table
-nc --model "$G/model" --tokens "$work/seq.json" --threads 1 --chunk 5 --free-logits report > "$work/tiny_c5.txt"
+nc --model "$G/model" --tokens "$work/seq.json" --threads 1 --chunk 5 > "$work/tiny_c5.txt"
 cmp -s "$work/tiny.txt" "$work/tiny_c5.txt" && ok "tiny: same table at --chunk 5 --threads 1" ||
     bad "tiny: the table depends on chunk/threads: $(diff "$work/tiny.txt" "$work/tiny_c5.txt" | head -5)"
 
 # 4. other models
 "$V4_BIN" mkmodel --out "$work/t11" --preset tiny --seed 11 --no-sync > /dev/null 2>&1 || bad "mkmodel tiny failed"
-nc --model "$work/t11" --positions 96 --threads 2 --free-logits report > "$work/t11.txt"; rc=$?
+nc --model "$work/t11" --positions 96 --threads 2 > "$work/t11.txt"; rc=$?
 [ "$rc" -eq 0 ] && ok "tiny seed 11: the contract holds" || bad "tiny seed 11: rc $rc: $(grep -E 'FAIL$' "$work/t11.txt")"
 "$V4_BIN" mkmodel --out "$work/s4" --preset small --layers 4 --seed 3 --no-sync > /dev/null 2>&1 || bad "mkmodel small failed"
-nc --model "$work/s4" --positions 48 --threads 2 --free-logits report > "$work/s4.txt"; rc=$?
+nc --model "$work/s4" --positions 48 --threads 2 > "$work/s4.txt"; rc=$?
 cat "$work/s4.txt"
 [ "$rc" -eq 0 ] && ok "small (4 layers): the contract holds" || bad "small 4 layers: rc $rc: $(grep -E 'FAIL$' "$work/s4.txt"; cat "$work/err.txt")"
 rm -rf "$work/s4"

@@ -1,6 +1,7 @@
 /* test_numerics_fast.c - the CPU backend's `fast` numerics mode (kernels/cpu/
- * linear_fast*.c) on the weight products it changes (FP8 QUANT, EXACT with BF16 / F32 /
- * FP8-dequantized weights, row-major and R8):
+ * linear_fast*.c) on the weight products it changes (FP8 QUANT; V4_LIN_BF16, the head
+ * and wo_a's mode, with BF16 / F32 / FP8-dequantized weights, row-major and R8), and
+ * V4_LIN_EXACT left exact (the same bytes as the exact backend):
  *   - the same bits on every ISA (the SIMD kernels against the fast reference), with 1
  *     and 2 threads;
  *   - batch-invariant: each vector's outputs at n = 1 equal its outputs inside batches
@@ -181,23 +182,34 @@ static void exact_case(rng *r, v4_wtype t, int R, int K, int r8, bk *fb, int nfb
         x[i] = rint_(r, 0, 25) == 0 ? 0.0f : rval(r, rint_(r, -8, 3));
     static const int ns[] = {1, 2, 3, 5, 8, 17};
     char what[96];
-    snprintf(what, sizeof what, "EXACT %s %dx%d %s", t == V4_W_BF16 ? "BF16" : t == V4_W_F32 ? "F32" : "FP8", R, K,
+    snprintf(what, sizeof what, "BF16-mode %s %dx%d %s", t == V4_W_BF16 ? "BF16" : t == V4_W_F32 ? "F32" : "FP8", R, K,
              r8 ? "R8" : "row-major");
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
-        check_product(what, &W, V4_LIN_EXACT, x, ns[i], fb, nfb, exact, 1);
+        check_product(what, &W, V4_LIN_BF16, x, ns[i], fb, nfb, exact, 1);
+    {   /* V4_LIN_EXACT stays exact in the fast mode: the exact backend's bytes */
+        float *ye = malloc(sizeof(float) * 8 * R), *yf = malloc(sizeof(float) * 8 * R);
+        v4_linear(exact, &W, V4_LIN_EXACT, 8, x, K, ye, R);
+        for (int k = 0; k < nfb; k++) {
+            v4_linear(fb[k].be, &W, V4_LIN_EXACT, 8, x, K, yf, R);
+            CHECK(!memcmp(ye, yf, sizeof(float) * 8 * R), "%s: V4_LIN_EXACT on fast %s/%dt differs from exact", what,
+                  fb[k].name, v4_cpu_backend_threads(fb[k].be));
+        }
+        free(ye);
+        free(yf);
+    }
     if (t == V4_W_FP8) {   /* a NaN weight code alone (the scales stay finite) */
         uint8_t *b = w;
         b[(size_t)(R / 2) * K + 5] = 0xff;
         if (r8)
             v4_mat_pack_r8(&(v4_mat){t, R, K, w, s, V4_LAYOUT_ROWMAJOR}, packed, 0, (R + 7) / 8);
-        snprintf(what, sizeof what, "EXACT FP8 %dx%d %s NaN weight code", R, K, r8 ? "R8" : "row-major");
-        check_product(what, &W, V4_LIN_EXACT, x, 3, fb, nfb, exact, 0);
+        snprintf(what, sizeof what, "BF16-mode FP8 %dx%d %s NaN weight code", R, K, r8 ? "R8" : "row-major");
+        check_product(what, &W, V4_LIN_BF16, x, 3, fb, nfb, exact, 0);
     }
     x[K + 9] = INFINITY;
     x[2 * K + 1] = NAN;
-    snprintf(what, sizeof what, "EXACT %s %dx%d %s Inf/NaN input", t == V4_W_BF16 ? "BF16" : t == V4_W_F32 ? "F32" : "FP8",
+    snprintf(what, sizeof what, "BF16-mode %s %dx%d %s Inf/NaN input", t == V4_W_BF16 ? "BF16" : t == V4_W_F32 ? "F32" : "FP8",
              R, K, r8 ? "R8" : "row-major");
-    check_product(what, &W, V4_LIN_EXACT, x, 3, fb, nfb, exact, 0);
+    check_product(what, &W, V4_LIN_BF16, x, 3, fb, nfb, exact, 0);
     free(packed);
     free(w);
     free(s);

@@ -15,9 +15,10 @@
  * are folded a[l] = ftz(a[l] + a[l + h]) for h = 8, 4, 2, 1 and y = bf16(a[0]).  No rounding per
  * 128-block (the block scales are in the operands), one per product-add.
  *
- * EXACT (BF16, F32, FP8 dequantized to bf16 like the exact mode): one float
- * accumulator per row, columns ascending, acc = fma(x_j, w_j, acc), y = acc (a SIMD
- * lane is a row: 16 rows of two R8 groups share one broadcast input).
+ * V4_LIN_BF16 (the head and wo_a; BF16, F32, FP8 dequantized to bf16 like the exact
+ * mode): one float accumulator per row, columns ascending, acc = fma(x_j, w_j, acc),
+ * y = acc (a SIMD lane is a row: 16 rows of two R8 groups share one broadcast input).
+ * V4_LIN_EXACT products stay on the exact kernels in the fast mode.
  *
  * FP4 has no fast kernel: its exact kernels are already integer dot products (the
  * backend uses them in both modes).

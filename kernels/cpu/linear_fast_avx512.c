@@ -1,5 +1,6 @@
 /* linear_fast_avx512.c - AVX-512 (F+BW+VL+DQ) kernels of the `fast` numerics mode, bit-
- * identical to linear_fast.c (the order is defined there and in cpu_kernels.h).
+ * identical to linear_fast.c (the order is defined there and in cpu_kernels.h): FP8
+ * QUANT and the V4_LIN_BF16 products (EXACT below: the head, wo_a).
  *
  * Compiled with -mavx512{f,bw,vl,dq} (CMake keys on the file name); only called after
  * the backend checked the CPU at run time.  Same signatures and row-range contract as
@@ -15,11 +16,15 @@
  * more, or a NaN scale) are run by the reference, which handles them exactly; each tile
  * is checked once, before its passes over the vectors (fp8_rows_ok, r8_fp8_ok).
  *
- * FP8 QUANT: tiles of 4 rows x up to 4 vectors, one 16-lane accumulator per (row,
- * vector): lane l is the reference's a[l] (columns l mod 16), the fold at the end is
- * the reference's (halves, then quarters, ...).  The dequantized activations
- * x' = xq * s_act are made once per call into a buffer of n*K floats (per thread; if it
- * cannot be allocated the reference runs).
+ * FP8 QUANT (where the CPU lacks AVX512-BF16; linear_fast_bf16.c otherwise): the
+ * reference's dot-instruction order emulated with float FMAs.  The activations
+ * x' = xq * s_act are made once per call into a buffer of n*K floats, per 32-column
+ * chunk its 16 odd columns then its 16 even ones (if the buffer cannot be allocated the
+ * reference runs); a chunk's 32 weight bytes are split into odd and even bytes
+ * (a byte shuffle) and decoded; each lane does fma(odd), then fma(even), on chain 0 for
+ * even chunks and chain 1 for odd ones, with MXCSR.FTZ set for the call (the
+ * instruction flushes its results), then chain 0 + chain 1, the fold, bf16.  Tiles of 4
+ * rows x up to 4 vectors, two accumulators per (row, vector).
  * EXACT (R8 layout only; row-major goes to the reference): one 16-lane vector = two R8
  * groups (16 rows) at column j, so each lane is one row's chain and x_j is one broadcast
  * load for all 16.  Tiles of 8 group pairs x 1 vector, 4 x 2 or 2 x 4: enough

@@ -226,7 +226,7 @@ static void trace_streams(v4_ctx *c, int layer, int sub, int n, v4_trace *const 
         if (t->sub_out)
             memcpy(t->sub_out + ((size_t)layer * 2 + sub) * cfg->dim, c->s.out + (size_t)b * cfg->dim,
                    sizeof(float) * cfg->dim);
-        if (t->force)
+        if (t->force && (!t->force_sel || t->force_sel[layer * 2 + sub]))
             memcpy(c->s.X + (size_t)b * hd, t->force + ((size_t)layer * 2 + sub) * hd, sizeof(float) * hd);
     }
 }

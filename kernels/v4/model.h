@@ -52,8 +52,10 @@ typedef struct v4_trace {
     /* Teacher forcing (input, may be NULL): force[l][2][hc][dim], the residual streams
      * the step continues from after each sub-layer (normally another run's `streams`
      * at the same position).  The row's own sub_out, streams and checksum are recorded
-     * first, so each sub-layer's outputs come from the given inputs. */
+     * first, so each sub-layer's outputs come from the given inputs.  force_sel
+     * (may be NULL: every sub-layer) picks the sub-layers forced: force_sel[l*2 + s]. */
     const float *force;
+    const uint8_t *force_sel;
 } v4_trace;
 
 v4_seq *v4_seq_create(const v4_weights *w, int max_len, v4_error *err);
