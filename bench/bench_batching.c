@@ -1,9 +1,17 @@
 /* bench_batching.c - aggregate decode throughput of continuous batching (the executor
- * behind `v4fleet batch --concurrency N`, worker/serve/exec_cont.c) against N.
+ * behind `v4fleet batch --concurrency N`, worker/serve/exec_cont.c) against N, and the
+ * prefill throughput of one long prompt, for each numerics mode side by side.
  *
  *   bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]
  *                  [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]
- *                  [--device cpu|cuda|cuda:N] [--numerics exact|fast]
+ *                  [--device cpu|cuda|cuda:N] [--numerics exact,fast|exact|fast]
+ *                  [--prefill TOKENS] [--prefill-rows ROWS]
+ *
+ * Modes: both by default on the CPU (a table each, then "summary:" lines with the fast
+ * mode's targets: N = 8 / N = 1 and prefill fast / exact), exact only on a GPU (no CUDA
+ * fast path yet).  Prefill: one task of TOKENS random prompt ids (default 2048; 0 =
+ * none) and one generated token on a runner whose steps carry up to ROWS rows (default
+ * 64: prompt chunks of that many positions), R runs, prompt tokens per second (median).
  *
  * The model (default models/bench/small; generated with `v4fleet mkmodel --preset small`
  * when DIR/config.json is missing) is opened once through the task runner (max_batch =
