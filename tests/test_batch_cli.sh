@@ -162,7 +162,15 @@ with open(sys.argv[1], "w") as f:
 EOF
 "$bin" batch "$work/long.jsonl" -o "$work/long.out" "${M[@]}" --progress-interval-ms 1 2>"$work/err4" &
 bpid=$!
-for _ in $(seq 1 300); do [ -s "$work/long.out" ] && [ "$(wc -l < "$work/long.out")" -ge 3 ] && break; sleep 0.05; done
+# wait for 3 complete lines: a generous bound (a busy machine under ASan writes them slowly),
+# and no longer than the run lives
+for _ in $(seq 1 6000); do
+    [ -s "$work/long.out" ] && [ "$(wc -l < "$work/long.out")" -ge 3 ] && break
+    kill -0 "$bpid" 2>/dev/null || break
+    sleep 0.05
+done
+[ "$(wc -l < "$work/long.out" 2>/dev/null || echo 0)" -ge 3 ] ||
+    echo "note: SIGTERM test: still waiting for line 3 of 24 after 300 s (lines so far: $(wc -l < "$work/long.out" 2>/dev/null))"
 kill -TERM "$bpid"
 wait "$bpid"; rc=$?; bpid=""
 got=$(wc -l < "$work/long.out")
@@ -186,7 +194,11 @@ assert all(json.loads(l)["status"] == "succeeded" for l in open(sys.argv[1]))
 # --concurrency 4 + SIGTERM: the tasks in flight finish within the grace, then resume
 "$bin" batch "$work/long.jsonl" -o "$work/long4.out" "${M[@]}" --concurrency 4 --grace-ms 60000 2>"$work/err4c" &
 bpid=$!
-for _ in $(seq 1 300); do [ -s "$work/long4.out" ] && [ "$(wc -l < "$work/long4.out")" -ge 3 ] && break; sleep 0.05; done
+for _ in $(seq 1 6000); do   # generous bound, as above
+    [ -s "$work/long4.out" ] && [ "$(wc -l < "$work/long4.out")" -ge 3 ] && break
+    kill -0 "$bpid" 2>/dev/null || break
+    sleep 0.05
+done
 kill -TERM "$bpid"
 wait "$bpid"; rc=$?; bpid=""
 got=$(wc -l < "$work/long4.out")
@@ -216,7 +228,7 @@ for i in 0 1 2; do echo "{\"id\": \"slow-$i\", \"input_ids\": $long, \"max_token
 "$bin" batch "$work/slow.jsonl" -o "$work/slow.out" "${M[@]}" --grace-ms 0 2>"$work/err6" &
 bpid=$!
 # signal 0.3 s into the second task
-for _ in $(seq 1 400); do [ -s "$work/slow.out" ] && break; sleep 0.05; done
+for _ in $(seq 1 6000); do [ -s "$work/slow.out" ] && break; kill -0 "$bpid" 2>/dev/null || break; sleep 0.05; done
 sleep 0.3
 t0=$(date +%s%N)
 kill -TERM "$bpid"
