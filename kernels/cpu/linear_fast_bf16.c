@@ -22,54 +22,13 @@
 #include <stdlib.h>
 
 #include "../codec.h"
+#include "fast_x86.h"
 
-#define BF_INLINE static inline __attribute__((always_inline))
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
-BF_INLINE __m512 e4m3x16(__m128i bytes)
-{
-    const __m512i b = _mm512_cvtepi8_epi32(bytes);
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(b, 20), _mm512_set1_epi32((int)0x87f00000u)));
-}
-
-BF_INLINE int nan_codes128(const uint8_t *p)
-{
-    const __m512i m = _mm512_set1_epi8(0x7f);
-    return (_mm512_cmpeq_epi8_mask(_mm512_and_si512(_mm512_loadu_si512(p), m), m) |
-            _mm512_cmpeq_epi8_mask(_mm512_and_si512(_mm512_loadu_si512(p + 64), m), m)) != 0;
-}
-
-/* s_w * 2^120 (e8m0 byte e in [10, 135): a normal float). */
-BF_INLINE float scale_up(uint8_t e)
-{
-    union { uint32_t u; float f; } v = {(uint32_t)(e + 120) << 23};
-    return v.f;
-}
-
-BF_INLINE float fold16(__m512 a)
-{
-    __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    return _mm_cvtss_f32(s1);
-}
-
-static int rows_ok(const v4_mat *W, int r, int rt)
-{
-    const int K = W->cols, nkb = K / 128, scols = (K + 127) / 128;
-    for (int i = r; i < r + rt; i++)
-        for (int kb = 0; kb < nkb; kb++) {
-            const uint8_t e = W->scale[(size_t)(i / 128) * scols + kb];
-            if (e >= 135 || e < 10 || nan_codes128((const uint8_t *)W->w + (size_t)i * K + (size_t)kb * 128))
-                return 0;
-        }
-    return 1;
-}
-
-/* Rows [r, r + RT) x vectors [v0, v0 + V) (rows_ok); xb: the vectors' x' as bf16. */
-BF_INLINE void tile(const v4_mat *W, const uint16_t *xb, int K, int r, const int RT, int v0, const int V, float *y,
+/* Rows [r, r + RT) x vectors [v0, v0 + V) (fp8_rows_ok); xb: the vectors' x' as bf16. */
+V4_INLINE void tile(const v4_mat *W, const uint16_t *xb, int K, int r, const int RT, int v0, const int V, float *y,
                    int ldy)
 {
     const int nkb = K / 128, scols = (K + 127) / 128;
@@ -112,14 +71,6 @@ BF_INLINE void tile(const v4_mat *W, const uint16_t *xb, int K, int r, const int
             y[(size_t)(v0 + v) * ldy + r + i] = v4_bf16(fold16(_mm512_add_ps(acc[i][v][0], acc[i][v][1])));
 }
 
-static int scales_finite(const float *xs, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!(xs[i] - xs[i] == 0.0f))
-            return 0;
-    return 1;
-}
-
 void v4_rows_fp8_fast_bf16(const v4_mat *W, int n, const float *xq, const float *xs,
                            const float *x, int ldx, float *y, int ldy, int r0, int r1)
 {
@@ -143,7 +94,7 @@ void v4_rows_fp8_fast_bf16(const v4_mat *W, int n, const float *xq, const float 
         }
     for (int r = r0; r < r1; r += 4) {
         const int rt = imin(4, r1 - r);
-        if (rt < 4 || !rows_ok(W, r, rt)) {
+        if (rt < 4 || !fp8_rows_ok(W, r, rt)) {
             _mm_setcsr(csr);
             v4_rows_fp8_fast_scalar(W, n, xq, xs, NULL, 0, y, ldy, r, r + rt);
             _mm_setcsr(csr | 0x8000);
