@@ -1,0 +1,79 @@
+/* cuda_lt.h - internal: the fast numerics mode's products on tensor cores through
+ * cuBLASLt (cuda_lt.cu), used by the hybrid backend (cuda_backend.cu) and the resident
+ * step (cuda_step.cu).  C-compatible; not part of the engine API.
+ *
+ * Products (all device pointers; y [n][rows] compact, x [n][K] with stride ldx):
+ *   v4cu_lt_quant: V4_LIN_QUANT with an FP8 weight (block-scaled FP8 GEMM, weight
+ *       scales BLK128x128, activation scales VEC128) or an FP4 weight (converted to
+ *       e4m3 with VEC128 weight scales per call, W4A8: cuda_fast.h), y = bf16(result).
+ *   v4cu_lt_bf16: V4_LIN_BF16 on a bf16 row-major weight (hi/lo split activations, one
+ *       BF16 GEMM with FP32 accumulation).
+ * Both return 0 when done, 1 when the shape does not suit the tensor-core path
+ * (K % 128 for QUANT, K % 8 for BF16, rows % 16, a misaligned pointer, or the
+ * self-test failed: the caller then runs the exact kernel, which is always allowed),
+ * and -1 on a CUDA/cuBLAS failure (message in v4cu_lt_error).
+ *
+ * Numerics: cuBLASLt with CUBLAS_COMPUTE_32F, fast accumulation off (FP8: FP32
+ * promotion per 128-block, as DeepGEMM), FP32 output.  Determinism and batch
+ * invariance: one algorithm per (kind, rows, K), chosen once by the heuristic for a
+ * fixed reference width (64 columns) with split-K and every reduction scheme
+ * excluded, and used for every width n; a row's result then depends only on its own
+ * column (no K split, a fixed reduction order per output tile).  A width the pinned
+ * algorithm refuses gets the heuristic's choice for that width (counted in
+ * v4cu_lt_stats: `fallbacks`, nonzero means batch invariance is not guaranteed).
+ *
+ * Self-test (v4cu_lt_create): one FP8, one FP4 and one BF16 product of random
+ * matrices through this path against the exact kernels of cuda_linear.cu on the same
+ * device, held to calc_diff <= 1e-5 with identical non-finite positions; a failure
+ * turns the tensor-core path off (every call answers 1) and says why on stderr, so a
+ * layout or library fault can never silently change results.
+ *
+ * What is verified how: the kernels of cuda_fast.h run under the CPU emulation
+ * (test_cuda_fast_emulated) against C references; the cuBLASLt calls, the scale
+ * layouts as cuBLASLt reads them and the self-test need a GPU (test_cuda_linear and
+ * scripts/device-check.sh's numerics-check --device cuda).
+ *
+ * Ownership: v4cu_lt_create returns an object the caller frees with v4cu_lt_free; it
+ * owns the cuBLASLt handle, workspace, plans and scratch (grown on demand).
+ * Thread: one thread at a time (the device must be current: cudaSetDevice).
+ */
+#ifndef V4_CUDA_LT_H
+#define V4_CUDA_LT_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct v4cu_lt v4cu_lt;
+
+/* NULL with the reason in why (size nwhy) when cuBLASLt cannot start.  The self-test
+ * runs on st; its verdict is in v4cu_lt_ok. */
+v4cu_lt *v4cu_lt_create(cudaStream_t st, char *why, size_t nwhy);
+void v4cu_lt_free(v4cu_lt *lt);
+/* 1 when the tensor-core path passed its self-test, else 0 (why: v4cu_lt_error). */
+int v4cu_lt_ok(const v4cu_lt *lt);
+const char *v4cu_lt_error(const v4cu_lt *lt);
+
+/* type: 1 FP8, 2 FP4 (v4_wtype values). */
+int v4cu_lt_quant(v4cu_lt *lt, int type, const uint8_t *w, const uint8_t *scale, int rows, int K, int n,
+                  const float *x, int ldx, float *y, cudaStream_t st);
+int v4cu_lt_bf16(v4cu_lt *lt, const uint16_t *wb, int rows, int K, int n, const float *x, int ldx, float *y,
+                 cudaStream_t st);
+
+typedef struct v4cu_lt_stats {
+    uint64_t gemms;         /* tensor-core products run */
+    uint64_t fallbacks;     /* products whose width the pinned algorithm refused */
+    uint64_t declined;      /* calls answered 1 (exact kernel instead) */
+    int plans;              /* pinned (kind, rows, K) algorithms */
+} v4cu_lt_stats;
+void v4cu_lt_get_stats(const v4cu_lt *lt, v4cu_lt_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
