@@ -7,9 +7,9 @@
  *                  [--device cpu|cuda|cuda:N] [--numerics exact,fast|exact|fast]
  *                  [--prefill TOKENS] [--prefill-rows ROWS]
  *
- * Modes: both by default on the CPU (a table each, then "summary:" lines with the fast
- * mode's targets: N = 8 / N = 1 and prefill fast / exact), exact only on a GPU (no CUDA
- * fast path yet).  Prefill: one task of TOKENS random prompt ids (default 2048; 0 =
+ * Modes: both by default (a table each, then "summary:" lines with the fast mode's
+ * targets: N = 8 / N = 1 and prefill fast / exact); on a GPU the fast mode is the
+ * tensor-core path (kernels/cuda/cuda_lt.h).  Prefill: one task of TOKENS random prompt ids (default 2048; 0 =
  * none) and one generated token on a runner whose steps carry up to ROWS rows (default
  * 64: prompt chunks of that many positions), R runs, prompt tokens per second (median).
  *
@@ -335,10 +335,10 @@ int main(int argc, char **argv)
         return 0;
 #endif
     }
-    /* The modes: the list given, else both on the CPU and exact on a GPU (no fast path there yet). */
+    /* The modes: the list given, else both. */
     const char *modes[2];
     int nm = 0;
-    const char *list = o.numerics ? o.numerics : mc.gpu ? "exact" : "exact,fast";
+    const char *list = o.numerics ? o.numerics : "exact,fast";
     if (!strcmp(list, "exact,fast") || !strcmp(list, "both")) {
         modes[nm++] = "exact";
         modes[nm++] = "fast";

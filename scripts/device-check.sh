@@ -145,7 +145,7 @@ if [ $MODE = full ]; then
         summary; exit 1
     fi
     step_result configure ok $STEP_S "release, V4_CUDA=ON, build-gpu/"
-    run_step build 165 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_golden test_cuda_tier cuda_step_check bench_cuda_linear v4fleet bench_flash bench_batching
+    run_step build 165 cmake --build "$BUILD" -j "$JOBS" --target test_cuda_linear test_cuda_fast test_cuda_golden test_cuda_tier cuda_step_check bench_cuda_linear v4fleet bench_flash bench_batching
     if [ $STEP_RC -ne 0 ]; then step_result build "$([ $STEP_RC -eq 124 ] && echo TIMEOUT || echo FAIL)" $STEP_S "see log"; summary; exit 1; fi
     step_result build ok $STEP_S "full CMake build"
     TEST_LINEAR=$BUILD/tests/test_cuda_linear
@@ -184,7 +184,7 @@ else
                     "$M"/weights.c.o "$M"/ops.c.o "$M"/slot_pool.c.o "$M"/error.c.o "$M"/linear_avx2.o "$M"/linear_exact_avx2.o \
                     "$M"/linear_avx512.o "$M"/linear_exact_avx512.o "$M"/linear_fp4_vnni.o)
         for t in test_cuda_linear bench_cuda_linear; do
-            g++ -o "$M/$t" "$M/$t.o" "${objs[@]}" -L"$CUDA_LIB" -lcudart_static -ldl -lrt -lpthread -lm
+            g++ -o "$M/$t" "$M/$t.o" "${objs[@]}" -L"$CUDA_LIB" -lcublasLt -lcudart_static -ldl -lrt -lpthread -lm
         done
     }
     run_step build-minimal 165 bash -c "$(declare -f mini_build); NVCC='$NVCC' ROOT='$ROOT' M='$M' CF='$CF' CUDA_INC='$CUDA_INC' CUDA_LIB='$CUDA_LIB' mini_build"
@@ -199,7 +199,7 @@ if [ $MODE = full ]; then
     # the emulated tests are CPU checks (CI runs them): only the GPU ones here
     run_step gpu-tests 130 ctest --test-dir "$BUILD" -R cuda -E emulated --output-on-failure --timeout 120
     RES=$(grep -E "tests passed|tests failed" "$LOG" | tail -1)
-    for t in test_cuda_linear test_cuda_golden test_cuda_tier test_cuda_step; do
+    for t in test_cuda_linear test_cuda_fast test_cuda_golden test_cuda_tier test_cuda_step; do
         line=$(grep -E "Test +#[0-9]+: $t " "$LOG" | tail -1)
         r=FAIL
         case $line in *Passed*) r=PASS ;; *Skipped*|*"Not Run"*) r=SKIPPED ;; esac
@@ -269,25 +269,27 @@ else
 fi
 
 # ------------------------------------------------- 5b. numerics contract --
-# numerics-check (docs/numerics.md#the-validation-contract): the fast mode against the
-# exact one.  The CUDA backend has no fast path yet, so this is CPU fast vs CPU exact on
-# this machine's cores (the golden tiny model, and the flash model when there is one);
-# GPU fast vs CPU exact is the row to add with the CUDA fast path.
+# numerics-check (docs/numerics.md#the-validation-contract): the GPU's fast mode (every
+# product on tensor cores through cuBLASLt, --device cuda) against the CPU's exact mode,
+# on the golden tiny model (its small shapes mostly fall back to the exact kernels) and
+# on the flash model when there is one (V4-Flash shapes: the real check).  CPU fast vs
+# CPU exact is in the test suite (tests/test_numerics_check.sh).
 if [ $MODE = full ]; then
-    run_step numerics-tiny 40 "$BUILD/v4fleet" numerics-check --model "$ROOT/tests/data/golden/tiny/model" \
-        --positions 64 --free-logits report
+    run_step numerics-tiny 60 "$BUILD/v4fleet" numerics-check --model "$ROOT/tests/data/golden/tiny/model" \
+        --positions 64 --free-logits report --device cuda
     r=$(grep -qE '^numerics-check: the contract holds' "$BUILD/step.out" && echo PASS || echo FAIL)
     [ $STEP_RC -eq 124 ] && r=TIMEOUT
     [ "$r" = PASS ] || FAILED=1
     grep -E ' (ok|FAIL|\(report\))$|^numerics-check: the contract' "$BUILD/step.out" >"$BUILD/numerics.txt"
-    step_result numerics-tiny "$r" $STEP_S "CPU fast vs CPU exact (no CUDA fast path yet): build-gpu/numerics.txt"
+    step_result numerics-tiny "$r" $STEP_S "GPU fast vs CPU exact: build-gpu/numerics.txt"
     if [ "${FLASH_OK:-0}" = 1 ]; then
-        run_step numerics-flash 120 "$BUILD/v4fleet" numerics-check --model "$FLASH" --positions 32 --free-logits report
+        run_step numerics-flash 150 "$BUILD/v4fleet" numerics-check --model "$FLASH" --positions 32 --free-logits report \
+            --device cuda
         r=$(grep -qE '^numerics-check: the contract holds' "$BUILD/step.out" && echo PASS || echo FAIL)
         [ $STEP_RC -eq 124 ] && r=TIMEOUT
         [ "$r" = PASS ] || FAILED=1
         grep -E ' (ok|FAIL|\(report\))$|^numerics-check: the contract' "$BUILD/step.out" >>"$BUILD/numerics.txt"
-        step_result numerics-flash "$r" $STEP_S "CPU fast vs CPU exact, $FLASH_L-layer flash, 32 positions"
+        step_result numerics-flash "$r" $STEP_S "GPU fast vs CPU exact, $FLASH_L-layer flash, 32 positions"
     fi
 fi
 

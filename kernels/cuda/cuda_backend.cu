@@ -40,6 +40,8 @@ extern "C" {
 #include "cuda_step.h"
 #include "cuda_internal.h"
 #include "cuda_linear.h"
+#include "cuda_fast.h"
+#include "cuda_lt.h"
 
 namespace {
 
@@ -50,6 +52,14 @@ struct wentry {
     uintptr_t h0, h1;
     void *d;
     uint64_t fp;    /* fingerprint of the host bytes at upload time */
+};
+
+/* The fast mode's bf16 form of a V4_LIN_BF16 weight (FP8, or BF16 in R8), keyed by the
+ * device copy it was decoded from. */
+struct bentry {
+    const void *src;
+    int rows, cols, type, r8;
+    uint16_t *wb;
 };
 
 struct cuda_impl {
@@ -66,6 +76,9 @@ struct cuda_impl {
     v4cu_tier *tier;    /* GPU expert cache (gpu_experts.h), NULL = none */
     const v4cu_tier_ops *tier_ops;   /* its calls (set with it) */
     v4_cuda_engine *engine;   /* device-resident step (cuda_step.h) owned for its user, NULL = none */
+    v4cu_lt *lt;        /* fast numerics: cuBLASLt products (cuda_lt.h), NULL = exact */
+    bentry *bents;      /* fast numerics: bf16 weight forms */
+    size_t n_bents, cap_bents, bbytes;
     int broken;     /* sticky: the context may be unusable */
     int reported;   /* the first failure was printed */
     v4_error first;
@@ -122,12 +135,21 @@ size_t sbytes_of(const v4_mat *W)
     return 0;
 }
 
+void drop_bf16(cuda_impl *c)
+{
+    for (size_t i = 0; i < c->n_bents; i++)
+        cudaFree(c->bents[i].wb);
+    c->n_bents = 0;
+    c->bbytes = 0;
+}
+
 void drop_all(cuda_impl *c)
 {
     for (size_t i = 0; i < c->n_ents; i++)
         cudaFree(c->ents[i].d);
     c->n_ents = 0;
     c->wbytes = 0;
+    drop_bf16(c);       /* decoded from the copies just freed */
 }
 
 /* first index with h0 > p */
@@ -200,6 +222,7 @@ const void *dev_of(cuda_impl *c, const void *h, size_t bytes)
                 }
                 e->fp = fp;
                 c->reuploads++;
+                drop_bf16(c);   /* a form decoded from the old bytes may exist */
             }
             return (const uint8_t *)e->d + (p - e->h0);
         }
@@ -260,6 +283,77 @@ int ensure(cuda_impl *c, T **buf, size_t *cap, size_t n)
     return 0;
 }
 
+/* The bf16 row-major form of a V4_LIN_BF16 weight whose device copy is dw: dw itself
+ * for a row-major BF16 weight, else a decoded copy (cached; NULL: none, or it could
+ * not be made, and the exact kernel runs). */
+const uint16_t *bf16_form(cuda_impl *c, const v4_mat *W, const void *dw, const uint8_t *ds)
+{
+    const int r8 = v4_mat_layout(W) == V4_LAYOUT_R8;
+    if (W->type == V4_W_BF16 && !r8)
+        return (const uint16_t *)dw;
+    if (W->type != V4_W_BF16 && W->type != V4_W_FP8)
+        return NULL;
+    for (size_t i = 0; i < c->n_bents; i++) {
+        const bentry *b = &c->bents[i];
+        if (b->src == dw && b->rows == W->rows && b->cols == W->cols && b->type == (int)W->type && b->r8 == r8)
+            return b->wb;
+    }
+    if (c->n_bents == c->cap_bents) {
+        const size_t nc = c->cap_bents ? 2 * c->cap_bents : 64;
+        bentry *nb = (bentry *)realloc(c->bents, nc * sizeof *nb);
+        if (!nb)
+            return NULL;
+        c->bents = nb;
+        c->cap_bents = nc;
+    }
+    const size_t bytes = sizeof(uint16_t) * (size_t)W->rows * (size_t)W->cols;
+    uint16_t *wb = NULL;
+    if (cudaMalloc((void **)&wb, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;        /* no room: the exact kernel needs none */
+    }
+    cudaError_t e = v4cu_fast_weight_bf16((int)W->type, r8, dw, ds, W->rows, W->cols, wb, c->st);
+    if (e != cudaSuccess) {
+        cudaFree(wb);
+        fail(c, 1, "fast mode: bf16 weight decode", e);
+        return NULL;
+    }
+    c->bents[c->n_bents++] = bentry{dw, W->rows, W->cols, (int)W->type, r8, wb};
+    c->bbytes += bytes;
+    return wb;
+}
+
+/* The fast mode's tensor-core product into c->dy from c->dx: 0 done, 1 not taken (run
+ * the exact kernel), -1 failed (recorded). */
+int fast_product(cuda_impl *c, const v4_mat *W, v4_lin_mode mode, int quant_ok, const void *dw, const uint8_t *ds,
+                 int n)
+{
+    if (!c->lt)
+        return 1;
+    int r = 1;
+    if (quant_ok)
+        r = v4cu_lt_quant(c->lt, (int)W->type, (const uint8_t *)dw, ds, W->rows, W->cols, n, c->dx, W->cols, c->dy,
+                          c->st);
+    else if (mode == V4_LIN_BF16 && !v4_mat_is_device(W)) {
+        const uint16_t *wb = bf16_form(c, W, dw, ds);
+        if (c->broken)
+            return -1;
+        if (wb)
+            r = v4cu_lt_bf16(c->lt, wb, W->rows, W->cols, n, c->dx, W->cols, c->dy, c->st);
+    }
+    if (r < 0) {
+        if (!c->first.code)
+            v4_err_set(&c->first, V4_ERR_INTERNAL, "cuda backend", "fast mode: %s", v4cu_lt_error(c->lt));
+        if (!c->reported) {
+            fprintf(stderr, "v4fleet: cuda backend (device %d): fast mode: %s; this and all later calls return NaN\n",
+                    c->device, v4cu_lt_error(c->lt));
+            c->reported = 1;
+        }
+        c->broken = 1;
+    }
+    return r;
+}
+
 void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const float *x, int ldx, float *y,
                  int ldy)
 {
@@ -315,7 +409,17 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
     if (K > 0)
         e = cudaMemcpy2DAsync(c->dx, sizeof(float) * (size_t)K, x, sizeof(float) * (size_t)ldx,
                               sizeof(float) * (size_t)K, (size_t)n, cudaMemcpyHostToDevice, c->st);
-    if (e == cudaSuccess && quant_ok) {
+    int fr = 1;
+    if (e == cudaSuccess) {
+        fr = fast_product(c, W, mode, quant_ok, dw, ds, n);
+        if (fr < 0) {
+            fill_nan(n, rows, y, ldy);
+            return;
+        }
+    }
+    if (fr == 0) {
+        what = "fast-mode product";
+    } else if (e == cudaSuccess && quant_ok) {
         const size_t nkb = (size_t)(K / 128);
         if (ensure(c, &c->dxq, &c->cap_dxq, nk + 1) || ensure(c, &c->dxs, &c->cap_dxs, (size_t)n * nkb + 1)) {
             fill_nan(n, rows, y, ldy);
@@ -357,10 +461,12 @@ void cuda_destroy(v4_backend *be)
         if (c->st)
             cudaStreamSynchronize(c->st);
         v4_cuda_engine_free(c->engine);
+        v4cu_lt_free(c->lt);
         if (c->tier)
             c->tier_ops->free(c->tier);
         drop_all(c);
         free(c->ents);
+        free(c->bents);
         cudaFree(c->dx);
         cudaFree(c->dxq);
         cudaFree(c->dxs);
@@ -435,6 +541,11 @@ extern "C" int v4_cuda_device_count(char *why, size_t n)
 
 extern "C" v4_backend *v4_cuda_backend_create(int device, v4_error *err)
 {
+    return v4_cuda_backend_create_ex(device, 0, err);
+}
+
+extern "C" v4_backend *v4_cuda_backend_create_ex(int device, int fast, v4_error *err)
+{
     char why[256];
     const int count = v4_cuda_device_count(why, sizeof why);
     if (count <= 0) {
@@ -482,6 +593,17 @@ extern "C" v4_backend *v4_cuda_backend_create(int device, v4_error *err)
         (void)cudaGetLastError();
         c->stage = NULL;    /* pageable uploads instead */
     }
+    if (fast) {
+        char why[320] = "";
+        c->lt = v4cu_lt_create(c->st, why, sizeof why);
+        if (!c->lt)
+            fprintf(stderr, "v4fleet: cuda backend (device %d): fast numerics unavailable (%s); exact products\n",
+                    device, why);
+        else if (!v4cu_lt_ok(c->lt)) {
+            v4cu_lt_free(c->lt);        /* the self-test said why on stderr */
+            c->lt = NULL;
+        }
+    }
     be->ops = &cuda_ops;
     be->impl = c;
     return be;
@@ -505,6 +627,16 @@ extern "C" const char *v4_cuda_backend_device_name(const v4_backend *be)
 extern "C" size_t v4_cuda_backend_weight_bytes(const v4_backend *be)
 {
     return ((const cuda_impl *)be->impl)->wbytes;
+}
+
+extern "C" int v4_cuda_backend_fast(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->lt != NULL;
+}
+
+extern "C" void *v4_cuda_backend_lt(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->lt;
 }
 
 extern "C" size_t v4_cuda_backend_reuploads(const v4_backend *be)

@@ -63,6 +63,19 @@ int v4_cuda_device_count(char *why, size_t n);
 /* Backend on CUDA device `device` (0-based).  NULL + err (V4_ERR_INVALID with the
  * CUDA runtime's reason) when there is no such device or no driver. */
 v4_backend *v4_cuda_backend_create(int device, v4_error *err);
+/* The same with a numerics mode: fast != 0 runs V4_LIN_QUANT and V4_LIN_BF16 products
+ * on tensor cores through cuBLASLt (cuda_lt.h: block-scaled FP8, W4A8 for FP4, BF16
+ * with split activations), held to the fast mode's measured contract instead of the
+ * bit-exact one above; V4_LIN_EXACT products and shapes the tensor-core path does not
+ * take stay on the exact kernels.  When cuBLASLt does not start or its self-test
+ * fails, one stderr line says why and the backend runs every product exactly
+ * (v4_cuda_backend_fast says 0). */
+v4_backend *v4_cuda_backend_create_ex(int device, int fast, v4_error *err);
+/* 1 when the backend runs the fast mode's tensor-core products. */
+int v4_cuda_backend_fast(const v4_backend *be);
+/* The backend's cuBLASLt context (struct v4cu_lt of cuda_lt.h, borrowed), NULL in the
+ * exact mode: the resident step (cuda_step.h) runs its products through it. */
+void *v4_cuda_backend_lt(const v4_backend *be);
 /* 0 while no CUDA failure happened; otherwise -1 and the first failure in err. */
 int v4_cuda_backend_status(const v4_backend *be, v4_error *err);
 /* The device's name ("NVIDIA H200 ...") and bytes of weights held on the device. */

@@ -43,7 +43,9 @@
 #include <cuda_runtime.h>
 
 #include "cuda_attn.h"
+#include "cuda_fast.h"
 #include "cuda_linear.h"
+#include "cuda_lt.h"
 #include "cuda_ops.h"
 #endif
 #include "cuda_moe.h"
@@ -60,6 +62,7 @@ struct dmat {
     int type, rows, cols, r8;
     void *w;
     uint8_t *scale;
+    uint16_t *wb;                   /* fast mode, V4_LIN_BF16 products: the bf16 row-major form */
 };
 
 struct dexpert {
@@ -144,6 +147,7 @@ struct v4_cuda_engine {
     /* routes of every layer of a step ([n_layers][n][K], one copy back at the end for
      * the traces) and the grouped MoE's scratch (cuda_moe.h) */
     v4cu_moe_bufs mb;
+    v4cu_lt *lt;                    /* fast numerics (borrowed from the backend), NULL = exact */
     int grouped;                    /* every layer has xtab */
     uint64_t grouped_layers;        /* MoE layers run by the grouped path (stats) */
     const uint8_t **h_xtab;         /* host source of the xtab uploads [n_layers][6][E] */
@@ -236,7 +240,7 @@ static size_t mat_s_bytes(const v4_mat *m)
 
 static dmat upmat(v4_cuda_engine *e, const v4_mat *m)
 {
-    dmat d = {(int)m->type, m->rows, m->cols, m->layout == V4_LAYOUT_R8, NULL, NULL};
+    dmat d = {(int)m->type, m->rows, m->cols, m->layout == V4_LAYOUT_R8, NULL, NULL, NULL};
     if (!m->w)
         return d;
     d.w = upload(e, m->w, mat_w_bytes(m));
@@ -250,6 +254,8 @@ static dmat dmat_rows(const dmat *W, int r0, int nr)
 {
     dmat m = *W;
     m.rows = nr;
+    if (W->wb)
+        m.wb = W->wb + (size_t)r0 * W->cols;
     switch (W->type) {
     case V4_W_FP8:
         m.w = (uint8_t *)W->w + (size_t)r0 * W->cols;
@@ -290,9 +296,30 @@ static cudaError_t lin_quantized(v4_cuda_engine *e, const dmat *W, int n, float 
                                                                    n, e->xq, e->xs, y, e->st);
 }
 
-/* y [n][W.rows] = W x, x [n][W.cols], both compact, in mode (backend.h). */
+/* The fast mode's tensor-core product (cuda_lt.h): 0 done, 1 not taken, -1 failed. */
+static int lin_fast(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *x, float *y)
+{
+    int r = 1;
+    if (quant)
+        r = v4cu_lt_quant(e->lt, W->type, (const uint8_t *)W->w, W->scale, W->rows, W->cols, n, x, W->cols, y, e->st);
+    else if (W->wb)
+        r = v4cu_lt_bf16(e->lt, W->wb, W->rows, W->cols, n, x, W->cols, y, e->st);
+    if (r < 0 && e->fail == cudaSuccess) {
+        e->fail = cudaErrorUnknown;
+        snprintf(e->fail_where, sizeof e->fail_where, "fast mode: %.50s", v4cu_lt_error(e->lt));
+    }
+    return r;
+}
+
+/* y [n][W.rows] = W x, x [n][W.cols], both compact, in mode (backend.h); the fast mode
+ * takes QUANT products and those with a bf16 form (V4_LIN_BF16: head, wo_a). */
 static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *x, float *y)
 {
+    if (e->lt) {
+        const int r = lin_fast(e, W, quant, n, x, y);
+        if (r <= 0)
+            return r;
+    }
     cudaError_t rc;
     if (quant) {
         rc = v4cu_act_quant(x, n, W->cols, e->xq, e->xs, e->st);
@@ -558,7 +585,8 @@ static int acquire_experts(v4_cuda_engine *e, int layer, int nx, v4_error *err)
         uint8_t *base = v4cu_xslots_at(e->xsl, v4cu_xslots_slot_of(e->xsl, i));
         dmat *dm[3] = {&e->x_mats[e->x_ids[i]].w1, &e->x_mats[e->x_ids[i]].w3, &e->x_mats[e->x_ids[i]].w2};
         for (int k = 0; k < 3; k++)
-            *dm[k] = dmat{type, k == 2 ? d : I, k == 2 ? I : d, 0, base + e->xoff[2 * k], base + e->xoff[2 * k + 1]};
+            *dm[k] = dmat{type, k == 2 ? d : I, k == 2 ? I : d, 0, base + e->xoff[2 * k], base + e->xoff[2 * k + 1],
+                          NULL};
         e->x_miss[i] = 0;
     }
     for (int k = 0; k < v4cu_xslots_nmiss(e->xsl); k++)
@@ -643,7 +671,7 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
         ck(e, v4cu_route(e->gate, E, K, lw->gate_bias, lw->tid2eid, e->tokens, cfg->route_scale, route, route_w, n,
                          e->st), "router"))
         return -1;
-    if (lw->xtab)
+    if (lw->xtab && !e->lt)     /* the fast mode runs each expert's products through lin() */
         return moe_grouped(e, lw, n, route, route_w);
     if (to_host(e, e->h_route, route, sizeof(int32_t) * (size_t)n * K) ||
         to_host(e, e->h_route_w, route_w, sizeof(float) * (size_t)n * K))
@@ -1216,6 +1244,47 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int 
         return NULL;
     }
     return e;
+}
+
+/* The bf16 form of a V4_LIN_BF16 matrix for the fast mode (a row-major BF16 weight is
+ * its own form). */
+static void bf16_form(v4_cuda_engine *e, dmat *d)
+{
+    if (!d->w || (d->type == V4_W_BF16 && !d->r8)) {
+        d->wb = (uint16_t *)d->w;
+        return;
+    }
+    if (d->type != V4_W_BF16 && d->type != V4_W_FP8)
+        return;
+    uint16_t *wb = (uint16_t *)dalloc(e, sizeof(uint16_t) * (size_t)d->rows * d->cols);
+    if (wb && !e->count_only &&
+        ck(e, v4cu_fast_weight_bf16(d->type, d->r8, d->w, d->scale, d->rows, d->cols, wb, e->st), "bf16 form"))
+        return;
+    d->wb = wb;
+}
+
+extern "C" int v4_cuda_engine_use_fast(v4_cuda_engine *e, void *lt, v4_error *err)
+{
+    if (!lt)
+        return v4_err_set(err, V4_ERR_INVALID, "cuda engine", "fast mode without a cuBLASLt context");
+    bf16_form(e, &e->head);
+    for (int l = 0; l < e->w->cfg.n_layers; l++)
+        bf16_form(e, &e->L[l].wo_a);
+    if (e->fail != cudaSuccess || ck(e, cudaStreamSynchronize(e->st), "bf16 forms"))
+        return v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "fast mode: the bf16 weight forms (%s): %s", e->fail_where,
+                          cudaGetErrorString(e->fail));
+    e->lt = (v4cu_lt *)lt;
+    return 0;
+}
+
+extern "C" size_t v4_cuda_engine_fast_need(const v4_weights *w)
+{
+    const v4_mat *m[2] = {&w->head, &w->layers[0].wo_a};
+    size_t b = 0;
+    for (int k = 0; k < 2; k++)
+        if (m[k]->w && (m[k]->type == V4_W_FP8 || (m[k]->type == V4_W_BF16 && m[k]->layout == V4_LAYOUT_R8)))
+            b += sizeof(uint16_t) * (size_t)m[k]->rows * m[k]->cols * (k ? (size_t)w->cfg.n_layers : 1);
+    return b;
 }
 
 extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t expert_budget)

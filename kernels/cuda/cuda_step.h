@@ -62,6 +62,13 @@ void v4_cuda_engine_free(v4_cuda_engine *e);
 /* Device bytes v4_cuda_engine_create would allocate for w (weights + scratch; the
  * sequences' state comes on top, per sequence); nothing is allocated. */
 size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t expert_budget);
+/* The fast numerics mode (cuda_lt.h): the step's QUANT products and its V4_LIN_BF16
+ * ones (head, wo_a, from bf16 forms made here: v4_cuda_engine_fast_need bytes more)
+ * run on tensor cores through lt (a struct v4cu_lt: v4_cuda_backend_lt, borrowed; it
+ * must outlive e), every MoE layer by per-expert products instead of the grouped
+ * kernel; the rest of the step is unchanged.  0, or -1 + err (no device memory). */
+int v4_cuda_engine_use_fast(v4_cuda_engine *e, void *lt, v4_error *err);
+size_t v4_cuda_engine_fast_need(const v4_weights *w);
 /* Paged experts' counters (all 0 when every expert is resident), and the MoE layers
  * run by the on-device grouped path (every expert resident: no host round trip). */
 typedef struct v4_cuda_expert_stats {

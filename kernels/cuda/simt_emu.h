@@ -173,7 +173,7 @@ template <typename T> static T atomicAdd(T *p, T v)
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorUnknown = 999 };
 static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 struct dim3 {
     unsigned x, y, z;

@@ -19,6 +19,19 @@
 #include "kernels/cuda/cuda_moe.cu"
 static const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated CUDA error" : "no error"; }
 #include "kernels/cuda/xslots.cu"
+#include "kernels/cuda/cuda_fast.cu"
+/* cuBLASLt does not run under the emulation: the step's fast mode (e->lt) stays off
+ * here, and these stand-ins, never called, let cuda_step.cu compile (the fast-mode
+ * kernels are checked by test_cuda_fast_emulated, the products on a GPU). */
+#define V4_CUDA_LT_H
+struct v4cu_lt;
+static int v4cu_lt_quant(v4cu_lt *, int, const uint8_t *, const uint8_t *, int, int, int, const float *, int, float *,
+                         cudaStream_t) { return 1; }
+static int v4cu_lt_bf16(v4cu_lt *, const uint16_t *, int, int, int, const float *, int, float *, cudaStream_t)
+{
+    return 1;
+}
+static const char *v4cu_lt_error(const v4cu_lt *) { return "emulation"; }
 #include "kernels/cuda/cuda_step.cu"
 #include "step_check.h"
 

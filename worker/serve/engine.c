@@ -50,14 +50,16 @@ v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
         return NULL;
     }
     if (cuda >= 0) {
+        /* the CUDA default is fast (tensor cores); exact stays the reference */
         const char *num = v4_opt_or_env(o->numerics, "V4_NUMERICS");
-        if (*num && strcmp(num, "exact")) {
+        v4_numerics nm = V4_NUM_FAST;
+        if (*num && v4_parse_numerics(num, &nm)) {
             v4_err_set(err, V4_ERR_INVALID, o->numerics && *o->numerics ? "--numerics" : "V4_NUMERICS",
-                       "numerics '%s' is not available on the CUDA backend yet (exact only)", num);
+                       "numerics '%s': exact or fast", num);
             return NULL;
         }
 #ifdef V4_HAVE_CUDA
-        return v4_cuda_backend_create(cuda, err);
+        return v4_cuda_backend_create_ex(cuda, nm == V4_NUM_FAST, err);
 #else
         v4_err_set(err, V4_ERR_INVALID, src,
                    "device '%s' asked for, but this build has no CUDA backend (configure with -DV4_CUDA=ON where "
@@ -67,6 +69,15 @@ v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
     }
     const char *isa = o->isa ? o->isa : getenv("V4_CPU_ISA");
     return v4_cpu_backend_create_ex(o->threads, isa && *isa ? isa : "auto", o->numerics, err);
+}
+
+const char *v4_backend_numerics(const v4_backend *be)
+{
+#ifdef V4_HAVE_CUDA
+    if (be && !strcmp(be->ops->name, "cuda"))
+        return v4_numerics_name(v4_cuda_backend_fast(be) ? V4_NUM_FAST : V4_NUM_EXACT);
+#endif
+    return v4_numerics_name(v4_cpu_backend_numerics(be));
 }
 
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
@@ -153,7 +164,8 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
     if (xp && !budget) {
         /* host cache, no budget given: page within what the device has free */
-        const size_t base = v4_cuda_engine_need(&m->w, max_batch, 1);   /* trunk + scratch, no slot */
+        const size_t base = v4_cuda_engine_need(&m->w, max_batch, 1) +   /* trunk + scratch, no slot */
+                            (v4_cuda_backend_lt(be) ? v4_cuda_engine_fast_need(&m->w) : 0);
         const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
                                                                                   : cfg->n_routed_experts;
         budget = free_b > base + HEADROOM ? free_b - base - HEADROOM : 0;
@@ -170,7 +182,8 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
             return 0;
         }
     }
-    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget);
+    void *lt = v4_cuda_backend_lt(be);   /* fast numerics: tensor-core products, bf16 forms */
+    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget) + (lt ? v4_cuda_engine_fast_need(&m->w) : 0);
     if (!want_resident && need + HEADROOM > free_b) {
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: the resident step needs %.2f GiB, %.2f GiB free "
                         "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n", dev, GIB(need), GIB(free_b));
@@ -180,6 +193,10 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
                                                     xp ? v4_xprov_provider(xp) : NULL, err);
     if (!e)
         return -1;
+    if (lt && v4_cuda_engine_use_fast(e, lt, err)) {
+        v4_cuda_engine_free(e);
+        return -1;
+    }
     v4_cuda_backend_own_engine(be, e);
     v4_step_impl impl = v4_cuda_engine_impl(e);
     v4_ctx_set_step_impl(ctx, &impl);
@@ -190,9 +207,9 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (%s) from the %s", xs.slots,
                  xs.slot_bytes / 1048576.0, *spec ? spec : "the free device memory",
                  xp ? "host expert cache" : "mapped checkpoint");
-    fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %s; %.2f GiB held "
-                    "(%.2f GiB free of %.2f)\n",
-            dev, paged, GIB(v4_cuda_engine_bytes(e)), GIB(free_b), GIB(total_b));
+    fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %s, %s numerics; %.2f "
+                    "GiB held (%.2f GiB free of %.2f)\n",
+            dev, paged, lt ? "fast (tensor cores)" : "exact", GIB(v4_cuda_engine_bytes(e)), GIB(free_b), GIB(total_b));
     return 1;
 #else
     (void)m;

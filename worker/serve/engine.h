@@ -34,8 +34,9 @@ typedef struct v4_engine_opts {
     const char *cuda_mode;
     const char *gpu_expert_mem;
     /* --numerics exact|fast (NULL or "": the V4_NUMERICS environment variable, else
-     * exact).  fast is implemented by the CPU backend (kernels/cpu/cpu_backend.h); the
-     * CUDA backend refuses it until it has a fast path. */
+     * exact on the CPU and fast on CUDA).  CPU: kernels/cpu/cpu_backend.h; CUDA:
+     * kernels/cuda/cuda_backend.h (tensor cores through cuBLASLt; exact products when
+     * cuBLASLt does not start or fails its self-test: v4_backend_numerics tells). */
     const char *numerics;
 } v4_engine_opts;
 
@@ -46,6 +47,8 @@ const char *v4_opt_or_env(const char *v, const char *name);
  * for cuda in a build without it, or on a machine without a usable GPU, is an error
  * (V4_ERR_INVALID, saying which), never a silent fallback to the CPU. */
 v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err);
+/* The numerics mode be runs: "exact" or "fast" (what each result reports). */
+const char *v4_backend_numerics(const v4_backend *be);
 
 struct v4_model_files;
 struct v4_ctx;

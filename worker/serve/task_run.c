@@ -170,7 +170,7 @@ const v4_config *v4_runner_config(const v4_runner *r)
 
 const char *v4_runner_numerics(const v4_runner *r)
 {
-    return v4_numerics_name(v4_cpu_backend_numerics(r->be));   /* exact for other backends */
+    return v4_backend_numerics(r->be);
 }
 
 v4_xprov *v4_runner_experts(v4_runner *r)
