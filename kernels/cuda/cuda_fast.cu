@@ -21,28 +21,6 @@
 
 namespace v4fast {
 
-__device__ __forceinline__ float e8m0(uint8_t b)
-{
-    if (b == 0xff)
-        return __int_as_float(0x7fc00000);
-    if (b == 0)
-        return __int_as_float(0x00400000);      /* 2^-127, subnormal */
-    return __int_as_float((int)b << 23);
-}
-
-__device__ __forceinline__ float e4m3(uint32_t b)
-{
-    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    float v;
-    if (e == 15u && m == 7u)
-        v = __int_as_float(0x7fc00000);
-    else if (e == 0u)
-        v = __fmul_rn((float)m, 0x1p-9f);
-    else
-        v = __uint_as_float(((e + 120u) << 23) | (m << 20));
-    return (b & 0x80u) ? -v : v;
-}
-
 /* The byte of an e4m3 value r (a result of v4d_e4m3_round, or NaN). */
 __device__ __forceinline__ uint8_t e4m3_byte(float r)
 {
@@ -104,7 +82,7 @@ __global__ void k_wscale(const uint8_t *e8, int rb, int L, int L4, float *out)
     if (i >= rb * L4)
         return;
     const int p = i / L4, b = i % L4;
-    out[i] = b < L ? e8m0(e8[(size_t)p * L + b]) : 1.0f;
+    out[i] = b < L ? v4d_e8m0(e8[(size_t)p * L + b]) : 1.0f;
 }
 
 /* One thread per (row, 128-column block). */
@@ -162,8 +140,8 @@ __global__ void k_weight_bf16(int type, int r8, const void *w, const uint8_t *sc
         out[i] = ((const uint16_t *)w)[at];
         return;
     }
-    const float sw = e8m0(scale[(size_t)(r / 128) * ((K + 127) / 128) + j / 128]);
-    out[i] = bf16_bits(__fmul_rn(e4m3(((const uint8_t *)w)[at]), sw));
+    const float sw = v4d_e8m0(scale[(size_t)(r / 128) * ((K + 127) / 128) + j / 128]);
+    out[i] = bf16_bits(__fmul_rn(v4d_e4m3(((const uint8_t *)w)[at]), sw));
 }
 
 __global__ void k_finish(const float *d, int rows, int n, int npad, int mode, float *y, int ldy)

@@ -46,28 +46,6 @@ constexpr int QR = 4;           /* rows per warp in the QUANT kernels */
 constexpr int QWARPS = 4;       /* warps per block in the QUANT kernels */
 constexpr int XTJ = 64;         /* columns per tile in the EXACT kernel */
 
-__device__ __forceinline__ float e8m0_f32(uint8_t b)
-{
-    if (b == 0xff)
-        return __int_as_float(0x7fc00000);
-    if (b == 0)
-        return __int_as_float(0x00400000);      /* 2^-127, subnormal */
-    return __int_as_float((int)b << 23);
-}
-
-__device__ __forceinline__ float e4m3_f32(uint32_t b)
-{
-    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    float v;
-    if (e == 15u && m == 7u)
-        v = __int_as_float(0x7fc00000);
-    else if (e == 0u)
-        v = __fmul_rn((float)m, 0x1p-9f);
-    else
-        v = __uint_as_float(((e + 120u) << 23) | (m << 20));
-    return (b & 0x80u) ? -v : v;
-}
-
 __device__ __forceinline__ double e4m3_f64(uint32_t b)
 {
     double d = __hiloint2double((int)(((b & 0x7fu) << 17) | ((b & 0x80u) << 24)), 0);
@@ -168,7 +146,7 @@ __device__ __forceinline__ void quant_fp8_rows(const uint8_t *__restrict__ w, co
             }
         }
         float t[QR][NB];
-        const float sw = kb < nkb ? e8m0_f32(sc[kb]) : 0.0f;
+        const float sw = kb < nkb ? v4d_e8m0(sc[kb]) : 0.0f;
         for (int r = 0; r < QR; r++)
             for (int b = 0; b < NB; b++) {
                 double p = part[r][b];
@@ -241,7 +219,7 @@ __device__ __forceinline__ void quant_fp4_rows(const uint8_t *__restrict__ w, co
                 }
             }
             for (int r = 0; r < QR; r++) {
-                const float sw = r0 + r < rows ? e8m0_f32(scale[(size_t)(r0 + r) * nsb + sb]) : 0.0f;
+                const float sw = r0 + r < rows ? v4d_e8m0(scale[(size_t)(r0 + r) * nsb + sb]) : 0.0f;
                 for (int b = 0; b < NB; b++)
                     if (b < nb)
                         /* flat index b*nkb + sb/4, exactly the reference's qs[sb/4] */
@@ -318,8 +296,8 @@ __device__ __forceinline__ double exact_w(const void *w, const uint8_t *scale, s
         return (double)__uint_as_float((uint32_t)static_cast<const uint16_t *>(w)[idx] << 16);
     if (TYPE == 4)
         return (double)static_cast<const float *>(w)[idx];
-    const float sw = e8m0_f32(scale[(size_t)(r / 128) * scols + j / 128]);
-    return (double)v4d_bf16(__fmul_rn(e4m3_f32(static_cast<const uint8_t *>(w)[idx]), sw));
+    const float sw = v4d_e8m0(scale[(size_t)(r / 128) * scols + j / 128]);
+    return (double)v4d_bf16(__fmul_rn(v4d_e4m3(static_cast<const uint8_t *>(w)[idx]), sw));
 }
 
 /* One warp per block, 32 rows; tiles of 32 x XTJ weights in shared memory. */

@@ -25,6 +25,30 @@ __device__ __forceinline__ float v4d_pow2(int e)
     return 0.0f;
 }
 
+/* E8M0 byte -> 2^(b-127) (2^-127 as a subnormal; 0xff NaN), codec.h v4_e8m0_to_f32. */
+__device__ __forceinline__ float v4d_e8m0(uint8_t b)
+{
+    if (b == 0xff)
+        return __int_as_float(0x7fc00000);
+    if (b == 0)
+        return __int_as_float(0x00400000);
+    return __int_as_float((int)b << 23);
+}
+
+/* e4m3fn byte -> float (exact; the NaN code 0x7f/0xff -> NaN), codec.h v4_e4m3_to_f32. */
+__device__ __forceinline__ float v4d_e4m3(uint32_t b)
+{
+    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float v;
+    if (e == 15u && m == 7u)
+        v = __int_as_float(0x7fc00000);
+    else if (e == 0u)
+        v = __fmul_rn((float)m, 0x1p-9f);
+    else
+        v = __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -v : v;
+}
+
 /* floor(log2(t)) + (t not a power of two), from the bits (codec.h v4_ceil_log2_bits). */
 __device__ __forceinline__ int v4d_ceil_log2_bits(float t)
 {
