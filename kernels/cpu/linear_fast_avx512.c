@@ -27,7 +27,8 @@
  * rows x up to 4 vectors, two accumulators per (row, vector).
  * EXACT (R8 layout only; row-major goes to the reference): one 16-lane vector = two R8
  * groups (16 rows) at column j, so each lane is one row's chain and x_j is one broadcast
- * load for all 16.  Tiles of 8 group pairs x 1 vector, 4 x 2 or 2 x 4: enough
+ * load for all 16.  Tiles of 8 group pairs x 1 vector, 4 x 2 or 2 x 4 (2 x 8 from 8
+ * vectors on: each decoded weight vector feeds twice as many chains): enough
  * independent FMA chains to hide the latency.
  */
 #include "cpu_kernels.h"
@@ -213,10 +214,10 @@ V4_INLINE void exact_tile(const v4_mat *W, const float *x, int ldx, int g0, cons
         ga[k] = imin(g0 + 2 * k, ng - 1);
         gb[k] = imin(g0 + 2 * k + 1, ng - 1);
     }
-    __m512 acc[8][4];
+    __m512 acc[8][8];
 #pragma GCC unroll 8
     for (int k = 0; k < P; k++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < V; v++)
             acc[k][v] = _mm512_setzero_ps();
     __m512 fb[8];
@@ -231,22 +232,22 @@ V4_INLINE void exact_tile(const v4_mat *W, const float *x, int ldx, int g0, cons
                 const float fbb = scale_up(W->scale[(size_t)((gb[k] * 8) / 128) * scols + c / 128]);
                 fb[k] = _mm512_insertf32x8(_mm512_set1_ps(fa), _mm256_set1_ps(fbb), 1);
             }
-        __m512 xb[4];
-#pragma GCC unroll 4
+        __m512 xb[8];
+#pragma GCC unroll 8
         for (int v = 0; v < V; v++)
             xb[v] = _mm512_set1_ps(x[(size_t)(v0 + v) * ldx + c]);
 #pragma GCC unroll 8
         for (int k = 0; k < P; k++) {
             const __m512 wv = r8_pair(W, ((size_t)ga[k] * (size_t)K + (size_t)c) * 8,
                                       ((size_t)gb[k] * (size_t)K + (size_t)c) * 8, fb[k]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int v = 0; v < V; v++)
                 acc[k][v] = _mm512_fmadd_ps(xb[v], wv, acc[k][v]);
         }
     }
 #pragma GCC unroll 8
     for (int k = 0; k < P; k++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < V; v++) {
             float out[16];
             _mm512_storeu_ps(out, acc[k][v]);
@@ -269,7 +270,7 @@ void v4_rows_exact_fast_avx512(const v4_mat *W, int n, const float *xq, const fl
     /* tiles of 2P groups outer, passes over the vectors inner: a tile's weights are read
      * from memory once and found in L1/L2 by the later passes */
     const int g_end = (r1 + 7) / 8;
-    const int P = n == 1 ? 8 : n <= 3 ? 4 : 2, vmax = 8 / P;
+    const int P = n == 1 ? 8 : n <= 3 ? 4 : 2, vmax = n >= 8 ? 8 : 8 / P;   /* wide: 2 pairs x 8 vectors */
     const int ng = (W->rows + 7) / 8;
     for (int g0 = r0 / 8; g0 < g_end; g0 += 2 * P) {
         if (W->type == V4_W_FP8 && !r8_fp8_ok(W, g0, imin(g0 + 2 * P, ng))) {   /* the reference for these rows */
@@ -278,13 +279,15 @@ void v4_rows_exact_fast_avx512(const v4_mat *W, int n, const float *xq, const fl
             continue;
         }
         for (int v0 = 0; v0 < n;) {
-            const int left = n - v0, nv = left >= vmax ? vmax : left >= 2 ? 2 : 1;
+            const int left = n - v0, nv = left >= vmax ? vmax : left >= 4 && vmax > 4 ? 4 : left >= 2 ? 2 : 1;
             if (P == 8)
                 exact_tile(W, x, ldx, g0, 8, v0, 1, y, ldy, r0, r1);
             else if (P == 4 && nv == 2)
                 exact_tile(W, x, ldx, g0, 4, v0, 2, y, ldy, r0, r1);
             else if (P == 4)
                 exact_tile(W, x, ldx, g0, 4, v0, 1, y, ldy, r0, r1);
+            else if (nv == 8)
+                exact_tile(W, x, ldx, g0, 2, v0, 8, y, ldy, r0, r1);
             else if (nv == 4)
                 exact_tile(W, x, ldx, g0, 2, v0, 4, y, ldy, r0, r1);
             else if (nv == 2)
