@@ -5,7 +5,10 @@
       publish N tasks with confirms (ids ID_PREFIX000..), print nothing
   queue_client.py URL collect QUEUE N TIMEOUT_S
       read results from QUEUE until N distinct ids were seen (duplicates allowed, counted),
-      exit 1 if fewer arrive in time; prints "distinct D duplicates U"
+      exit 1 if fewer arrive; prints "distinct D duplicates U".  TIMEOUT_S bounds the wait
+      for the first result and between two new ones (progress), not the whole collection
+      (capped at max(900 s, 10 x TIMEOUT_S)), so a slow machine is not a lost task; on a
+      failure stderr says how many were missing and for how long nothing came.
   queue_client.py URL task QUEUE JSON
       publish one task body as given (with confirm)
   queue_client.py URL result QUEUE TIMEOUT_S
@@ -14,6 +17,7 @@
       print the ready message count of QUEUE
   queue_client.py URL dump QUEUE N TIMEOUT_S
       read N distinct results from QUEUE and print each body on one line; exit 1 if fewer
+      (TIMEOUT_S: the same progress bound as collect)
   queue_client.py URL dead QUEUE ID TIMEOUT_S
       wait for the task ID in QUEUE (a dead-letter queue); print its x-death reason/count
 """
@@ -22,6 +26,27 @@ import sys
 import time
 
 import pika
+
+
+class Progress:
+    """A wait bounded by the time since the last progress (idle_s) and by a cap."""
+
+    def __init__(self, idle_s):
+        self.idle, self.start = idle_s, time.time()
+        self.last, self.cap = self.start, self.start + max(900.0, 10 * idle_s)
+
+    def more(self):
+        now = time.time()
+        return now - self.last < self.idle and now < self.cap
+
+    def moved(self):
+        self.last = time.time()
+
+    def why(self, what, got, n):
+        now = time.time()
+        return "%s: %d of %d after %.0f s; nothing new for the last %.0f s (bound %.0f s)%s" % (
+            what, got, n, now - self.start, now - self.last, self.idle,
+            ", the overall cap reached" if now >= self.cap else "")
 
 url, cmd = sys.argv[1], sys.argv[2]
 conn = pika.BlockingConnection(pika.URLParameters(url))
@@ -40,8 +65,8 @@ if cmd == "publish":
 elif cmd == "collect":
     queue, n, timeout = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
     seen, dups = set(), 0
-    end = time.time() + timeout
-    while time.time() < end and len(seen) < n:
+    w = Progress(timeout)
+    while w.more() and len(seen) < n:
         m, p, b = ch.basic_get(queue, auto_ack=True)
         if m is None:
             time.sleep(0.05)
@@ -52,8 +77,12 @@ elif cmd == "collect":
             sys.exit(1)
         if r["id"] in seen:
             dups += 1
+        else:
+            w.moved()
         seen.add(r["id"])
     print("distinct %d duplicates %d" % (len(seen), dups))
+    if len(seen) < n:
+        print(w.why("results in " + queue, len(seen), n), file=sys.stderr)
     sys.exit(0 if len(seen) >= n else 1)
 elif cmd == "task":
     ch.confirm_delivery()
@@ -73,15 +102,20 @@ elif cmd == "count":
 elif cmd == "dump":
     queue, n, timeout = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
     seen = {}
-    end = time.time() + timeout
-    while time.time() < end and len(seen) < n:
+    w = Progress(timeout)
+    while w.more() and len(seen) < n:
         m, p, b = ch.basic_get(queue, auto_ack=True)
         if m is None:
             time.sleep(0.05)
             continue
-        seen.setdefault(json.loads(b)["id"], b.decode())
+        rid = json.loads(b)["id"]
+        if rid not in seen:
+            w.moved()
+        seen.setdefault(rid, b.decode())
     for body in seen.values():
         print(body)
+    if len(seen) < n:
+        print(w.why("results in " + queue, len(seen), n), file=sys.stderr)
     sys.exit(0 if len(seen) >= n else 1)
 elif cmd == "dead":
     queue, tid, timeout = sys.argv[3], sys.argv[4], float(sys.argv[5])
