@@ -151,6 +151,27 @@ $py "$work/check_same.py" "$work/full.jsonl" "$work/out.jsonl" && ok "resume: ev
 "$bin" batch "$work/in.jsonl" -o "$work/out.jsonl" "${M[@]}" 2>"$work/err3"; rc=$?
 [ "$rc" -eq 0 ] && grep -qE "done: 0 tasks, 0 failed, 11 skipped" "$work/err3" && [ "$(wc -l < "$work/out.jsonl")" -eq 11 ] \
     && ok "complete output: nothing to run" || bad "re-run of a complete output: exit $rc: $(cat "$work/err3")"
+# an answer holding U+0000 (valid JSON: \u0000) is a complete line like any other (issue 19)
+cp "$work/out.jsonl" "$work/nul.jsonl"
+$py - "$work/nul.jsonl" <<'EOF'
+import json, sys
+p = sys.argv[1]
+lines = open(p, encoding="utf-8").read().splitlines()
+for i, l in enumerate(lines):
+    r = json.loads(l)
+    if isinstance(r.get("output"), dict) and isinstance(r["output"].get("text"), str):
+        r["output"]["text"] += "\u0000"
+        lines[i] = json.dumps(r)
+        break
+else:
+    sys.exit("no line with output.text")
+open(p, "w", encoding="utf-8").write("\n".join(lines) + "\n")
+EOF
+grep -q 'u0000' "$work/nul.jsonl" || bad "NUL: the test did not plant a \\u0000"
+"$bin" batch "$work/in.jsonl" -o "$work/nul.jsonl" "${M[@]}" 2>"$work/err3n"; rc=$?
+[ "$rc" -eq 0 ] && grep -qE "done: 0 tasks, 0 failed, 11 skipped" "$work/err3n" && ! grep -q "not JSON" "$work/err3n" \
+    && [ "$(wc -l < "$work/nul.jsonl")" -eq 11 ] \
+    && ok "a complete line with \\u0000 is not run again" || bad "NUL line re-run: exit $rc: $(cat "$work/err3n")"
 
 # ---- SIGTERM mid-run, then resume ------------------------------------------------------
 $py - "$work/long.jsonl" <<'EOF'

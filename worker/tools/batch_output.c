@@ -15,7 +15,7 @@
 static void key_of(const char *line, size_t len, char *key, size_t n, int *readable)
 {
     key[0] = 0;
-    json_t *o = json_loadb(line, len, 0, NULL);
+    json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, NULL);   /* an answer may hold \\u0000 */
     *readable = json_is_object(o);
     json_t *ln = json_object_get(o, "line"), *cid = json_object_get(o, "custom_id"), *id = json_object_get(o, "id");
     if (json_is_integer(ln))
