@@ -37,7 +37,13 @@ for _ in $(seq 1 150); do [ "$(grep -c "amqp: connected" "$WORK/worker.log")" -g
 qclient publish tasks 30 60 c-
 sleep 0.5
 brokers_crash_restart 1 || fail "the broker did not restart"
-qclient collect results 30 120 || fail "confirmed tasks lost in the broker crash"
+got="$(qclient collect results 30 120)" || fail "confirmed tasks lost in the broker crash"
+echo "$got"
+# a result counts as succeeded only once the broker confirmed it: never more "succeeded"
+# lines than results that arrived (issue 19: unconfirmed results were counted too)
+delivered=$(awk '{print $2 + $4}' <<< "$got")
+succ=$(grep -c "task c-[0-9]*: succeeded" "$WORK/worker.log" || true)
+[ "$succ" -le "$delivered" ] || fail "$succ tasks logged as succeeded, $delivered results delivered"
 [ "$(qclient count tasks)" = 0 ] || fail "task queue not empty"
 [ "$(grep -c "amqp: connected" "$WORK/worker.log")" -ge 3 ] || fail "the worker did not reconnect after the crash"
 worker_stop

@@ -75,9 +75,11 @@ conn0="$(nlines "amqp: connected")"
 kill -CONT "$BEAM"
 t1="$(now_ms)"
 echo "--- R6: broker resumed; expect a reconnect, the task run again, acked and its result"
-for _ in $(seq 1 300); do [ "$(nlines "task fz: ")" -ge 3 ] && break; sleep 0.1; done
+# the first run's result was not confirmed: it has no final line (not counted, issue 19),
+# so the one "failed deadline_exceeded" line is the run after the resume
+for _ in $(seq 1 600); do [ "$(nlines "task fz: failed deadline_exceeded")" -ge 1 ] && break; sleep 0.1; done
 [ "$(nlines "amqp: connected")" -gt "$conn0" ] || fail "the worker did not reconnect after the resume"
-[ "$(nlines "task fz: failed deadline_exceeded")" -ge 2 ] || fail "task fz was not run again after the resume"
+[ "$(nlines "task fz: failed deadline_exceeded")" -ge 1 ] || fail "task fz was not run again after the resume"
 [ "$(nlines "not confirmed")" = 1 ] || fail "expected exactly one unconfirmed result (the one published into the freeze)"
 echo "task fz done again $(($(now_ms) - t1)) ms after the resume"
 ready="" unacked=""

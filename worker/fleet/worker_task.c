@@ -53,12 +53,16 @@ static double queue_ms_of(const v4q_delivery *d)
     return ms > 0 ? ms : 0;
 }
 
-static void publish(worker *w, const v4q_delivery *d, const v4q_message *m, const char *id, const char *what)
+/* 0 when the broker confirmed m and the task was acked; -1 (logged) when not: the
+ * broker redelivers the task, so nothing of this attempt may be counted as done. */
+static int publish(worker *w, const v4q_delivery *d, const v4q_message *m, const char *id, const char *what)
 {
     v4_error err = {0};
-    if (v4q_finish(w->svc, d, m, &err))
-        v4w_log(w, 0, id, "task %s: %s not confirmed, task not acked (will be redelivered): %s: %s", id ? id : "?", what,
-             err.where, err.msg);
+    if (!v4q_finish(w->svc, d, m, &err))
+        return 0;
+    v4w_log(w, 0, id, "task %s: %s not confirmed, task not acked (will be redelivered): %s: %s", id ? id : "?", what,
+            err.where, err.msg);
+    return -1;
 }
 
 static void handle_invalid(worker *w, const v4q_delivery *d, const v4_task *t, const v4_task_error *e)
@@ -202,10 +206,16 @@ void v4w_complete(worker *w, v4w_job *j)
                          .routing_key = d->reply_to ? d->reply_to : w->cfg.results_routing_key, .body = json,
                          .len = strlen(json), .message_id = t->id, .correlation_id = d->correlation_id,
                          .fault_exit_before_ack = w->cfg.fault_exit_before_ack};
-        publish(w, d, &m, t->id, "result");
-        observe(w, t, out, rc, e, j->queue_ms, d->timestamp_s != 0, j->t0,
-                j->job.start_ms > 0 ? j->job.start_ms : j->t0);
-        rc ? w->failed++ : w->done++;
+        /* counted (metrics, the finished line, the exit summary) only once the broker
+         * has the result: an unconfirmed one is redelivered and counted then */
+        if (publish(w, d, &m, t->id, "result") == 0) {
+            observe(w, t, out, rc, e, j->queue_ms, d->timestamp_s != 0, j->t0,
+                    j->job.start_ms > 0 ? j->job.start_ms : j->t0);
+            rc ? w->failed++ : w->done++;
+        } else {
+            w->unconfirmed++;
+            v4m_fadd(w->m.unconfirmed, 1);
+        }
     }
     free(json);
 out:
