@@ -17,10 +17,12 @@
  * promotion per 128-block, as DeepGEMM), FP32 output.  Determinism and batch
  * invariance: one algorithm per (kind, rows, K), chosen once by the heuristic for a
  * fixed reference width (64 columns) with split-K and every reduction scheme
- * excluded, and used for every width n; a row's result then depends only on its own
- * column (no K split, a fixed reduction order per output tile).  A width the pinned
- * algorithm refuses gets the heuristic's choice for that width (counted in
- * v4cu_lt_stats: `fallbacks`, nonzero means batch invariance is not guaranteed).
+ * excluded, and used for every width n.  Without a K split an output element's
+ * reduction order should be the kernel's fixed one whatever the width; cuBLASLt does
+ * not promise it, so tests/test_cuda_fast.c checks it on a GPU (a row alone against the
+ * same row in batches of 5, 8 and 64).  A width the pinned algorithm refuses gets the
+ * heuristic's choice for that width (counted in v4cu_lt_stats: `fallbacks`; nonzero
+ * means batch invariance is not guaranteed).
  *
  * Self-test (v4cu_lt_create): one FP8, one FP4 and one BF16 product of random
  * matrices through this path against the exact kernels of cuda_linear.cu on the same
