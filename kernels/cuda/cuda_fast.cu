@@ -56,22 +56,8 @@ __global__ void k_act_quant8(const float *x, int ldx, int n, int npad, int K, ui
             qs[(size_t)kb * npad + b] = 1.0f;
         return;
     }
-    const float v = x[(size_t)b * ldx + (size_t)kb * 128 + t];
-    float m = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((t & 31) == 0)
-        red[t >> 5] = m;
-    __syncthreads();
-    const float amax = fmaxf(1e-4f, fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])));
-    const int e = v4d_ceil_log2_bits(__fmul_rn(amax, 1.0f / 448.0f));
-    const float s = e >= 128 ? __int_as_float(0x7f800000) : v4d_pow2(e);
-    float r = __fdiv_rn(v, s);
-    if (r > 448.0f)
-        r = 448.0f;
-    if (r < -448.0f)
-        r = -448.0f;
-    q[j] = e4m3_byte(v4d_e4m3_round(r));
+    float s;
+    q[j] = e4m3_byte(v4d_act_quant128(x[(size_t)b * ldx + (size_t)kb * 128 + t], red, &s));
     if (t == 0)
         qs[(size_t)kb * npad + b] = s;
 }

@@ -64,25 +64,8 @@ __global__ void k_act_quant(const float *x, int K, int nkb, double *xq, float *x
     __shared__ float red[4];
     const int kb = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
     const size_t j = (size_t)b * K + (size_t)kb * 128 + t;
-    const float v = x[j];
-    float m = fabsf(v);                               /* fmaxf skips NaN like the reference's > */
-    for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((t & 31) == 0)
-        red[t >> 5] = m;
-    __syncthreads();
-    const float amax = fmaxf(1e-4f, fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])));
-    const uint32_t tb = __float_as_uint(__fmul_rn(amax, 1.0f / 448.0f));
-    int e = (int)((tb >> 23) & 0xffu) - 127;
-    if (tb & 0x7fffffu)
-        e += 1;
-    const float s = e >= 128 ? __int_as_float(0x7f800000) : v4d_pow2(e);
-    float q = __fdiv_rn(v, s);
-    if (q > 448.0f)
-        q = 448.0f;
-    if (q < -448.0f)
-        q = -448.0f;
-    xq[j] = (double)v4d_e4m3_round(q);
+    float s;
+    xq[j] = (double)v4d_act_quant128(x[j], red, &s);
     if (t == 0)
         xs[(size_t)b * nkb + kb] = s;
 }

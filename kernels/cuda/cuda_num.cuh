@@ -95,6 +95,31 @@ __device__ __forceinline__ float v4d_e2m1_round(float x)
     return copysignf(v4d_round_grid(fabsf(x), 0, 1, 6.0f), x);
 }
 
+/* The model's activation quantization of one 128-column block (kernels/codec.c,
+ * linear_scalar.c v4_act_quant) by a block of 128 threads, thread t holding the block's
+ * element v: amax = max(|x|, 1e-4) (fmaxf skips NaN like the reference's >), scale
+ * s = 2^ceil(log2(amax / 448)) into *s, returns thread t's e4m3 value of clamp(v / s).
+ * red: __shared__ float[4].  Has a __syncthreads: every thread of the block calls it. */
+__device__ __forceinline__ float v4d_act_quant128(float v, float *red, float *s)
+{
+    const int t = threadIdx.x;
+    float m = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((t & 31) == 0)
+        red[t >> 5] = m;
+    __syncthreads();
+    const float amax = fmaxf(1e-4f, fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3])));
+    const int e = v4d_ceil_log2_bits(__fmul_rn(amax, 1.0f / 448.0f));
+    *s = e >= 128 ? __int_as_float(0x7f800000) : v4d_pow2(e);
+    float q = __fdiv_rn(v, *s);
+    if (q > 448.0f)
+        q = 448.0f;
+    if (q < -448.0f)
+        q = -448.0f;
+    return v4d_e4m3_round(q);
+}
+
 /* ops.h: transcendental functions in double from the float input, rounded once. */
 __device__ __forceinline__ float v4d_sigmoid(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
 __device__ __forceinline__ float v4d_silu(float x) { return (float)((double)x / (1.0 + exp(-(double)x))); }
