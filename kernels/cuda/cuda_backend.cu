@@ -85,18 +85,25 @@ struct cuda_impl {
 };
 
 
-void fail(cuda_impl *c, int sticky, const char *what, cudaError_t e)
+/* A failure of a call: why (a CUDA error string, or cuBLASLt's message) recorded as
+ * the first error, one stderr line, sticky when asked. */
+void fail_why(cuda_impl *c, int sticky, const char *what, const char *why, const char *name)
 {
     if (!c->first.code)
-        v4_err_set(&c->first, V4_ERR_INTERNAL, "cuda backend", "%s: %s (%s)", what, cudaGetErrorString(e),
-                   cudaGetErrorName(e));
+        v4_err_set(&c->first, V4_ERR_INTERNAL, "cuda backend", "%s: %s%s%s%s", what, why, name ? " (" : "",
+                   name ? name : "", name ? ")" : "");
     if (!c->reported) {
         fprintf(stderr, "v4fleet: cuda backend (device %d): %s: %s; this and %s calls return NaN\n", c->device,
-                what, cudaGetErrorString(e), sticky ? "all later" : "failing");
+                what, why, sticky ? "all later" : "failing");
         c->reported = 1;
     }
     if (sticky)
         c->broken = 1;
+}
+
+void fail(cuda_impl *c, int sticky, const char *what, cudaError_t e)
+{
+    fail_why(c, sticky, what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 void fill_nan(int n, int rows, float *y, int ldy)
@@ -341,16 +348,8 @@ int fast_product(cuda_impl *c, const v4_mat *W, v4_lin_mode mode, int quant_ok, 
         if (wb)
             r = v4cu_lt_bf16(c->lt, wb, W->rows, W->cols, n, c->dx, W->cols, c->dy, c->st);
     }
-    if (r < 0) {
-        if (!c->first.code)
-            v4_err_set(&c->first, V4_ERR_INTERNAL, "cuda backend", "fast mode: %s", v4cu_lt_error(c->lt));
-        if (!c->reported) {
-            fprintf(stderr, "v4fleet: cuda backend (device %d): fast mode: %s; this and all later calls return NaN\n",
-                    c->device, v4cu_lt_error(c->lt));
-            c->reported = 1;
-        }
-        c->broken = 1;
-    }
+    if (r < 0)
+        fail_why(c, 1, "fast mode", v4cu_lt_error(c->lt), NULL);
     return r;
 }
 

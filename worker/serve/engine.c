@@ -153,6 +153,8 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         return 0;
     }
     const v4_config *cfg = &m->cfg;
+    void *lt = v4_cuda_backend_lt(be);   /* fast numerics: tensor-core products, bf16 forms */
+    const size_t fast_b = lt ? v4_cuda_engine_fast_need(&m->w) : 0;
     const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
     const size_t xbytes = v4_expert_bytes(&m->w.layers[0].experts[0]);
     const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * xbytes;
@@ -164,8 +166,7 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
     if (xp && !budget) {
         /* host cache, no budget given: page within what the device has free */
-        const size_t base = v4_cuda_engine_need(&m->w, max_batch, 1) +   /* trunk + scratch, no slot */
-                            (v4_cuda_backend_lt(be) ? v4_cuda_engine_fast_need(&m->w) : 0);
+        const size_t base = v4_cuda_engine_need(&m->w, max_batch, 1) + fast_b;   /* trunk + scratch, no slot */
         const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
                                                                                   : cfg->n_routed_experts;
         budget = free_b > base + HEADROOM ? free_b - base - HEADROOM : 0;
@@ -182,8 +183,7 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
             return 0;
         }
     }
-    void *lt = v4_cuda_backend_lt(be);   /* fast numerics: tensor-core products, bf16 forms */
-    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget) + (lt ? v4_cuda_engine_fast_need(&m->w) : 0);
+    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget) + fast_b;
     if (!want_resident && need + HEADROOM > free_b) {
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: the resident step needs %.2f GiB, %.2f GiB free "
                         "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n", dev, GIB(need), GIB(free_b));
