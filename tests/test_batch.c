@@ -22,9 +22,9 @@
 
 /* a step implementation that must not be reached */
 static int never_step(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits,
-                      v4_trace *const *traces, v4_error *err)
+                      const int *want, v4_trace *const *traces, v4_error *err)
 {
-    (void)ud; (void)seqs; (void)tokens; (void)n; (void)logits; (void)traces;
+    (void)ud; (void)seqs; (void)tokens; (void)n; (void)logits; (void)want; (void)traces;
     return v4_err_set(err, V4_ERR_INVALID, "never_step", "reached");
 }
 
@@ -135,12 +135,19 @@ int main(void)
         CHECK(v4_step(cc, ff, ids, 5, lg, NULL, &err) != 0 && strstr(err.msg, "full") && v4_seq_pos(f) == 0,
               "5 rows into a 4-position sequence: %s", err.msg);
         CHECK(v4_step(cc, ff, ids, 4, lg, NULL, &err) == 0 && v4_seq_pos(f) == 4, "4 rows fit: %s", err.msg);
-        /* a step implementation (the GPU's) takes one row per sequence: refused */
-        v4_step_impl impl = {never_step, NULL};
+        /* a step implementation takes at most its rows_per_seq rows per sequence: more are
+         * refused before it runs (never_step fails the test if called) */
+        v4_step_impl impl = {never_step, NULL, 0};
         v4_ctx_set_step_impl(cc, &impl);
         v4_seq_reset(f);
-        CHECK(v4_step(cc, ff, ids, 2, lg, NULL, &err) != 0 && strstr(err.msg, "one row per sequence") &&
-              v4_seq_pos(f) == 0, "two rows of one sequence with a step implementation: %s", err.msg);
+        CHECK(v4_ctx_rows_per_seq(cc) == 1 && v4_step(cc, ff, ids, 2, lg, NULL, &err) != 0 &&
+                  strstr(err.msg, "more than 1 rows") && v4_seq_pos(f) == 0,
+              "two rows of one sequence with a one-row step implementation: %s", err.msg);
+        impl.rows_per_seq = 3;
+        v4_ctx_set_step_impl(cc, &impl);
+        CHECK(v4_ctx_rows_per_seq(cc) == 3 && v4_step(cc, ff, ids, 4, lg, NULL, &err) != 0 &&
+                  strstr(err.msg, "more than 3 rows") && v4_seq_pos(f) == 0,
+              "four rows of one sequence with a three-row step implementation: %s", err.msg);
         v4_ctx_set_step_impl(cc, NULL);
         v4_seq_free(f);
         v4_seq_free(d);

@@ -1,7 +1,8 @@
 /* test_step_rows.c - the rows-per-step policy (worker/serve/step_rows.h) on a synthetic tiny
  * model (made by `v4fleet mkmodel`) with real host expert caches: the CPU backend with
  * resident experts gets want_rows; with a cache of S slots and n_act experts per token
- * it gets min(want, max(floor, S / n_act)); any other backend gets floor_rows. */
+ * it gets min(want, max(floor, S / n_act)); any other backend gets floor_rows, unless
+ * the context's step implementation takes several rows per sequence. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,13 @@
 #include "testutil.h"
 #include "worker/serve/generate.h"
 #include "worker/serve/step_rows.h"
+
+static int no_step(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits, const int *want,
+                   v4_trace *const *traces, v4_error *err)
+{
+    (void)ud; (void)seqs; (void)tokens; (void)n; (void)logits; (void)want; (void)traces;
+    return v4_err_set(err, V4_ERR_INVALID, "no_step", "not stepped here");
+}
 
 int main(void)
 {
@@ -38,17 +46,32 @@ int main(void)
         TEST_DONE();
 
     /* resident experts on the CPU: what the caller wants, never below the floor */
-    CHECK(v4_fit_step_rows(cpu, NULL, cfg, V4_GEN_CHUNK, 1) == V4_GEN_CHUNK, "cpu, resident: want");
-    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 8 + V4_GEN_CHUNK - 1, 8) == 8 + V4_GEN_CHUNK - 1, "cpu, batch 8: want");
-    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 1, 1) == 1, "want 1: 1");
-    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 2, 5) == 5, "floor above want: floor");
-    CHECK(v4_fit_step_rows(cpu, NULL, cfg, 16, 0) == 16, "floor 0 taken as 1");
+    CHECK(v4_fit_step_rows(NULL, cpu, NULL, cfg, V4_GEN_CHUNK, 1) == V4_GEN_CHUNK, "cpu, resident: want");
+    CHECK(v4_fit_step_rows(NULL, cpu, NULL, cfg, 8 + V4_GEN_CHUNK - 1, 8) == 8 + V4_GEN_CHUNK - 1, "cpu, batch 8: want");
+    CHECK(v4_fit_step_rows(NULL, cpu, NULL, cfg, 1, 1) == 1, "want 1: 1");
+    CHECK(v4_fit_step_rows(NULL, cpu, NULL, cfg, 2, 5) == 5, "floor above want: floor");
+    CHECK(v4_fit_step_rows(NULL, cpu, NULL, cfg, 16, 0) == 16, "floor 0 taken as 1");
 
     /* any other backend: the floor (one row per sequence) */
     const v4_backend_ops other_ops = {.name = "cuda"};
     const v4_backend other = {&other_ops, NULL};
-    CHECK(v4_fit_step_rows(&other, NULL, cfg, V4_GEN_CHUNK, 1) == 1, "cuda: 1 row");
-    CHECK(v4_fit_step_rows(&other, NULL, cfg, 4 + V4_GEN_CHUNK - 1, 4) == 4, "cuda, batch 4: 4 rows");
+    CHECK(v4_fit_step_rows(NULL, &other, NULL, cfg, V4_GEN_CHUNK, 1) == 1, "cuda: 1 row");
+    CHECK(v4_fit_step_rows(NULL, &other, NULL, cfg, 4 + V4_GEN_CHUNK - 1, 4) == 4, "cuda, batch 4: 4 rows");
+    /* ... unless the context's step implementation takes prefill chunks (the resident
+     * CUDA step with every expert resident): then want, within the context's rows */
+    const int R = 4 + V4_GEN_CHUNK - 1;
+    v4_ctx *ctx = v4_ctx_create(&m.w, cpu, R, &err);
+    CHECK(ctx != NULL, "context of %d rows: %s", R, err.msg);
+    if (ctx) {
+        v4_step_impl one = {no_step, NULL, 1}, chunks = {no_step, NULL, R};
+        v4_ctx_set_step_impl(ctx, &one);
+        CHECK(v4_fit_step_rows(ctx, &other, NULL, cfg, R, 4) == 4, "cuda, one row per sequence: the floor");
+        v4_ctx_set_step_impl(ctx, &chunks);
+        CHECK(v4_fit_step_rows(ctx, &other, NULL, cfg, R, 4) == R, "cuda, chunks: want (%d rows)", R);
+        CHECK(v4_fit_step_rows(ctx, &other, NULL, cfg, 2 * R, 4) == R, "cuda, chunks: at most the context's rows");
+        CHECK(v4_fit_step_rows(ctx, &other, NULL, cfg, 3, 4) == 4, "cuda, chunks: never below the floor");
+        v4_ctx_free(ctx);
+    }
 
     /* paged experts: slots / n_act, between floor and want.  The slot size comes from
      * a first cache; the others get budgets of exactly S slots. */
@@ -62,10 +85,10 @@ int main(void)
         slot_bytes = st.slot_bytes;
         CHECK(st.slots == cfg->n_layers * cfg->n_routed_experts, "64 MiB: one slot per expert (%d slots)",
               st.slots);
-        CHECK(v4_fit_step_rows(cpu, xp, cfg, V4_GEN_CHUNK, 1) == V4_GEN_CHUNK, "a large cache: want");
-        CHECK(v4_fit_step_rows(cpu, xp, cfg, 8 + V4_GEN_CHUNK - 1, 8) == st.slots / K,
+        CHECK(v4_fit_step_rows(NULL, cpu, xp, cfg, V4_GEN_CHUNK, 1) == V4_GEN_CHUNK, "a large cache: want");
+        CHECK(v4_fit_step_rows(NULL, cpu, xp, cfg, 8 + V4_GEN_CHUNK - 1, 8) == st.slots / K,
               "a large cache, batch 8: slots / n_act = %d rows", st.slots / K);
-        CHECK(v4_fit_step_rows(&other, xp, cfg, V4_GEN_CHUNK, 1) == 1, "a large cache on cuda: floor");
+        CHECK(v4_fit_step_rows(NULL, &other, xp, cfg, V4_GEN_CHUNK, 1) == 1, "a large cache on cuda: floor");
         v4_xprov_close(xp);
     }
     static const struct { int slots, want, floor, expect; } cases[] = {
@@ -87,10 +110,10 @@ int main(void)
         v4_xcache_stats st;
         v4_xprov_stats(xp, &st);
         CHECK(st.slots == cases[i].slots, "budget of %d slots: %d", cases[i].slots, st.slots);
-        const int got = v4_fit_step_rows(cpu, xp, cfg, cases[i].want, cases[i].floor);
+        const int got = v4_fit_step_rows(NULL, cpu, xp, cfg, cases[i].want, cases[i].floor);
         CHECK(got == cases[i].expect, "%d slots, want %d, floor %d: %d rows (expected %d)", cases[i].slots,
               cases[i].want, cases[i].floor, got, cases[i].expect);
-        CHECK(v4_fit_step_rows(&other, xp, cfg, cases[i].want, cases[i].floor) == cases[i].floor,
+        CHECK(v4_fit_step_rows(NULL, &other, xp, cfg, cases[i].want, cases[i].floor) == cases[i].floor,
               "%d slots on cuda: the floor", cases[i].slots);
         v4_xprov_close(xp);
     }

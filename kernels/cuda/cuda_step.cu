@@ -31,6 +31,15 @@
  * waits of the host-driven MoE (routes back, row lists up: 4 per layer).  Results
  * copied to the host are complete when the step returns.
  *
+ * Prefill chunks (several rows of one sequence in a step, consecutive positions in row
+ * order, as forward.c): the projections, the MoE and the head run over every row at
+ * once; the per-row state updates (indexer keys, compressor) are enqueued row by row in
+ * position order, so each row sees exactly the compressed entries the one-row steps
+ * would; a row's window candidates at positions inside the step point at the step's own
+ * kv rows, those before it at the ring, and the ring is written after the attention
+ * kernel (only the last `window` positions of each sequence), so no row of the step
+ * overwrites a window entry another row still reads.
+ *
  * Ownership: see cuda_step.h.  Thread: one at a time.
  */
 #include <math.h>
@@ -110,6 +119,14 @@ struct dseq {
     long last_step;
     dlstate *L;                     /* [n_layers] */
 };
+
+/* A step's rows by sequence (prefill chunks): first[b] the first row of b's sequence,
+ * at[first[b]][k] (through seqrow + off) its k-th row, count its rows. */
+struct rowmap {
+    int first[256], off[256], count[256], seqrow[256];
+};
+
+static int row_at(const rowmap *rm, int b, int k) { return rm->seqrow[rm->off[rm->first[b]] + k]; }
 
 struct v4_cuda_engine {
     const v4_weights *w;
@@ -414,16 +431,13 @@ static int comp_step(v4_cuda_engine *e, const dcomp *c, dcstate *st, int pos, co
 
 /* ----------------------------------------------------------- attention */
 
-/* indexer.c v4_indexer for row b: fills h_csel[b*topk ...], returns the count (-1 on error). */
+/* indexer.c v4_indexer for row b (its query already roped, rotated and quantized):
+ * fills csel[b*topk ...], returns the count (-1 on error). */
 static int indexer(v4_cuda_engine *e, const dlayer *lw, dlstate *L, int b, int pos, v4_trace *tr, int layer)
 {
     const v4_config *cfg = &e->w->cfg;
-    const int ih = cfg->index_n_heads, id = cfg->index_head_dim, rd = cfg->rope_head_dim, topk = cfg->index_topk;
-    float *q = e->iq + (size_t)b * ih * id;
-    if (ck(e, v4cu_rope_at(q + id - rd, ih, id, rd / 2, e->freqs_comp, pos, 0, e->st), "indexer") ||
-        ck(e, v4cu_hadamard(q, ih, id, id, e->st), "indexer") ||
-        ck(e, v4cu_block_qdq(q, ih, id, id, 32, 1, e->st), "indexer"))
-        return -1;
+    const int ih = cfg->index_n_heads, id = cfg->index_head_dim, topk = cfg->index_topk;
+    const float *q = e->iq + (size_t)b * ih * id;   /* rotated and quantized for every row by attention() */
     int done = comp_step(e, &lw->idx_comp, &L->ics, pos, e->ikv + (size_t)b * 2 * id, e->isc + (size_t)b * 2 * id,
                          e->freqs_comp, 1, L->idx_keys + (size_t)L->n_idx * id);
     if (done < 0)
@@ -446,7 +460,7 @@ static int indexer(v4_cuda_engine *e, const dlayer *lw, dlstate *L, int b, int p
     return k;
 }
 
-static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_trace *const *tr)
+static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap *rm, int n, v4_trace *const *tr)
 {
     const v4_config *cfg = &e->w->cfg;
     const dlayer *lw = &e->L[layer];
@@ -476,14 +490,21 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
         ck(e, v4cu_rope(e->kv + hd - rd, n, hd, rd / 2, freqs, e->pos, 1, 0, e->st), "kv") ||
         ck(e, v4cu_block_qdq(e->kv, n, hd, hd - rd, 64, 0, e->st), "kv"))
         return -1;
+    if (lw->ratio == 4) {   /* the indexer queries of every row (indexer.c: rope, rotate, quantize) */
+        const int ih = cfg->index_n_heads, id = cfg->index_head_dim;
+        if (ck(e, v4cu_rope(e->iq + id - rd, n * ih, id, rd / 2, e->freqs_comp, e->pos, ih, 0, e->st), "indexer") ||
+            ck(e, v4cu_hadamard(e->iq, n * ih, id, id, e->st), "indexer") ||
+            ck(e, v4cu_block_qdq(e->iq, n * ih, id, id, 32, 1, e->st), "indexer"))
+            return -1;
+    }
 
+    /* per row in row order (a sequence's rows in position order): its state updates
+     * and its candidate list */
     for (int b = 0; b < n; b++) {
         dlstate *L = &S[b]->L[layer];
-        const int pos = S[b]->pos;
+        const int pos = e->h_pos[b], p0 = e->h_pos[rm->first[b]];
         int nsel = 0;
         if (lw->ratio == 4 && (nsel = indexer(e, lw, L, b, pos, tr ? tr[b] : NULL, layer)) < 0)
-            return -1;
-        if (copy2d(e, L->win + (size_t)(pos % win) * hd, hd, e->kv + (size_t)b * hd, hd, hd, 1))
             return -1;
         if (lw->ratio) {
             const int cw = (lw->comp.overlap ? 2 : 1) * lw->comp.dim;
@@ -493,21 +514,14 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
                 return -1;
             L->n_comp += done;
         }
-        /* candidates (attention.c candidates()): window oldest -> newest, then compressed */
+        /* candidates (attention.c candidates()): window oldest -> newest (positions of
+         * this step from its kv rows, earlier ones from the ring), then compressed */
         const float **hc = h_cand + (size_t)b * e->lmax;
         int m = 0;
-        if (pos >= win - 1) {
-            const int s = pos % win;
-            for (int i = s + 1; i < win; i++)
-                hc[m++] = L->win + (size_t)i * hd;
-            for (int i = 0; i <= s; i++)
-                hc[m++] = L->win + (size_t)i * hd;
-        } else {
-            for (int i = 0; i <= pos; i++)
-                hc[m++] = L->win + (size_t)i * hd;
-            while (m < win)
-                hc[m++] = NULL;
-        }
+        for (int q = pos >= win - 1 ? pos - win + 1 : 0; q <= pos; q++)
+            hc[m++] = q >= p0 ? e->kv + (size_t)row_at(rm, b, q - p0) * hd : L->win + (size_t)(q % win) * hd;
+        while (m < win)
+            hc[m++] = NULL;
         if (lw->ratio && lw->ratio != 4)
             for (int j = 0; j < L->n_comp; j++)
                 hc[m++] = L->comp + (size_t)j * hd;
@@ -531,6 +545,14 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, int n, v4_tra
            "attention") ||
         ck(e, v4cu_rope(e->o + hd - rd, n * H, hd, rd / 2, freqs, e->pos, H, 1, e->st), "attention"))
         return -1;
+    /* the window ring, now that no candidate list reads it: each sequence's last
+     * `window` positions of this step */
+    for (int b = 0; b < n; b++) {
+        const int pos = e->h_pos[b], last = e->h_pos[rm->first[b]] + rm->count[rm->first[b]] - 1;
+        if (pos > last - win &&
+            copy2d(e, S[b]->L[layer].win + (size_t)(pos % win) * hd, hd, e->kv + (size_t)b * hd, hd, hd, 1))
+            return -1;
+    }
     /* grouped low-rank output projection */
     const int gin = H * hd / G;
     for (int g = 0; g < G; g++) {
@@ -879,8 +901,71 @@ static int ensure_cand(v4_cuda_engine *e, int max_len)
 
 /* -------------------------------------------------------------- the step */
 
+/* The LM head for the wanted rows (want NULL: all) into logits [n][vocab]. */
+static int head_rows(v4_cuda_engine *e, int n, const int *want, float *logits)
+{
+    const int V = e->w->cfg.vocab_size, dim = e->w->cfg.dim;
+    int m = 0, all = 1;
+    for (int b = 0; b < n; b++)
+        all &= !want || want[b];
+    if (all)
+        return lin(e, &e->head, 0, n, e->x, e->logits) ||
+               to_host(e, logits, e->logits, sizeof(float) * (size_t)n * V);
+    for (int b = 0; b < n; b++)   /* the wanted rows' hidden states, compacted into y */
+        if (want[b] && copy2d(e, e->y + (size_t)m++ * dim, dim, e->x + (size_t)b * dim, dim, dim, 1))
+            return -1;
+    if (!m)
+        return 0;
+    if (lin(e, &e->head, 0, m, e->y, e->logits))
+        return -1;
+    for (int b = 0, k = 0; b < n; b++)
+        if (want[b] && ck(e, cudaMemcpyAsync(logits + (size_t)b * V, e->logits + (size_t)k++ * V, sizeof(float) * V,
+                                             cudaMemcpyDeviceToHost, e->st), "copy to host"))
+            return -1;
+    return ck(e, cudaStreamSynchronize(e->st), "synchronize");
+}
+
+/* The step's rows by sequence (rm), each sequence's device state in S (the same
+ * pointer for every row of a sequence); a later row of a sequence must be at the
+ * position after its previous row. */
+static int map_rows(v4_cuda_engine *e, const v4_seq_view *views, int n, rowmap *rm, dseq **S, v4_error *err)
+{
+    for (int b = 0; b < n; b++) {
+        int f = b, prev = -1;
+        for (int j = b - 1; j >= 0 && prev < 0; j--)
+            if (views[j].key == views[b].key)
+                prev = j;
+        if (prev >= 0) {
+            f = rm->first[prev];
+            if (views[b].pos != views[prev].pos + 1)
+                return v4_err_set(err, V4_ERR_INVALID, "cuda step",
+                                  "row %d of a sequence is at position %d, after its row %d at %d", b, views[b].pos,
+                                  prev, views[prev].pos);
+            S[b] = S[prev];
+        } else {
+            rm->count[b] = 0;
+            if (!(S[b] = seq_state(e, &views[b], views, n, err)))
+                return -1;
+        }
+        rm->first[b] = f;
+        rm->count[f]++;
+    }
+    int off = 0;
+    for (int b = 0; b < n; b++)
+        if (rm->first[b] == b) {
+            rm->off[b] = off;
+            off += rm->count[b];
+            rm->count[b] = 0;   /* refilled below as the rows are placed */
+        }
+    for (int b = 0; b < n; b++) {
+        const int f = rm->first[b];
+        rm->seqrow[rm->off[f] + rm->count[f]++] = b;
+    }
+    return 0;
+}
+
 static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens, int n, float *logits,
-                       v4_trace *const *tr, v4_error *err)
+                       const int *want, v4_trace *const *tr, v4_error *err)
 {
     v4_cuda_engine *e = (v4_cuda_engine *)ud;
     const v4_config *cfg = &e->w->cfg;
@@ -894,11 +979,12 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
             return v4_err_set(err, V4_ERR_INVALID, "cuda step",
                               "teacher forcing and routing gaps are traced on the CPU path only (row %d)", b);
     dseq *S[256];
+    rowmap rm;
     int max_len = 0;
     memcpy(e->h_tok, tokens, sizeof(int32_t) * (size_t)n);   /* pinned: the upload is not waited for */
+    if (map_rows(e, views, n, &rm, S, err))
+        return -1;
     for (int b = 0; b < n; b++) {
-        if (!(S[b] = seq_state(e, &views[b], views, n, err)))
-            return -1;
         if (views[b].max_len > max_len)
             max_len = views[b].max_len;
         e->h_pos[b] = views[b].pos;
@@ -910,7 +996,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
     for (int l = 0; !rc && l < cfg->n_layers; l++) {
         const dlayer *lw = &e->L[l];
         rc = hc_pre(e, &lw->hc_attn_fn, lw->hc_attn_scale, lw->hc_attn_base, lw->attn_norm, n) ||
-             attention(e, l, S, n, tr) || hc_post(e, n) ||
+             attention(e, l, S, &rm, n, tr) || hc_post(e, n) ||
              hc_pre(e, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, lw->ffn_norm, n) || moe(e, l, n, err) ||
              hc_post(e, n);
     }
@@ -934,8 +1020,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
                  ck(e, cudaMemcpyAsync(e->h_route_w_all, e->route_w_all, sizeof(float) * nr, cudaMemcpyDeviceToHost,
                                        e->st), "copy to host");
         if (!rc && logits)
-            rc = lin(e, &e->head, 0, n, e->x, e->logits) ||
-                 to_host(e, logits, e->logits, sizeof(float) * (size_t)n * cfg->vocab_size);
+            rc = head_rows(e, n, want, logits);
         if (!rc)
             rc = ck(e, cudaStreamSynchronize(e->st), "synchronize");
         if (!rc && want_routes)
@@ -944,7 +1029,8 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
     if (rc) {
         cudaStreamSynchronize(e->st);   /* the unwaited uploads' host sources (h_tok, h_pos, h_cand, h_len) */
         for (int b = 0; b < n; b++)   /* their device state holds part of a position */
-            free_dseq(S[b], cfg->n_layers);
+            if (rm.first[b] == b)
+                free_dseq(S[b], cfg->n_layers);
         if (e->fail == cudaSuccess && err->msg[0])
             return -1;                  /* a precise error from the step (expert budget) */
         if (e->fail != cudaSuccess)
@@ -1209,8 +1295,8 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int 
                                                        size_t expert_budget, const v4_expert_provider *inner,
                                                        v4_error *err)
 {
-    if (max_batch < 1 || max_batch > 256 || max_seqs < max_batch) {
-        v4_err_set(err, V4_ERR_INVALID, "cuda engine", "max_batch %d (1..256) and max_seqs %d (>= max_batch)",
+    if (max_batch < 1 || max_batch > 256 || max_seqs < 1) {
+        v4_err_set(err, V4_ERR_INVALID, "cuda engine", "max_batch %d (rows, 1..256) and max_seqs %d (>= 1)",
                    max_batch, max_seqs);
         return NULL;
     }
@@ -1328,6 +1414,8 @@ extern "C" size_t v4_cuda_engine_bytes(const v4_cuda_engine *e) { return e ? e->
 
 extern "C" v4_step_impl v4_cuda_engine_impl(v4_cuda_engine *e)
 {
-    v4_step_impl s = {engine_step, e};
+    /* prefill chunks need every routed expert resident (paged: one row per sequence, as
+     * the slot pool must hold the union of a layer's experts over the step's rows) */
+    v4_step_impl s = {engine_step, e, e->paged ? 1 : e->max_batch};
     return s;
 }

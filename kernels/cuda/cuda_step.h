@@ -14,6 +14,11 @@
  * Traces: route_ids / route_w and index_ids / index_count are filled; the debug dumps
  * (q, kv, sub_out, streams, hidden) and checksums are not (left untouched).
  *
+ * Rows: a step carries up to max_batch rows; with every routed expert resident a
+ * sequence may fill several of them (a prefill chunk: v4_step_impl.rows_per_seq =
+ * max_batch; consecutive positions in row order; the results equal one-row steps), with
+ * paged experts one row per sequence.  The LM head runs on the rows whose logits are
+ * wanted only.
  * Sequences: device state is keyed by the v4_seq pointer and created at position 0;
  * up to max_seqs sequences keep state at once (a new one takes the least recently
  * stepped slot that is not in the current step; stepping an evicted sequence at a
@@ -50,8 +55,10 @@ extern "C" {
 typedef struct v4_cuda_engine v4_cuda_engine;
 
 /* Upload w to the current CUDA device (cudaSetDevice before); NULL + err on failure
- * (out of device memory: the bytes it needed).  expert_budget: 0 = every routed expert
- * resident, else the bytes of device slots for paged experts. */
+ * (out of device memory: the bytes it needed).  max_batch: the rows of a step (1..256:
+ * the scratch is sized for them); max_seqs: the sequences that keep device state at
+ * once.  expert_budget: 0 = every routed expert resident, else the bytes of device
+ * slots for paged experts. */
 v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, size_t expert_budget,
                                       v4_error *err);
 /* The same, the paged experts' bytes coming from inner (acquired per layer for the
@@ -80,7 +87,8 @@ typedef struct v4_cuda_expert_stats {
 void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st);
 /* Bytes of device memory held (weights + scratch + sequence state). */
 size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
-/* The step implementation to give v4_ctx_set_step_impl (ud = e). */
+/* The step implementation to give v4_ctx_set_step_impl (ud = e; rows_per_seq:
+ * max_batch with every expert resident, 1 with paged experts). */
 v4_step_impl v4_cuda_engine_impl(v4_cuda_engine *e);
 
 #ifdef __cplusplus

@@ -139,7 +139,12 @@ void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl)
 
 const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
 
-int v4_ctx_rows_per_seq(const v4_ctx *c) { return c->impl.step ? 1 : c->max_batch; }
+int v4_ctx_rows_per_seq(const v4_ctx *c)
+{
+    if (!c->impl.step)
+        return c->max_batch;
+    return c->impl.rows_per_seq < 1 ? 1 : c->impl.rows_per_seq < c->max_batch ? c->impl.rows_per_seq : c->max_batch;
+}
 
 int v4_ctx_max_rows(const v4_ctx *c) { return c->max_batch; }
 
@@ -196,10 +201,10 @@ static int check_inputs(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, i
         int pos = seqs[b]->pos;
         for (int j = 0; j < b; j++)
             pos += seqs[j] == seqs[b];
-        if (pos > seqs[b]->pos && c->impl.step)
+        if (c->impl.step && pos - seqs[b]->pos >= v4_ctx_rows_per_seq(c))
             return v4_err_set(err, V4_ERR_INVALID, "v4_step",
-                              "sequence appears twice in one batch (rows %d..: one row per sequence with "
-                              "this step implementation)", b);
+                              "sequence %d fills more than %d rows of one batch (row %d; the rows per sequence of "
+                              "this step implementation)", b, v4_ctx_rows_per_seq(c), b);
         if (pos >= seqs[b]->max_len)
             return v4_err_set(err, V4_ERR_RANGE, "v4_step",
                               "sequence %d is full (%d positions)", b, seqs[b]->max_len);
@@ -277,8 +282,8 @@ int v4_step_rows(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, f
         return -1;
     if (c->impl.step) {
         for (int b = 0; b < n; b++)
-            c->views[b] = (v4_seq_view){seqs[b], seqs[b]->pos, seqs[b]->max_len};
-        if (c->impl.step(c->impl.ud, c->views, tokens, n, logits, tr, err)) {
+            c->views[b] = (v4_seq_view){seqs[b], c->s.rowpos[b], seqs[b]->max_len};
+        if (c->impl.step(c->impl.ud, c->views, tokens, n, logits, want, tr, err)) {
             for (int b = 0; b < n; b++)
                 seqs[b]->broken = 1;
             return -1;

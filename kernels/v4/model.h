@@ -86,17 +86,21 @@ typedef struct v4_expert_provider {
 /* Another implementation of the whole step (kernels/cuda/cuda_step.h: the decode path
  * on the GPU with its own device copies of the weights and of every sequence's state).
  * v4_step checks its inputs as usual, hands the step to impl.step with a view of each
- * sequence (key: the v4_seq, identity only; its position; its capacity), then
+ * row (key: the v4_seq, identity only; the row's position; the capacity), then
  * advances the positions; a failure marks the sequences broken.  The backend and the
- * expert provider are not used while an implementation is set. */
+ * expert provider are not used while an implementation is set.  rows_per_seq: the rows
+ * one sequence may fill in a step (a prefill chunk: its rows take consecutive positions
+ * in row order, like v4_step's; 0 or 1: one row per sequence).  want: as v4_step_rows'
+ * (NULL: every row's logits; else only rows with want[b] != 0 need them). */
 typedef struct v4_seq_view {
     const v4_seq *key;
     int pos, max_len;
 } v4_seq_view;
 typedef struct v4_step_impl {
-    int (*step)(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits,
+    int (*step)(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits, const int *want,
                 v4_trace *const *traces, v4_error *err);
     void *ud;
+    int rows_per_seq;
 } v4_step_impl;
 
 v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_error *err);
@@ -107,7 +111,8 @@ void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl);
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);
 void v4_ctx_free(v4_ctx *c);
 const v4_config *v4_ctx_config(const v4_ctx *c);
-/* Rows one sequence may fill in a step: max_batch, or 1 with a step implementation. */
+/* Rows one sequence may fill in a step: max_batch, or with a step implementation its
+ * rows_per_seq (at least 1, at most max_batch). */
 int v4_ctx_rows_per_seq(const v4_ctx *c);
 /* Rows a step takes (max_batch). */
 int v4_ctx_max_rows(const v4_ctx *c);
@@ -121,8 +126,8 @@ const char *v4_ctx_attn_path(const v4_ctx *c);
  * logits: [n][vocab] f32 (may be NULL); traces: NULL or n pointers (each may be NULL).
  * A sequence may fill several rows (a prefill chunk: one weight pass for many prompt
  * positions): its rows take consecutive positions in row order, each attending to the
- * ones before it, and the results equal feeding them one step at a time.  Not with a
- * step implementation (v4_ctx_set_step_impl): there, one row per sequence.
+ * ones before it, and the results equal feeding them one step at a time.  With a step
+ * implementation (v4_ctx_set_step_impl), at most its rows_per_seq rows per sequence.
  * Fails (state unchanged) on a bad token id or a full sequence.  When the expert
  * provider fails mid-step, the step fails with its error and the n sequences are
  * marked broken (their caches hold part of a position): later steps on them fail

@@ -17,6 +17,9 @@
  *   4. paged experts whose bytes come from the host expert cache (cache/
  *      expert_provider.h, source: the safetensors, half the experts' bytes) instead
  *      of the mapped weights: the same numbers, the misses loaded through the cache.
+ *   5. prefill chunks: up to 40 rows of one sequence in a step, another sequence's
+ *      row among them, some steps wanting only some rows' logits: every row equals
+ *      the one-row CPU run.
  * The misses are copied on a copy stream; in the emulation (simt_emu.h) such copies
  * run only when waited for, so a kernel that read a slot before its ready event
  * would see stale bytes and this check would fail.
@@ -340,6 +343,76 @@ int v4_step_check(const char *data, int P)
         v4_cuda_engine_free(eng4);
         v4_ctx_free(dev4);
         v4_xprov_close(hx);
+    }
+
+    /* 5. prefill chunks: an engine of 48 rows takes sequence A's first P positions in
+     * chunks of 1..40 rows (across the window's wrap, CSA and HCA blocks completing
+     * inside a chunk), with a row of sequence B (its own tokens, one per step) in the
+     * middle of each chunk; every step's rows equal the one-row CPU runs (logits, routes,
+     * indexer selections); odd steps want only A's last row and B's row (the head runs
+     * on those alone; the other rows' traces are still compared) */
+    {
+        const int before5 = bad_total, R = 48;
+        v4_ctx *dev5 = v4_ctx_create(w, be, R, &err);
+        v4_cuda_engine *eng5 = dev5 ? v4_cuda_engine_create(w, R, 4, 0, &err) : NULL;
+        if (!eng5) {
+            printf("chunk engine: %s: %s\n", err.where, err.msg);
+            return 1;
+        }
+        v4_step_impl impl5 = v4_cuda_engine_impl(eng5);
+        v4_ctx_set_step_impl(dev5, &impl5);
+        const int per_seq = v4_ctx_rows_per_seq(dev5);
+        v4_seq *A = v4_seq_create(w, P + 1, &err), *B = v4_seq_create(w, 64, &err);
+        const int chunks[] = {1, 5, 37, 2, 40, 16, 35};
+        int at = 0, bp = 0, steps = 0, maxc = 0;
+        const int V = w->cfg.vocab_size;
+        while (at < P && bp < (int)rt[0].size()) {
+            const int c = chunks[steps % 7] < P - at ? chunks[steps % 7] : P - at, n = c + 1;
+            std::vector<v4_seq *> rows((size_t)n);
+            std::vector<int32_t> tk((size_t)n);
+            std::vector<int> want((size_t)n), src((size_t)n);   /* src: A's position, or -1 for B */
+            for (int k = 0, j = 0; k < n; k++) {
+                const int isb = k == c / 2;
+                rows[k] = isb ? B : A;
+                src[k] = isb ? -1 : at + j;
+                tk[k] = isb ? rt[0][(size_t)bp] : seq[(size_t)(at + j)];
+                want[k] = !(steps & 1) || isb || j == c - 1;
+                j += !isb;
+            }
+            std::vector<obs> o((size_t)n);
+            std::vector<v4_trace> t((size_t)n);
+            std::vector<v4_trace *> tp((size_t)n);
+            std::vector<float> lg((size_t)n * V);
+            for (int k = 0; k < n; k++) {
+                obs_init(o[k], &w->cfg, &t[k]);
+                tp[k] = &t[k];
+            }
+            if (v4_step_rows(dev5, rows.data(), tk.data(), n, lg.data(), want.data(), tp.data(), &err)) {
+                printf("chunk step %d (%d rows) failed: %s: %s\n", steps, n, err.where, err.msg);
+                return 1;
+            }
+            for (int k = 0; k < n; k++) {
+                const obs &r = src[k] < 0 ? ref[0][(size_t)bp] : a[(size_t)src[k]];
+                if (want[k])
+                    o[k].logits.assign(lg.begin() + (long)k * V, lg.begin() + (long)(k + 1) * V);
+                else
+                    o[k].logits = r.logits;   /* unspecified: only the traces are compared */
+                compare(src[k] < 0 ? "chunk B" : "chunk A", r, o[k], src[k] < 0 ? bp : src[k]);
+            }
+            at += c;
+            bp++;
+            steps++;
+            maxc = c > maxc ? c : maxc;
+        }
+        const int ok5 = bad_total == before5 && per_seq == R && v4_seq_pos(A) == P && v4_seq_pos(B) == steps;
+        printf("prefill chunks (%d rows per sequence): %d positions of A in %d steps (up to %d rows) with B's rows "
+               "between: %s (%d mismatches; A at %d, B at %d)\n",
+               per_seq, at, steps, maxc, ok5 ? "ok" : "FAIL", bad_total - before5, v4_seq_pos(A), v4_seq_pos(B));
+        bad_total += !ok5 && bad_total == before5;
+        v4_seq_free(A);
+        v4_seq_free(B);
+        v4_cuda_engine_free(eng5);
+        v4_ctx_free(dev5);
     }
 
     for (int r = 0; r < 3; r++)

@@ -153,6 +153,11 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         return 0;
     }
     const v4_config *cfg = &m->cfg;
+    /* the engine's rows: the context's (a prefill chunk plus a row per other sequence),
+     * at most the 256 a device step takes */
+    int rows = v4_ctx_max_rows(ctx) < 256 ? v4_ctx_max_rows(ctx) : 256;
+    if (rows < max_batch)
+        rows = max_batch;
     void *lt = v4_cuda_backend_lt(be);   /* fast numerics: tensor-core products, bf16 forms */
     const size_t fast_b = lt ? v4_cuda_engine_fast_need(&m->w) : 0;
     const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
@@ -166,7 +171,7 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
     if (xp && !budget) {
         /* host cache, no budget given: page within what the device has free */
-        const size_t base = v4_cuda_engine_need(&m->w, max_batch, 1) + fast_b;   /* trunk + scratch, no slot */
+        const size_t base = v4_cuda_engine_need(&m->w, rows, 1) + fast_b;   /* trunk + scratch, no slot */
         const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
                                                                                   : cfg->n_routed_experts;
         budget = free_b > base + HEADROOM ? free_b - base - HEADROOM : 0;
@@ -183,13 +188,13 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
             return 0;
         }
     }
-    const size_t need = v4_cuda_engine_need(&m->w, max_batch, budget) + fast_b;
+    const size_t need = v4_cuda_engine_need(&m->w, rows, budget) + fast_b;
     if (!want_resident && need + HEADROOM > free_b) {
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: the resident step needs %.2f GiB, %.2f GiB free "
                         "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n", dev, GIB(need), GIB(free_b));
         return 0;
     }
-    v4_cuda_engine *e = v4_cuda_engine_create_paged(&m->w, max_batch, 2 * max_batch + 2, budget,
+    v4_cuda_engine *e = v4_cuda_engine_create_paged(&m->w, rows, 2 * max_batch + 2, budget,
                                                     xp ? v4_xprov_provider(xp) : NULL, err);
     if (!e)
         return -1;

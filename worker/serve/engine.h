@@ -72,7 +72,8 @@ int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ct
 /* For a CUDA backend: the decode mode (engine.c), from cuda_mode (NULL or
  * "": V4_CUDA_MODE) = auto (default) | resident | hybrid.  resident: the whole step on
  * the GPU (kernels/cuda/cuda_step.h, owned by be), set as ctx's step implementation for
- * up to max_batch sequences per step, every expert resident or paged within the GPU
+ * up to max_batch sequences per step and ctx's rows (v4_ctx_max_rows, at most 256: with
+ * every expert resident a prefill chunk fills the spare rows), every expert resident or paged within the GPU
  * expert budget gpu_mem (NULL or "": V4_GPU_EXPERT_MEM), the misses coming from the
  * host expert cache xp (its provider is ctx's already) or, with xp NULL, from the
  * mapped checkpoint; with xp and no budget, the budget is the device's free memory

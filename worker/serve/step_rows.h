@@ -7,9 +7,11 @@
  * expert cache) a step's MoE layer acquires the union of its rows' experts at once,
  * up to rows x n_act_experts of them, and that union must fit the cache's slots: the
  * rows shrink to slots / n_act_experts, never below floor_rows (the rows the caller
- * needs anyway: one per sequence of a batch).  Any other backend (CUDA: the resident
- * step takes one row per sequence, the hybrid mode sizes its device expert slots for
- * one row per sequence) gets floor_rows.
+ * needs anyway: one per sequence of a batch).  Any other backend gets floor_rows, unless
+ * ctx's step implementation takes several rows per sequence (the resident CUDA step
+ * with every expert resident): then want_rows, at most ctx's rows (the hybrid mode and
+ * the resident step with paged experts size their device expert slots for one row
+ * per sequence).
  *
  * Ownership: nothing is kept.  Thread: any (reads the cache's figures, which are
  * thread-safe).
@@ -20,11 +22,14 @@
 #include "cache/expert_provider.h"
 #include "config/model_config.h"
 #include "kernels/backend.h"
+#include "kernels/v4/model.h"
 
 /* The rows a step may carry: want_rows on the CPU backend, at most
  * xp's slots / cfg->n_act_experts when xp (the host expert cache; NULL = experts
- * resident) is given, never below floor_rows; floor_rows on any other backend.
- * Also never above want_rows (floor_rows > want_rows gives floor_rows). */
-int v4_fit_step_rows(const v4_backend *be, v4_xprov *xp, const v4_config *cfg, int want_rows, int floor_rows);
+ * resident) is given, never below floor_rows; on any other backend floor_rows, or
+ * with a chunk-taking step implementation on ctx (NULL: none yet) want_rows within
+ * ctx's rows.  Also never above want_rows (floor_rows > want_rows gives floor_rows). */
+int v4_fit_step_rows(const v4_ctx *ctx, const v4_backend *be, v4_xprov *xp, const v4_config *cfg, int want_rows,
+                     int floor_rows);
 
 #endif

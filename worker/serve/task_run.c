@@ -85,10 +85,10 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, eo.cuda_mode, eo.gpu_expert_mem, &err))
         goto fail;
     /* one row per sequence plus a prefill chunk's spare rows, as worker/serve/step_rows.h
-     * decides (fewer with paged experts, one row per sequence on CUDA); a step
-     * implementation (the resident CUDA step) takes one row per sequence anyway. */
+     * decides (fewer with paged experts; on CUDA the resident step with every expert
+     * resident takes chunks, the hybrid mode and paged GPU experts one row per sequence) */
     r->step_rows = v4_ctx_rows_per_seq(r->ctx) > 1
-                       ? v4_fit_step_rows(r->be, r->xp, &r->m.cfg, v4_ctx_max_rows(r->ctx), r->max_batch)
+                       ? v4_fit_step_rows(r->ctx, r->be, r->xp, &r->m.cfg, v4_ctx_max_rows(r->ctx), r->max_batch)
                        : r->max_batch;
     return r;
 fail:

@@ -171,15 +171,15 @@ int v4_cmd_generate(int argc, char **argv)
                    n_prompt, o.max_tokens, ctx_len > cfg->max_position ? cfg->max_position : (long long)ctx_len);
         goto out;
     }
-    /* prefill chunks: the context takes the rows worker/serve/step_rows.h allows without a
-     * cache (V4_GEN_CHUNK on the CPU, 1 on CUDA); with paged experts (opened after the
-     * context) each step then carries at most the rows whose experts fit the cache */
+    /* prefill chunks: the context takes V4_GEN_CHUNK rows; each step then carries the
+     * rows worker/serve/step_rows.h allows once the experts and the device are attached
+     * (fewer with paged experts: those whose experts fit the cache; on CUDA chunks only
+     * in the resident step with every expert resident) */
     if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)))
         goto out;
-    if (!(ctx = v4_ctx_create(&m.w, be, v4_fit_step_rows(be, NULL, cfg, V4_GEN_CHUNK, 1), &err)) ||
-        v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
+    if (!(ctx = v4_ctx_create(&m.w, be, V4_GEN_CHUNK, &err)) || v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
         goto out;
-    const int rows = v4_fit_step_rows(be, xp, cfg, V4_GEN_CHUNK, 1);
+    const int rows = v4_fit_step_rows(ctx, be, xp, cfg, V4_GEN_CHUNK, 1);
     if (xp) {
         v4_xcache_stats st;
         v4_xprov_stats(xp, &st);
