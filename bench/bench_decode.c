@@ -49,19 +49,6 @@ static int ensure_model(const opts *o, const char *preset, char *dir, size_t cap
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Read one byte per page of every tensor so the timed runs do not fault pages in. */
-static void page_in(const v4_ckpt *ck)
-{
-    volatile unsigned char acc = 0;
-    for (size_t i = 0; i < v4_ckpt_count(ck); i++) {
-        const v4_tensor *t = v4_ckpt_tensor(ck, i);
-        const unsigned char *p = t->data;
-        for (uint64_t off = 0; off < t->nbytes; off += 4096)
-            acc ^= p[off];
-    }
-    (void)acc;
-}
-
 static int bench_preset(const opts *o, const char *preset, double bw, const char *cpu)
 {
     char dir[4096];
@@ -73,7 +60,7 @@ static int bench_preset(const opts *o, const char *preset, double bw, const char
         fprintf(stderr, "bench_decode: %s: %s\n", err.where, err.msg);
         return -1;
     }
-    page_in(m.ck);
+    v4_bench_page_in(m.ck);
     const v4_config *cfg = &m.cfg;
     int ntok = o->tokens > 0 ? o->tokens : (cfg->dim >= 2048 ? 8 : 256);
     v4_backend *be = v4_cpu_backend_create(o->threads, o->isa, &err);

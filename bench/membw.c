@@ -9,6 +9,8 @@
 
 #include "membw.h"
 
+#include "cache/safetensors.h"
+
 typedef struct {
     const uint64_t *p;
     size_t n;
@@ -109,4 +111,16 @@ void v4_bench_cpu_name(char *buf, size_t cap)
         }
     }
     fclose(f);
+}
+
+void v4_bench_page_in(const v4_ckpt *ck)
+{
+    volatile unsigned char acc = 0;
+    for (size_t i = 0; i < v4_ckpt_count(ck); i++) {
+        const v4_tensor *t = v4_ckpt_tensor(ck, i);
+        const unsigned char *p = t->data;
+        for (uint64_t off = 0; off < t->nbytes; off += 4096)
+            acc ^= p[off];
+    }
+    (void)acc;
 }

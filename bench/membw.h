@@ -12,5 +12,9 @@ double v4_bench_read_bandwidth(size_t bytes, int threads, int runs);
 void v4_bench_cpu_name(char *buf, size_t cap);
 double v4_bench_now(void);   /* monotonic seconds */
 double v4_bench_median(double *v, int n);   /* sorts v */
+/* Read one byte per page of every tensor of ck (cache/safetensors.h) so that timed
+ * runs do not fault pages in. */
+struct v4_ckpt;
+void v4_bench_page_in(const struct v4_ckpt *ck);
 
 #endif

@@ -73,6 +73,8 @@ typedef struct v4_worker_config {
     long long host_cache_bytes;     /* V4_HOST_CACHE_BYTES: 0 = all experts resident (no cache) */
     char cache_policy[16];          /* V4_CACHE_POLICY: lru | slru | lfru */
     int io_threads;                 /* V4_IO_THREADS: concurrent expert reads */
+    int threads;                    /* V4_THREADS: CPU engine threads (0: the CPUs the
+                                     * process may use: affinity, cgroup quota) */
     /* observability (worker/fleet/http_server.h, worker/fleet/log.h) */
     int http_port;                  /* V4_HTTP_PORT: 0 = no endpoint */
     int http_port_set;              /* V4_HTTP_PORT was given (env, _FILE or file), not the default */

@@ -1,7 +1,8 @@
 /* test_threadpool.c - the CPU backend's thread pool: every task runs exactly once per
  * run, thread ids are in range, back-to-back runs (spinning workers) and runs after
- * the workers fell asleep both work, and create/destroy without any run (workers that
- * start after the shutdown request) does not hang. */
+ * the workers fell asleep both work, create/destroy without any run (workers that
+ * start after the shutdown request) does not hang, and a run stalled by a slow worker
+ * sends the pool solo for a while (threadpool.h stats). */
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -36,6 +37,28 @@ static int run_and_check(v4_pool *p, int n_tasks)
     return ok;
 }
 
+/* Tasks of 0.2 ms on the caller (so that a worker wakes up in time to claim one) and
+ * of 5 ms on a worker (thread != 0). */
+static void slow_task(void *ctx, int t, int thread)
+{
+    task(ctx, t, thread);
+    struct timespec ts = {0, (thread ? 5000 : 200) * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+static int run_slow_worker(v4_pool *p, int n_tasks)
+{
+    static atomic_int hits[64];
+    for (int i = 0; i < n_tasks; i++)
+        atomic_store(&hits[i], 0);
+    job j = {hits, v4_pool_threads(p), 0};
+    v4_pool_run(p, n_tasks, slow_task, &j);
+    int ok = !atomic_load(&j.bad_thread);
+    for (int i = 0; i < n_tasks; i++)
+        ok &= atomic_load(&hits[i]) == 1;
+    return ok;
+}
+
 int main(void)
 {
     /* create/destroy storms, no runs: late-starting workers must see the shutdown */
@@ -60,6 +83,23 @@ int main(void)
         }
         CHECK(ok, "runs after sleep, %d threads", nt);
         v4_pool_run(p, 0, task, NULL);                /* no tasks: no call */
+        v4_pool_destroy(p);
+    }
+    /* a worker that holds a task for 5 ms while the caller's are quick: the caller's
+     * wait is a stall (the pool's counters say so) and the run right after it goes on
+     * the caller alone (solo_runs), every task still run exactly once */
+    {
+        v4_pool *p = v4_pool_create(2);
+        v4_pool_stats st = {0};
+        int ok = 1, tries = 0;
+        for (; tries < 200 && st.solo_runs == 0; tries++) {
+            ok &= run_slow_worker(p, 3);
+            ok &= run_and_check(p, 8);
+            v4_pool_get_stats(p, &st);
+        }
+        CHECK(ok && st.stalls >= 1 && st.backoffs >= 1 && st.solo_runs >= 1,
+              "a stalled run backs off to solo runs (%d tries: runs %llu, stalls %llu, back-offs %llu, solo %llu)",
+              tries, st.runs, st.stalls, st.backoffs, st.solo_runs);
         v4_pool_destroy(p);
     }
     /* first run immediately after create */

@@ -42,10 +42,10 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../codec.h"
 #include "cpu_backend.h"
+#include "cpu_budget.h"
 #include "cpu_kernels.h"
 #include "threadpool.h"
 
@@ -422,9 +422,10 @@ v4_backend *v4_cpu_backend_create_ex(int n_threads, const char *isa, const char 
         v4_err_set(err, V4_ERR_INVALID, "cpu backend", "n_threads %d < 0", n_threads);
         return NULL;
     }
-    if (n_threads == 0) {
-        long np = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = np > 0 ? (int)np : 1;
+    if (n_threads == 0) {   /* the CPUs this process may really use (affinity, cgroup quota) */
+        v4_cpu_budget cb;
+        v4_cpu_budget_get(&cb);
+        n_threads = cb.threads;
     }
     v4_backend *be = calloc(1, sizeof *be);
     cpu_impl *c = calloc(1, sizeof *c);
@@ -484,6 +485,11 @@ int v4_cpu_backend_threads(const v4_backend *be)
     if (!be || be->ops != &cpu_ops)
         return 0;
     return ((const cpu_impl *)be->impl)->n_threads;
+}
+
+void v4_cpu_backend_pool_stats(const v4_backend *be, v4_pool_stats *st)
+{
+    v4_pool_get_stats(be && be->ops == &cpu_ops ? ((const cpu_impl *)be->impl)->pool : NULL, st);
 }
 
 v4_mat v4_mat_rows(const v4_mat *W, int r0, int nr)

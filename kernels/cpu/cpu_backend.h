@@ -4,8 +4,9 @@
  * (avx512 with the VNNI FP4 kernel); asking for an ISA the CPU lacks is an error.  With
  * "auto" (or NULL) the environment variable V4_CPU_ISA, if set, names the ISA instead
  * (scalar|avx2|avx512|avx512vnni|auto).  Every ISA gives
- * bit-identical results.  n_threads: 0 = one per online core (sysconf); the backend
- * owns a pool of n_threads-1 worker threads plus the calling thread.
+ * bit-identical results.  n_threads: 0 = one per CPU this process may use (cpu_budget.h:
+ * the affinity mask and the cgroup CPU quota); the backend owns a pool of n_threads-1
+ * worker threads plus the calling thread.
  *
  * Ownership: the caller owns the returned backend and frees it with
  * be->ops->destroy(be) (or v4_backend_destroy).
@@ -17,6 +18,7 @@
 #include "../../config/error.h"
 #include "../../config/numerics_setting.h"
 #include "../backend.h"
+#include "threadpool.h"
 
 v4_backend *v4_cpu_backend_create(int n_threads, const char *isa, v4_error *err);
 /* The same with a numerics mode: "exact" or "fast" (config/numerics_setting.h); NULL or
@@ -36,6 +38,9 @@ const char *v4_cpu_backend_isa(const v4_backend *be);
 const char *v4_cpu_backend_isa_asked(const v4_backend *be);
 /* Threads the backend uses (including the caller). */
 int v4_cpu_backend_threads(const v4_backend *be);
+/* The thread pool's counters (threadpool.h: runs, stalls on descheduled workers,
+ * back-offs to solo runs); zeros for another backend.  Thread: the stepping thread. */
+void v4_cpu_backend_pool_stats(const v4_backend *be, v4_pool_stats *st);
 /* Which ISAs this CPU supports (for tests that run every path); "scalar" and "auto"
  * always. */
 int v4_cpu_isa_supported(const char *isa);

@@ -16,7 +16,7 @@
 int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner **out)
 {
     v4_task_error te = {0};
-    v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, 0, NULL,
+    v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, c->threads, NULL,
                          c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem,
                          c->numerics};
     double t0 = v4_now_ms();
@@ -26,10 +26,11 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
         v4w_log(w, 0, NULL, "%s: %s", te.where, te.message);
         return -1;
     }
-    char experts[256];
+    char experts[256], threads[800];
     v4_runner_describe_experts(r, experts, sizeof experts);
-    v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s; numerics %s", c->model_dir, v4_now_ms() - t0, experts,
-            v4_runner_numerics(r));
+    v4_runner_describe_threads(r, threads, sizeof threads);
+    v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s; numerics %s%s%s", c->model_dir, v4_now_ms() - t0, experts,
+            v4_runner_numerics(r), *threads ? "; " : "", threads);
     if (phase == PHASE_LOADING)
         v4w_set_phase(w, PHASE_WARMING, NULL, NULL);
     v4_warmup_opts wo = {c->warmup_experts ? c->redis_url : NULL, c->redis_prefix, c->model_name, c->warmup_tokens};
@@ -142,6 +143,7 @@ static void reload(worker *w, const char *why)
     memcpy(w->cfg.cache_policy, nc.cache_policy, sizeof nc.cache_policy);
     w->cfg.host_cache_bytes = nc.host_cache_bytes;
     w->cfg.io_threads = nc.io_threads;
+    w->cfg.threads = nc.threads;
     memcpy(w->cfg.device, nc.device, sizeof nc.device);
     memcpy(w->cfg.cuda_mode, nc.cuda_mode, sizeof nc.cuda_mode);
     memcpy(w->cfg.gpu_expert_mem, nc.gpu_expert_mem, sizeof nc.gpu_expert_mem);

@@ -12,6 +12,7 @@
 #include "cache/model_files.h"
 #include "engine.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/cpu_budget.h"
 #include "kernels/v4/model.h"
 #include "step_rows.h"
 #include "task_run_internal.h"
@@ -76,6 +77,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
                                  &err)))
         goto fail;
     r->max_batch = ex && ex->max_batch > 1 ? ex->max_batch : 1;
+    r->threads = ex ? ex->threads : 0;
     if (ex && ex->host_cache_bytes > 0) {
         v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};
         if (!(r->xp = v4_xprov_open(&r->m.cfg, r->m.ck, &xo, &err)))
@@ -171,6 +173,22 @@ const v4_config *v4_runner_config(const v4_runner *r)
 const char *v4_runner_numerics(const v4_runner *r)
 {
     return v4_backend_numerics(r->be);
+}
+
+void v4_runner_describe_threads(const v4_runner *r, char *out, size_t n)
+{
+    out[0] = 0;
+    if (strcmp(r->be->ops->name, "cpu"))
+        return;
+    if (r->threads > 0) {
+        snprintf(out, n, "%d CPU thread%s (set)", r->threads, r->threads == 1 ? "" : "s");
+        return;
+    }
+    v4_cpu_budget b;
+    char d[600];
+    v4_cpu_budget_get(&b);
+    snprintf(out, n, "%d CPU thread%s: the default, %s", v4_cpu_backend_threads(r->be),
+             v4_cpu_backend_threads(r->be) == 1 ? "" : "s", v4_cpu_budget_describe(&b, d, sizeof d));
 }
 
 v4_xprov *v4_runner_experts(v4_runner *r)

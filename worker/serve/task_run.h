@@ -96,6 +96,9 @@ long v4_runner_context(const v4_runner *r);
 const struct v4_config *v4_runner_config(const v4_runner *r);
 /* The numerics mode its engine runs: "exact" or "fast" (config/numerics_setting.h). */
 const char *v4_runner_numerics(const v4_runner *r);
+/* One line on the CPU threads (for the start-up log): "2 CPU threads (set)" or, by
+ * default, the CPU budget they came from (kernels/cpu/cpu_budget.h); "" on a GPU. */
+void v4_runner_describe_threads(const v4_runner *r, char *out, size_t n);
 /* The runner's host expert cache (cache/expert_provider.h; the runner owns it), NULL
  * when every expert is resident.  Its users (warm-up) run on the runner's thread. */
 struct v4_xprov *v4_runner_experts(v4_runner *r);
