@@ -37,16 +37,7 @@ typedef struct opts {
 
 static int ensure_model(const opts *o, const char *preset, char *dir, size_t cap)
 {
-    snprintf(dir, cap, "%s/%s", o->models, preset);
-    char cfg[4200], cmd[9000];
-    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-    struct stat st;
-    if (stat(cfg, &st) == 0)
-        return 0;
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --out '%s' --preset %s --seed 1 --force", o->models,
-             V4_BIN_PATH, dir, preset);
-    fprintf(stderr, "bench_decode: generating %s model: %s\n", preset, cmd);
-    return system(cmd) == 0 ? 0 : -1;
+    return v4_bench_ensure_model(V4_BIN_PATH, o->models, preset, "bench_decode", dir, cap);
 }
 
 static int bench_preset(const opts *o, const char *preset, double bw, const char *cpu)

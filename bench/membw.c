@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "membw.h"
@@ -123,4 +124,19 @@ void v4_bench_page_in(const v4_ckpt *ck)
             acc ^= p[off];
     }
     (void)acc;
+}
+
+int v4_bench_ensure_model(const char *bin, const char *models, const char *preset, const char *prog, char *dir,
+                          size_t cap)
+{
+    snprintf(dir, cap, "%s/%s", models, preset);
+    char cfg[4200], cmd[9000];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    struct stat st;
+    if (stat(cfg, &st) == 0)
+        return 0;
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --out '%s' --preset %s --seed 1 --force", models, bin,
+             dir, preset);
+    fprintf(stderr, "%s: generating %s model: %s\n", prog, preset, cmd);
+    return system(cmd) == 0 ? 0 : -1;
 }

@@ -16,5 +16,9 @@ double v4_bench_median(double *v, int n);   /* sorts v */
  * runs do not fault pages in. */
 struct v4_ckpt;
 void v4_bench_page_in(const struct v4_ckpt *ck);
+/* dir := models/preset; generates it with `bin mkmodel --preset preset --seed 1` unless
+ * it has a config.json (prog names the bench in the notice on stderr).  0 or -1. */
+int v4_bench_ensure_model(const char *bin, const char *models, const char *preset, const char *prog, char *dir,
+                          size_t cap);
 
 #endif

@@ -24,18 +24,22 @@ static void task(void *ctx, int t, int thread)
         atomic_store(&j->bad_thread, 1);
 }
 
-static int run_and_check(v4_pool *p, int n_tasks)
+/* Runs n_tasks (<= 4096) of fn (task or slow_task) and checks each ran once on a
+ * valid thread. */
+static int run_fn(v4_pool *p, int n_tasks, v4_pool_fn fn)
 {
     static atomic_int hits[4096];
     for (int i = 0; i < n_tasks; i++)
         atomic_store(&hits[i], 0);
     job j = {hits, v4_pool_threads(p), 0};
-    v4_pool_run(p, n_tasks, task, &j);
+    v4_pool_run(p, n_tasks, fn, &j);
     int ok = !atomic_load(&j.bad_thread);
     for (int i = 0; i < n_tasks; i++)
         ok &= atomic_load(&hits[i]) == 1;
     return ok;
 }
+
+static int run_and_check(v4_pool *p, int n_tasks) { return run_fn(p, n_tasks, task); }
 
 /* Tasks of 0.2 ms on the caller (so that a worker wakes up in time to claim one) and
  * of 5 ms on a worker (thread != 0). */
@@ -46,18 +50,6 @@ static void slow_task(void *ctx, int t, int thread)
     nanosleep(&ts, NULL);
 }
 
-static int run_slow_worker(v4_pool *p, int n_tasks)
-{
-    static atomic_int hits[64];
-    for (int i = 0; i < n_tasks; i++)
-        atomic_store(&hits[i], 0);
-    job j = {hits, v4_pool_threads(p), 0};
-    v4_pool_run(p, n_tasks, slow_task, &j);
-    int ok = !atomic_load(&j.bad_thread);
-    for (int i = 0; i < n_tasks; i++)
-        ok &= atomic_load(&hits[i]) == 1;
-    return ok;
-}
 
 int main(void)
 {
@@ -93,7 +85,7 @@ int main(void)
         v4_pool_stats st = {0};
         int ok = 1, tries = 0;
         for (; tries < 200 && st.solo_runs == 0; tries++) {
-            ok &= run_slow_worker(p, 3);
+            ok &= run_fn(p, 3, slow_task);
             ok &= run_and_check(p, 8);
             v4_pool_get_stats(p, &st);
         }
