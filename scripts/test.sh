@@ -14,6 +14,9 @@
 # release 544 -> 210 s, ASan/UBSan 1082 -> 606 s, the same results; V4_TEST_JOBS=1
 # runs them one at a time).  A build or fuzz stage that fails counts as one failure, so the last
 # line "P passed, F failed[, S skipped]" has F > 0 exactly when the exit status is 1.
+# V4_TEST_STRESS=N runs N busy competing processes (shell loops, killed at exit) for the
+# whole run: the suite must also pass on a machine shared with other work, where every
+# wait is slower (the tests wait for progress, not for fixed times).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -26,7 +29,25 @@ SKIPPED=0
 LOG_DIR="$(mktemp -d)"
 # shellcheck source=tests/lib/brokers.sh
 source "$V4_ROOT/tests/lib/brokers.sh"
-trap 'brokers_release; rm -rf "$LOG_DIR"' EXIT
+STRESS_PIDS=()
+trap 'stress_stop; brokers_release; rm -rf "$LOG_DIR"' EXIT
+
+# V4_TEST_STRESS=N: N busy loops competing for the CPUs until exit.
+stress_start() {
+    local n="${V4_TEST_STRESS:-0}" i
+    case "$n" in
+    '' | *[!0-9]*) echo "test.sh: V4_TEST_STRESS must be a non-negative integer, not '$n'" >&2; return 1 ;;
+    esac
+    for ((i = 0; i < n; i++)); do
+        sh -c 'while :; do :; done' &
+        STRESS_PIDS+=("$!")
+    done
+    [ "$n" -eq 0 ] || echo "test.sh: $n busy competing processes for the whole run (V4_TEST_STRESS=$n)"
+}
+
+stress_stop() {
+    [ "${#STRESS_PIDS[@]}" -eq 0 ] || kill "${STRESS_PIDS[@]}" 2> /dev/null || true
+}
 
 summary() {
     local line="$PASSED passed, $FAILED failed"
@@ -101,6 +122,11 @@ main() {
         exit 1
     fi
 
+    if ! stress_start; then
+        FAILED=$((FAILED + 1))
+        summary
+        exit 1
+    fi
     v4_section "brokers (RabbitMQ + Redis on loopback)"
     if ! brokers_ensure; then
         echo "test.sh: cannot start the test brokers (the queue tests will fail)" >&2
