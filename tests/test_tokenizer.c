@@ -246,10 +246,11 @@ static void test_stream_split_char(const v4_tokenizer *t)
     CHECK(!v4_tok_stream_feed(s, ids[0], &c, &k, &err) && k == 3 && !memcmp(c, "\xEF\xBF\xBD", 3),
           "invalid subpart replaced (%zu)", k);
     CHECK(!v4_tok_stream_feed(s, ids[1], &c, &k, &err) && k == 2, "then é");
-    /* unknown ids: error, stream unchanged */
+    /* an id with no token: no text, counted (as Hugging Face drops it); a negative id:
+     * error, stream unchanged */
     CHECK(!v4_tok_stream_feed(s, ids[2], &c, &k, &err) && k == 0, "held once more");
-    CHECK(v4_tok_stream_feed(s, v4_tok_n_ids(t) + 5, &c, &k, &err) && err.code == V4_ERR_RANGE,
-          "unknown id in stream");
+    CHECK(!v4_tok_stream_feed(s, v4_tok_n_ids(t) + 5, &c, &k, &err) && k == 0 && v4_tok_stream_unknown(s) == 1,
+          "id past the vocabulary in a stream: no text, counted (%zu)", v4_tok_stream_unknown(s));
     CHECK(v4_tok_stream_feed(s, -1, &c, &k, &err) && err.code == V4_ERR_RANGE, "negative id");
     CHECK(!v4_tok_stream_feed(s, ids[3], &c, &k, &err) && k == 0, "still pending");
     CHECK(!v4_tok_stream_feed(s, ids[4], &c, &k, &err) && k == 3, "euro completes after errors");
@@ -397,13 +398,26 @@ static void test_errors(const v4_tokenizer *t)
     }
 
     /* decode / encode errors on the real tokenizer */
-    int32_t ids[3] = {100, v4_tok_n_ids(t), 5};
-    char *text = NULL;
-    size_t len;
+    /* ids with no token (past the vocabulary, inside the model's 129280 rows) decode to
+     * nothing, as Hugging Face tokenizers drops them; a negative id is an error */
+    int32_t ids[3] = {100, v4_tok_n_ids(t), 5}, two[2] = {100, 5};
+    char *text = NULL, *want = NULL;
+    size_t len, wlen;
+    CHECK(!v4_tok_decode(t, two, 2, 0, &want, &wlen, &err), "decode: %s", err.msg);
+    CHECK(!v4_tok_decode(t, ids, 3, 0, &text, &len, &err) && want && len == wlen && !memcmp(text, want, len) &&
+              v4_tok_count_unknown(t, ids, 3) == 1,
+          "id %d past the vocabulary: dropped: %s", (int)ids[1], err.msg);
+    free(text);
+    text = NULL;
+    ids[1] = 129279;    /* the model's last row */
+    CHECK(!v4_tok_decode(t, ids, 3, 0, &text, &len, &err) && len == wlen && v4_tok_count_unknown(t, ids, 3) == 1,
+          "id 129279: dropped");
+    free(text);
+    free(want);
+    text = NULL;
+    ids[1] = -3;
     CHECK(v4_tok_decode(t, ids, 3, 0, &text, &len, &err) && err.code == V4_ERR_RANGE && !text,
-          "unknown id: %s", err.msg);
-    ids[1] = 128900;    /* inside the model's 129280 rows but not a token */
-    CHECK(v4_tok_decode(t, ids, 3, 0, &text, &len, &err) && err.code == V4_ERR_RANGE, "hole id");
+          "negative id: %s", err.msg);
     v4_ids out = {0};
     CHECK(!v4_tok_encode(t, "ok", 2, &out, &err), "encode ok");
     size_t before = out.n;

@@ -238,6 +238,7 @@ void v4_gen_end(v4_gen_state *g, v4_gen_result *res)
         g->t1 = t2;
     g->res.prefill_s = g->t1 - g->t0;
     g->res.decode_s = t2 - g->t1;
+    g->res.unknown_ids = g->ts ? (int)v4_tok_stream_unknown(g->ts) : 0;
     *res = g->res;
     g->res.tokens = NULL;
     g->res.n_tokens = 0;
@@ -272,6 +273,7 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
     res->n_tokens = 0;
     res->finish_reason = "length";
     res->prefill_s = res->decode_s = 0;
+    res->unknown_ids = 0;
     float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * V4_GEN_CHUNK);
     if (!logits) {
         v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");

@@ -77,6 +77,8 @@ typedef struct v4_gen_result {
     int n_tokens;
     const char *finish_reason;  /* "stop" | "length" */
     double prefill_s, decode_s; /* wall time of the prompt and of the generated tokens */
+    int unknown_ids;            /* generated ids with no token (past the tokenizer's
+                                 * vocabulary, inside the model's): no text, no error */
 } v4_gen_result;
 
 /* tok may be NULL (no text: emit is not called).  seq must be fresh (position 0) and

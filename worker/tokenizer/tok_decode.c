@@ -18,6 +18,7 @@ struct v4_tok_stream {
     int flags;
     unsigned char pend[4];      /* bytes of an incomplete character */
     size_t npend;
+    size_t unknown;             /* ids fed that have no token (decoded to nothing) */
     char *buf;                  /* pend + new bytes, then the returned text */
     size_t cap;
 };
@@ -49,14 +50,21 @@ static size_t lossy(const unsigned char *s, size_t n, int final, char *out, size
     return o;
 }
 
-static int token_bytes(const v4_tokenizer *t, int32_t id, int flags, const char **p, size_t *n,
+/* The bytes of id: -1 (err) for a negative id; an id >= 0 with no token (past the
+ * vocabulary, e.g. a model's padding rows, or a hole in it) gives no bytes, as Hugging
+ * Face tokenizers drops it, and *unknown is set. */
+static int token_bytes(const v4_tokenizer *t, int32_t id, int flags, const char **p, size_t *n, int *unknown,
                        v4_error *err)
 {
     *p = "";
     *n = 0;
-    if (id < 0 || id >= t->n_ids || !(t->tokens[id].flags & TOK_VALID))
-        return v4_err_set(err, V4_ERR_RANGE, "tokenizer", "token id %d is not in the vocabulary",
-                          (int)id);
+    *unknown = 0;
+    if (id < 0)
+        return v4_err_set(err, V4_ERR_RANGE, "tokenizer", "token id %d is negative", (int)id);
+    if (id >= t->n_ids || !(t->tokens[id].flags & TOK_VALID)) {
+        *unknown = 1;
+        return 0;
+    }
     const tok_entry *e = &t->tokens[id];
     int skip = (flags & V4_TOK_SKIP_SPECIAL) && (e->flags & TOK_SPECIAL);
     *p = t->bytes + e->off;
@@ -73,7 +81,8 @@ int v4_tok_decode(const v4_tokenizer *t, const int32_t *ids, size_t n, int flags
     for (size_t i = 0; i < n; i++) {
         const char *p;
         size_t k;
-        if (token_bytes(t, ids[i], flags, &p, &k, err))
+        int unk;
+        if (token_bytes(t, ids[i], flags, &p, &k, &unk, err))
             return -1;
         total += k;
     }
@@ -87,7 +96,8 @@ int v4_tok_decode(const v4_tokenizer *t, const int32_t *ids, size_t n, int flags
     for (size_t i = 0; i < n; i++) {
         const char *p;
         size_t k;
-        token_bytes(t, ids[i], flags, &p, &k, err);
+        int unk;
+        token_bytes(t, ids[i], flags, &p, &k, &unk, err);
         memcpy(raw + at, p, k);
         at += k;
     }
@@ -124,16 +134,29 @@ void v4_tok_stream_free(v4_tok_stream *s)
 void v4_tok_stream_reset(v4_tok_stream *s)
 {
     s->npend = 0;
+    s->unknown = 0;
+}
+
+size_t v4_tok_stream_unknown(const v4_tok_stream *s) { return s->unknown; }
+
+size_t v4_tok_count_unknown(const v4_tokenizer *t, const int32_t *ids, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ids[i] >= 0 && (ids[i] >= t->n_ids || !(t->tokens[ids[i]].flags & TOK_VALID));
+    return c;
 }
 
 int v4_tok_stream_feed(v4_tok_stream *s, int32_t id, const char **text, size_t *len, v4_error *err)
 {
     const char *p;
     size_t k;
+    int unk;
     *text = "";
     *len = 0;
-    if (token_bytes(s->t, id, s->flags, &p, &k, err))
+    if (token_bytes(s->t, id, s->flags, &p, &k, &unk, err))
         return -1;
+    s->unknown += (size_t)unk;
     size_t n = s->npend + k, need = 4 * n + 1;
     if (need > s->cap) {
         char *b = realloc(s->buf, need);

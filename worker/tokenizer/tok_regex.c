@@ -1,14 +1,16 @@
 /* tok_regex.c - make PCRE2 split a text like the reference tokenizer's regex engine.
  *
- * The golden ids (tests/data/tokenizer/cases_README.md) come from a JavaScript
- * tokenizer: V8 regexes in Unicode mode with Unicode 17.0 tables.  PCRE2 (UTF + UCP)
+ * The reference is Hugging Face `tokenizers` 0.22.2 (the library under transformers,
+ * vLLM and SGLang; the golden ids in tests/data/tokenizer/cases_README.md come from
+ * it), whose regex engine is Oniguruma with Unicode 16.0 tables.  PCRE2 (UTF + UCP)
  * agrees on the syntax DeepSeek's patterns use, with two differences that change
  * pre-token boundaries:
  *   - property tables: Debian 12's PCRE2 10.42 has Unicode 14.0, so a letter or mark
- *     assigned since then is "unassigned" to it.  Every \p{L|M|N|P|S} (and \P{..}
- *     outside a class) gets the generated ranges of tok_unicode.c added;
- *   - \s: ECMAScript's whitespace includes U+FEFF but not U+0085 / U+180E, PCRE2's
- *     is the reverse.  \s and \S are replaced by the explicit ECMAScript set.
+ *     assigned in 15.0 or 16.0 is "unassigned" to it.  Every \p{L|M|N|P|S} (and \P{..}
+ *     outside a class) gets the generated ranges of tok_unicode.c added (characters
+ *     new in 17.0 stay unassigned, as for the reference);
+ *   - \s: Oniguruma's is Unicode's White_Space (U+0085 included, U+FEFF and U+180E
+ *     not), PCRE2's also holds U+180E.  \s and \S are replaced by the explicit set.
  * The rewrite is a single pass that tracks whether it is inside a character class
  * (escapes, \Q..\E, POSIX [:name:] and a leading ']' are respected); a property
  * inside a class gets the ranges appended to the class, outside it becomes a class.
@@ -22,12 +24,12 @@
 #include "tok_internal.h"
 #include "config/strbuf.h"
 
-/* ECMAScript WhiteSpace + LineTerminator (Zs of Unicode 17.0 included). */
-static const tok_range JS_SPACE[] = {
-    {0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF},
+/* Unicode White_Space (Oniguruma's \s: 09-0D, NEL, Zl, Zp, Zs), as tok_is_whitespace. */
+static const tok_range WS_SET[] = {
+    {0x09, 0x0D}, {0x20, 0x20}, {0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
+    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000},
 };
-#define N_JS_SPACE (sizeof JS_SPACE / sizeof JS_SPACE[0])
+#define N_WS_SET (sizeof WS_SET / sizeof WS_SET[0])
 
 
 static void puts_(v4_strbuf *b, const char *s) { v4_sb_putn(b, s, strlen(s)); }
@@ -43,16 +45,16 @@ static void put_ranges(v4_strbuf *b, const tok_range *r, size_t n)
     }
 }
 
-/* The complement of JS_SPACE in [0, 0x10FFFF], as ranges (for \S inside a class). */
+/* The complement of WS_SET in [0, 0x10FFFF], as ranges (for \S inside a class). */
 static void put_not_space(v4_strbuf *b)
 {
-    tok_range r[N_JS_SPACE + 1];
+    tok_range r[N_WS_SET + 1];
     size_t n = 0;
     uint32_t next = 0;
-    for (size_t i = 0; i < N_JS_SPACE; i++) {
-        if (JS_SPACE[i].lo > next)
-            r[n++] = (tok_range){next, JS_SPACE[i].lo - 1};
-        next = JS_SPACE[i].hi + 1;
+    for (size_t i = 0; i < N_WS_SET; i++) {
+        if (WS_SET[i].lo > next)
+            r[n++] = (tok_range){next, WS_SET[i].lo - 1};
+        next = WS_SET[i].hi + 1;
     }
     r[n++] = (tok_range){next, 0x10FFFF};
     put_ranges(b, r, n);
@@ -124,12 +126,12 @@ int tok_regex_rewrite(const char *pat, size_t len, char **out, size_t *out_len, 
                 i += k;
             } else if (d == 's' || d == 'S') {
                 if (in_class && d == 's')
-                    put_ranges(&b, JS_SPACE, N_JS_SPACE);
+                    put_ranges(&b, WS_SET, N_WS_SET);
                 else if (in_class)
                     put_not_space(&b);
                 else {
                     puts_(&b, d == 's' ? "[" : "[^");
-                    put_ranges(&b, JS_SPACE, N_JS_SPACE);
+                    put_ranges(&b, WS_SET, N_WS_SET);
                     puts_(&b, "]");
                 }
                 i += 2;

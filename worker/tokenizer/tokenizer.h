@@ -97,7 +97,9 @@ void v4_tok_encoder_free(v4_tok_encoder *e);
 /* Decode ids to text (malloc'd, NUL-terminated, *len without the NUL).  Byte
  * sequences that are not valid UTF-8 (e.g. ids that end inside a character) become
  * U+FFFD, one per maximal invalid subpart, like Rust's String::from_utf8_lossy.
- * An id that is not a token is an error (V4_ERR_RANGE). */
+ * An id >= 0 with no token (past the tokenizer's vocabulary but inside the model's, e.g.
+ * DeepSeek-V3's 128815..129279, or a hole) gives no text, as Hugging Face tokenizers
+ * drops it (v4_tok_count_unknown counts them); a negative id is an error (V4_ERR_RANGE). */
 int v4_tok_decode(const v4_tokenizer *t, const int32_t *ids, size_t n, int flags, char **text,
                   size_t *len, v4_error *err);
 
@@ -106,9 +108,13 @@ int v4_tok_decode(const v4_tokenizer *t, const int32_t *ids, size_t n, int flags
  * character completes).  The concatenation of all returned chunks plus the flush
  * equals v4_tok_decode of all the ids. */
 v4_tok_stream *v4_tok_stream_new(const v4_tokenizer *t, int flags, v4_error *err);
-/* On error (unknown id) nothing is consumed and the stream is unchanged. */
+/* On error (a negative id) nothing is consumed and the stream is unchanged; an id with
+ * no token gives no text and is counted (v4_tok_stream_unknown, since new or reset). */
 int v4_tok_stream_feed(v4_tok_stream *s, int32_t id, const char **text, size_t *len,
                        v4_error *err);
+size_t v4_tok_stream_unknown(const v4_tok_stream *s);
+/* How many of ids (>= 0) have no token (they decode to nothing). */
+size_t v4_tok_count_unknown(const v4_tokenizer *t, const int32_t *ids, size_t n);
 /* End of the sequence: held-back bytes of an incomplete character become U+FFFD. */
 void v4_tok_stream_flush(v4_tok_stream *s, const char **text, size_t *len);
 void v4_tok_stream_reset(v4_tok_stream *s);

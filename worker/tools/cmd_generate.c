@@ -196,6 +196,9 @@ int v4_cmd_generate(int argc, char **argv)
         fprintf(stderr, "v4fleet %s: prompt %d tokens, generated %d tokens in %.2f s (%.1f tokens/s), "
                         "prefill %.2f s, finish_reason %s\n", PROG, n_prompt, res.n_tokens, res.decode_s,
                 res.decode_s > 0 ? res.n_tokens / res.decode_s : 0.0, res.prefill_s, res.finish_reason);
+        if (res.unknown_ids)
+            fprintf(stderr, "v4fleet %s: %d generated ids have no token in the vocabulary (no text)\n", PROG,
+                    res.unknown_ids);
     } else {
         printf("[");
         for (int i = 0; i < res.n_tokens; i++)

@@ -261,6 +261,10 @@ static int decode_to(const v4_tokenizer *t, const v4_ids *ids, int flags, const 
     size_t len;
     if (v4_tok_decode(t, ids->v, ids->n, flags, &text, &len, err))
         return at(err, where);
+    const size_t unknown = v4_tok_count_unknown(t, ids->v, ids->n);
+    if (unknown)   /* as Hugging Face tokenizers: dropped, not an error */
+        fprintf(stderr, "v4fleet detokenize: %s: %zu id%s with no token in the vocabulary decoded to nothing\n", where,
+                unknown, unknown == 1 ? "" : "s");
     if (!as_json) {
         fwrite(text, 1, len, stdout);
     } else {
