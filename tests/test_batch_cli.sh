@@ -263,6 +263,17 @@ import json, sys
 ids = [json.loads(l)["id"] for l in open(sys.argv[1])]
 assert ids == ["slow-0"], ids
 ' "$work/slow.out" && ok "grace 0: no line for the aborted task" || bad "grace 0: $(cut -c1-200 "$work/slow.out")"
+# a second signal aborts the running task at once, and says so (not "after the grace period")
+"$bin" batch "$work/slow.jsonl" -o "$work/slow2.out" "${M[@]}" --grace-ms 600000 2>"$work/err7" &
+bpid=$!
+for _ in $(seq 1 6000); do [ -s "$work/slow2.out" ] && break; kill -0 "$bpid" 2>/dev/null || break; sleep 0.05; done
+kill -TERM "$bpid"
+for _ in $(seq 1 6000); do grep -q "signal again to abort" "$work/err7" && break; sleep 0.05; done
+kill -TERM "$bpid"
+wait "$bpid"; rc=$?; bpid=""
+[ "$rc" -eq 143 ] && grep -q 'line 2 (id "slow-1"): aborted by a second signal' "$work/err7" &&
+    ! grep -q "after the grace period" "$work/err7" && ok "second signal: aborted by it" ||
+    bad "second signal: exit $rc: $(cat "$work/err7")"
 
 # ---- --concurrency 4: continuous batching gives the serial run's lines -----------------
 "$bin" batch "$work/in.jsonl" -o "$work/conc.jsonl" "${M[@]}" --concurrency 4 2>"$work/errc"; rc=$?

@@ -63,6 +63,19 @@ check "verify of a corrupt pack exits 1 (got $rc)" test "$rc" -eq 1
 check "exactly one BAD line" test "$(grep -c '^BAD' <<<"$out")" -eq 1
 check "BAD names layer 3 expert 9 and its offset" has "$out" "^BAD layer 3 expert 9 offset $off: layer 3 expert 9: checksum mismatch in .*/p/experts.bin at offset $off \(want [0-9a-f]{16}, got [0-9a-f]{16}\)$"
 check "summary counts it" has "$out" "^verified .*: 64 blocks, .*: FAILED, 1 corrupt"
+# every block corrupt: a logits run paging from the pack fails with the code expert_corrupt
+/usr/bin/python3 - "$tmp/p/experts.bin" 53248 <<'EOF'
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    for blk in range(64):
+        at = blk * int(sys.argv[2]) + 777
+        f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 1]))
+EOF
+echo '[5, 9, 17]' > "$tmp/ids.json"
+out=$("$bin" logits --model "$tmp/m1" --tokens "$tmp/ids.json" --out "$tmp/l.bin" --pack "$tmp/p" \
+    --host-cache-bytes 4M 2>&1); rc=$?
+check "logits on a corrupt pack exits 1 (got $rc)" test "$rc" -eq 1
+check "its error line carries the code expert_corrupt ($out)" has "$out" "^v4fleet logits: expert_corrupt: .*checksum mismatch"
 cp "$tmp/good.bin" "$tmp/p/experts.bin"
 
 # truncated data file: refused at open

@@ -106,8 +106,10 @@ int v4_read_ids_json(const char *path, int32_t **ids, int *n, int limit, v4_erro
 
 void v4_print_error(const char *cmd, const v4_error *err)
 {
+    /* data that fails its checksum carries the result code a task would get */
+    const char *code = err->code == V4_ERR_CORRUPT ? "expert_corrupt: " : "";
     if (err->where[0])
-        fprintf(stderr, "v4fleet %s: %s: %s\n", cmd, err->where, err->msg);
+        fprintf(stderr, "v4fleet %s: %s%s: %s\n", cmd, code, err->where, err->msg);
     else
-        fprintf(stderr, "v4fleet %s: %s\n", cmd, err->msg);
+        fprintf(stderr, "v4fleet %s: %s%s\n", cmd, code, err->msg);
 }

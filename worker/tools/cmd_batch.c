@@ -323,8 +323,8 @@ static int finish_job(batch_run *b, v4_job *j)
     const v4_batch_item *it = &((batch_job *)j)->item;
     if (j->rc == -2) {
         v4_bp_clear(&b->prog);
-        fprintf(stderr, "v4fleet %s: line %ld (id \"%s\"): aborted after the grace period, no output line; it runs again on resume\n",
-                PROG, it->line, it->id);
+        fprintf(stderr, "v4fleet %s: line %ld (id \"%s\"): aborted %s, no output line; it runs again on resume\n", PROG,
+                it->line, it->id, g_nsig > 1 ? "by a second signal" : "after the grace period");
         return 1;
     }
     const v4_task *t = &j->task;
