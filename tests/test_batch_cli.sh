@@ -85,10 +85,10 @@ assert b["body"].startswith('{"id": "t-bad"'), b
 d = by["L6"]
 assert d["id"] == "t-ids" and d["error"]["code"] == "invalid_field" and "duplicate" in d["error"]["message"], d
 assert "line 1" in d["error"]["message"], d
-m = by["t-model"]
-assert m["status"] == "failed" and m["error"]["code"] == "model_not_available", m
-om = by["o-model"]
-assert om["response"] is None and om["error"]["code"] == "model_not_available", om
+m = by["L7"]   # every error line says its input line
+assert m["id"] == "t-model" and m["status"] == "failed" and m["error"]["code"] == "model_not_available", m
+om = by["L8"]
+assert om["custom_id"] == "o-model" and om["response"] is None and om["error"]["code"] == "model_not_available", om
 assert "gpt-4o" in om["error"]["message"], om
 u = by["L9"]
 assert u["custom_id"] == "o-url" and u["response"] is None and u["error"]["where"] == "url", u
@@ -99,6 +99,32 @@ assert of["custom_id"] == "o-field" and of["error"]["where"] == "body.messages[0
 print("shapes ok")
 EOF
 $py "$work/check_mixed.py" "$work/out.jsonl" && ok "one line per input line, right shapes" || bad "output shapes"
+
+# ---- a file of OpenAI lines: unreadable lines get OpenAI-shaped error lines too -----------
+cat > "$work/oa.jsonl" <<'EOF'
+{"custom_id": "a-1", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}}
+{"custom_id": "a-2", "method": "POST", "url": "/v1/chat/co
+[1, 2, 3]
+{"custom_id": "a-4", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}}
+EOF
+"$bin" batch "$work/oa.jsonl" -o "$work/oa.out" "${M[@]}" 2>"$work/erroa"; rc=$?
+cat > "$work/check_oa.py" <<'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+assert len(recs) == 4, recs
+by = {r.get("line", r["custom_id"]): r for r in recs}
+for r in recs:   # OpenAI's batch output shape on every line
+    assert {"id", "custom_id", "response", "error"} <= set(r) and r["id"].startswith("batch_req_"), r
+assert by["a-1"]["error"] is None and by["a-1"]["response"]["status_code"] == 200, by["a-1"]
+assert by[2]["custom_id"] is None and by[2]["response"] is None and by[2]["error"]["code"] == "invalid_json", by[2]
+assert by[3]["custom_id"] is None and by[3]["error"]["code"] in ("invalid_json", "invalid_field"), by[3]
+assert by[4]["custom_id"] == "a-4" and by[4]["error"]["code"] == "model_not_available", by[4]
+EOF
+[ "$rc" -eq 0 ] && $py "$work/check_oa.py" "$work/oa.out" && ok "OpenAI file: every line in OpenAI's shape, with its line" \
+    || bad "OpenAI file (exit $rc): $(cat "$work/oa.out") $(cat "$work/erroa")"
+"$bin" batch "$work/oa.jsonl" -o "$work/oa.out" "${M[@]}" 2>"$work/erroa2"; rc=$?
+[ "$rc" -eq 0 ] && [ "$(wc -l < "$work/oa.out")" -eq 4 ] && grep -q "4 of 4 input lines skipped" "$work/erroa2" \
+    && ok "OpenAI file: resume skips all 4 lines" || bad "OpenAI resume (exit $rc): $(cat "$work/erroa2")"
 
 # ---- greedy equals `generate --greedy` -----------------------------------------------
 echo '[0, 2, 10, 3, 5]' > "$work/p1.json"
@@ -263,8 +289,10 @@ import json, sys
 ids = [json.loads(l)["id"] for l in open(sys.argv[1])]
 assert ids == ["slow-0"], ids
 ' "$work/slow.out" && ok "grace 0: no line for the aborted task" || bad "grace 0: $(cut -c1-200 "$work/slow.out")"
-# a second signal aborts the running task at once, and says so (not "after the grace period")
-"$bin" batch "$work/slow.jsonl" -o "$work/slow2.out" "${M[@]}" --grace-ms 600000 2>"$work/err7" &
+# a second signal aborts the running task at once, and says so (not "after the grace period");
+# slow-1 runs 20000 tokens here, far longer than the two signals take even on a busy machine
+sed 's/"max_tokens": 1200/"max_tokens": 20000/' "$work/slow.jsonl" > "$work/slow2.jsonl"
+"$bin" batch "$work/slow2.jsonl" -o "$work/slow2.out" "${M[@]}" --grace-ms 600000 2>"$work/err7" &
 bpid=$!
 for _ in $(seq 1 6000); do [ -s "$work/slow2.out" ] && break; kill -0 "$bpid" 2>/dev/null || break; sleep 0.05; done
 kill -TERM "$bpid"

@@ -158,6 +158,7 @@ void v4_batch_item_parse(const char *line, size_t len, long lineno, size_t max_l
     memset(it, 0, sizeof *it);
     it->line = lineno;
     json_t *root = len <= max_len ? json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    it->shaped = json_is_object(root);
     if (!json_is_object(root) || !json_object_get(root, "custom_id")) {
         json_decref(root);
         it->kind = V4_BATCH_TASK;

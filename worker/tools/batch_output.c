@@ -158,14 +158,24 @@ static json_t *openai_record(const v4_batch_item *it)
 
 char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, long long created)
 {
-    if (it->kind == V4_BATCH_TASK)
-        return v4_result_json(ri);
+    const int failed = ri->error && ri->error->code != V4_TASK_OK;
+    if (it->kind == V4_BATCH_TASK) {
+        char *s = v4_result_json(ri);
+        if (!failed || !s)
+            return s;
+        json_t *r = json_loads(s, JSON_ALLOW_NUL, NULL);   /* an error line says its input line */
+        free(s);
+        if (r)
+            json_object_set_new(r, "line", json_integer(it->line));
+        return dump(r);
+    }
     json_t *o = openai_record(it);
     if (!o)
         return NULL;
-    if (ri->error && ri->error->code != V4_TASK_OK) {
+    if (failed) {
         json_object_set_new(o, "response", json_null());
         json_object_set_new(o, "error", openai_error(ri->error));
+        json_object_set_new(o, "line", json_integer(it->line));
         return dump(o);
     }
     char cid[48], rid[48];

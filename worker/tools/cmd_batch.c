@@ -63,6 +63,8 @@ typedef struct batch_run {
     v4_idset done, seen, warned;
     unsigned char *plan;
     size_t n_plan;
+    long n_openai, n_tasks;         /* JSON-object lines of each kind (pass 1) */
+    v4_batch_kind file_kind;        /* the file's kind: the shape its unparsable lines' error lines get */
     long n_skip;
     v4_batch_out o;
     v4_runner *runner;
@@ -259,6 +261,8 @@ static int plan_lines(batch_run *b)
         v4_batch_item it;
         v4_batch_item_parse(line, len, rd.line, (size_t)b->max_line, &it);
         warn_unknown(b, &it);
+        b->n_openai += it.shaped && it.kind == V4_BATCH_OPENAI;
+        b->n_tasks += it.shaped && it.kind == V4_BATCH_TASK;
         char key[V4_TASK_MAX_ID + 8];
         unsigned char a = PLAN_RUN;
         snprintf(key, sizeof key, "L%ld", rd.line);
@@ -279,6 +283,8 @@ static int plan_lines(batch_run *b)
     }
     if (r < 0)
         fprintf(stderr, "v4fleet %s: %s: %s\n", PROG, b->in, errno ? strerror(errno) : "out of memory");
+    /* a file of OpenAI batch lines answers its unreadable lines in OpenAI's shape too */
+    b->file_kind = b->n_openai > b->n_tasks ? V4_BATCH_OPENAI : V4_BATCH_TASK;
     v4_batch_reader_close(&rd);
     return r < 0 ? -1 : 0;
 }
@@ -391,6 +397,8 @@ static int run_lines(batch_run *b)
         bj->job.release = batch_job_release;
         v4_batch_item_parse(line, len, rd.line, (size_t)b->max_line, &bj->item);
         v4_batch_item *it = &bj->item;
+        if (!it->shaped)
+            it->kind = b->file_kind;
         v4_job *j = &bj->job;
         if (a == PLAN_DUP || !it->ok) {
             v4_task_error dup = {0};
