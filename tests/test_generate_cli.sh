@@ -18,6 +18,11 @@ out2=$(run --max-tokens 24 --seed 11 --temperature 0.9 2>/dev/null)
 [ "$rc" -eq 0 ] && ok "exit 0" || bad "exit $rc: $(cat "$work/err1")"
 grep -qE 'generated 24 tokens.*finish_reason length' "$work/err1" && ok "summary line" || bad "summary: $(cat "$work/err1")"
 [ -n "$out1" ] && [ "$out1" = "$out2" ] && ok "same seed, same text" || bad "texts differ or empty"
+# the streamed answer ends with a line break, so that on a terminal the summary line
+# (stderr) does not run into it (issue 19)
+run --max-tokens 8 --seed 11 >"$work/out.txt" 2>/dev/null
+[ "$(tail -c 1 "$work/out.txt" | od -An -c | tr -d ' ')" = '\n' ] && ok "answer ends with a newline" \
+    || bad "answer's last byte: $(tail -c 1 "$work/out.txt" | od -An -c)"
 
 expect() {  # expect DESCRIPTION EXIT PATTERN ARGS...
     local what=$1 code=$2 pat=$3; shift 3
