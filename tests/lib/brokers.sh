@@ -150,7 +150,23 @@ _brokers_wait_rabbit() {
         tail -n 20 "$dir/log/console.log" >&2
         return 1
     fi
-    if ! rmqctl wait --timeout 120 "$dir/rabbitmq.pid" > "$dir/log/wait.log" 2>&1; then
+    # rabbitmqctl wait (itself an Erlang VM: slow to start on a busy machine), while the
+    # node is watched: a node that dies while booting (e.g. its port was taken) is noticed
+    # when it exits, not when the wait times out
+    local npid wpid rc=0
+    npid="$(cat "$dir/rabbitmq.pid")"
+    rmqctl wait --timeout 120 "$dir/rabbitmq.pid" > "$dir/log/wait.log" 2>&1 &
+    wpid=$!
+    while kill -0 "$wpid" 2> /dev/null; do
+        if ! kill -0 "$npid" 2> /dev/null; then
+            kill "$wpid" 2> /dev/null
+            rc=1
+            break
+        fi
+        sleep 0.2
+    done
+    wait "$wpid" 2> /dev/null || rc=1
+    if [ "$rc" -ne 0 ]; then
         echo "brokers.sh: RabbitMQ did not start; see $dir/log" >&2
         tail -n 20 "$dir/log/console.log" >&2
         return 1
