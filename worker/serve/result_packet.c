@@ -23,7 +23,7 @@ static char *dump(json_t *o)
     return s;
 }
 
-char *v4_result_json(const v4_result_info *r)
+json_t *v4_result_object(const v4_result_info *r)
 {
     int ok = !r->error || r->error->code == V4_TASK_OK;
     json_t *o = json_object();
@@ -58,11 +58,13 @@ char *v4_result_json(const v4_result_info *r)
     json_object_set_new(o, "worker", json_string(r->worker ? r->worker : ""));
     if (r->metadata)
         json_object_set(o, "metadata", r->metadata);
-    return dump(o);
+    return o;
 }
 
-char *v4_invalid_record_json(const v4_task_error *e, const char *id, const char *worker, const char *body,
-                             size_t len)
+char *v4_result_json(const v4_result_info *r) { return dump(v4_result_object(r)); }
+
+json_t *v4_invalid_record_object(const v4_task_error *e, const char *id, const char *worker, const char *body,
+                                 size_t len)
 {
     json_t *o = json_object();
     if (!o)
@@ -75,5 +77,11 @@ char *v4_invalid_record_json(const v4_task_error *e, const char *id, const char 
     json_t *b = json_stringn(body, n);   /* NULL when not valid UTF-8 (or contains a cut char) */
     json_object_set_new(o, "body", b ? b : json_null());
     json_object_set_new(o, "body_bytes", json_integer((json_int_t)len));
-    return dump(o);
+    return o;
+}
+
+char *v4_invalid_record_json(const v4_task_error *e, const char *id, const char *worker, const char *body,
+                             size_t len)
+{
+    return dump(v4_invalid_record_object(e, id, worker, body, len));
 }

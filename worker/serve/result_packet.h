@@ -51,5 +51,10 @@ char *v4_result_json(const v4_result_info *r);
 /* Error record for tasks.invalid; body/len is the original packet. */
 char *v4_invalid_record_json(const v4_task_error *e, const char *id, const char *worker, const char *body,
                              size_t len);
+/* The same records as jansson objects (the caller owns the reference; NULL on
+ * allocation failure), for callers that add fields before dumping (batch files). */
+json_t *v4_result_object(const v4_result_info *r);
+json_t *v4_invalid_record_object(const v4_task_error *e, const char *id, const char *worker, const char *body,
+                                 size_t len);
 
 #endif

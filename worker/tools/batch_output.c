@@ -160,12 +160,8 @@ char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, lo
 {
     const int failed = ri->error && ri->error->code != V4_TASK_OK;
     if (it->kind == V4_BATCH_TASK) {
-        char *s = v4_result_json(ri);
-        if (!failed || !s)
-            return s;
-        json_t *r = json_loads(s, JSON_ALLOW_NUL, NULL);   /* an error line says its input line */
-        free(s);
-        if (r)
+        json_t *r = v4_result_object(ri);
+        if (r && failed)   /* an error line says its input line */
             json_object_set_new(r, "line", json_integer(it->line));
         return dump(r);
     }
@@ -203,9 +199,7 @@ char *v4_batch_error_line(const v4_batch_item *it, const v4_task_error *e, const
         e = &it->err;
     json_t *o;
     if (it->kind == V4_BATCH_TASK) {
-        char *s = v4_invalid_record_json(e, it->id, worker, raw, len);
-        o = s ? json_loads(s, 0, NULL) : NULL;
-        free(s);
+        o = v4_invalid_record_object(e, it->id, worker, raw, len);
     } else {
         o = openai_record(it);
         if (o) {
