@@ -50,6 +50,12 @@ static size_t lossy(const unsigned char *s, size_t n, int final, char *out, size
     return o;
 }
 
+/* Whether id (>= 0) names a token. */
+static int has_token(const v4_tokenizer *t, int32_t id)
+{
+    return id < t->n_ids && (t->tokens[id].flags & TOK_VALID);
+}
+
 /* The bytes of id: -1 (err) for a negative id; an id >= 0 with no token (past the
  * vocabulary, e.g. a model's padding rows, or a hole in it) gives no bytes, as Hugging
  * Face tokenizers drops it, and *unknown is set. */
@@ -61,7 +67,7 @@ static int token_bytes(const v4_tokenizer *t, int32_t id, int flags, const char 
     *unknown = 0;
     if (id < 0)
         return v4_err_set(err, V4_ERR_RANGE, "tokenizer", "token id %d is negative", (int)id);
-    if (id >= t->n_ids || !(t->tokens[id].flags & TOK_VALID)) {
+    if (!has_token(t, id)) {
         *unknown = 1;
         return 0;
     }
@@ -143,7 +149,7 @@ size_t v4_tok_count_unknown(const v4_tokenizer *t, const int32_t *ids, size_t n)
 {
     size_t c = 0;
     for (size_t i = 0; i < n; i++)
-        c += ids[i] >= 0 && (ids[i] >= t->n_ids || !(t->tokens[ids[i]].flags & TOK_VALID));
+        c += ids[i] >= 0 && !has_token(t, ids[i]);
     return c;
 }
 

@@ -53,7 +53,8 @@ typedef struct v4_batch_item {
     long line;                      /* 1-based line number in the input */
     v4_batch_kind kind;
     int shaped;                     /* the line is a JSON object: its shape gave kind (else
-                                     * kind is the caller's guess, see v4_batch_file_kind) */
+                                     * kind is V4_BATCH_TASK; `batch` then gives it the
+                                     * file's kind, cmd_batch.c pass 1) */
     int ok;                         /* 1: task is valid; 0: err says why */
     v4_task task;                   /* parsed task (its id is set when usable, even if !ok) */
     v4_task_error err;
