@@ -20,7 +20,7 @@
  *               default thread count, and never below 1 thread).  CPU time a thread
  *               spends spinning counts as CPU it got, so spinning lowers this figure;
  *   stalls    - the pool's runs that waited for a descheduled worker, and its
- *               back-offs to running alone (threadpool.h), over all runs.
+ *               runs done alone while backing off after a stall (threadpool.h).
  * The figures are medians of noisy runs on a shared machine; the table says how many.
  * Ownership/threads: a throwaway program; competitors are killed at each row's end
  * and on every exit path of the row.
@@ -212,10 +212,10 @@ static int bench_preset(const opts *o, const char *preset, const char *cpu, int 
                 char thr[32];
                 snprintf(thr, sizeof thr, "%d%s", r.threads, o->threads[t] == 0 ? " (default)" : "");
                 printf("| %s | %s | %d of %d | %s | %s | %.2f | %s | %.0f%% | %s | %s | %llu / %llu runs, %llu "
-                       "back-offs |\n",
+                       "solo |\n",
                        cpu, preset, A, n_all, comp ? "busy" : "alone", thr, r.tps, vs1, 100.0 * share, ats, pf,
                        (unsigned long long)r.st.stalls, (unsigned long long)r.st.runs,
-                       (unsigned long long)r.st.backoffs);
+                       (unsigned long long)r.st.solo_runs);
                 fflush(stdout);
             }
         }

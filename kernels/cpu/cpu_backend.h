@@ -39,7 +39,7 @@ const char *v4_cpu_backend_isa_asked(const v4_backend *be);
 /* Threads the backend uses (including the caller). */
 int v4_cpu_backend_threads(const v4_backend *be);
 /* The thread pool's counters (threadpool.h: runs, stalls on descheduled workers,
- * back-offs to solo runs); zeros for another backend.  Thread: the stepping thread. */
+ * runs done alone while backing off); zeros for another backend.  Thread: the stepping thread. */
 void v4_cpu_backend_pool_stats(const v4_backend *be, v4_pool_stats *st);
 /* Which ISAs this CPU supports (for tests that run every path); "scalar" and "auto"
  * always. */

@@ -105,15 +105,19 @@ typedef struct worker_arg {
     int id;
 } worker_arg;
 
-static inline void cpu_relax(int i)
+static inline void cpu_pause(void)
 {
-    if (i % V4_POOL_YIELD_EVERY == V4_POOL_YIELD_EVERY - 1) {
-        sched_yield();
-        return;
-    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+static inline void cpu_relax(int i)
+{
+    if (i % V4_POOL_YIELD_EVERY == V4_POOL_YIELD_EVERY - 1)
+        sched_yield();
+    else
+        cpu_pause();
 }
 
 static inline uint32_t gen_of(uint64_t c) { return (uint32_t)(c >> 32); }
@@ -258,7 +262,6 @@ static void account(v4_pool *p, double work, double wait, double now)
     p->st.runs++;
     if (wait > V4_POOL_STALL_FACTOR * work + V4_POOL_STALL_SLACK_S) {
         p->st.stalls++;
-        p->st.backoffs++;
         p->clean = 0;
         p->solo_until = now + p->backoff_s;
         p->backoff_s = p->backoff_s * 2 < V4_POOL_BACKOFF_MAX_S ? p->backoff_s * 2 : V4_POOL_BACKOFF_MAX_S;
@@ -298,10 +301,8 @@ void v4_pool_run(v4_pool *p, int n_tasks, v4_pool_fn fn, void *ctx)
     int done = 0;
     for (int i = 0; i < V4_POOL_WAIT_SPIN && !done; i++) {
         done = atomic_load_explicit(&p->done, memory_order_acquire) == n_tasks;
-#if defined(__x86_64__) || defined(__i386__)
         if (!done)
-            __builtin_ia32_pause();
-#endif
+            cpu_pause();
     }
     if (!done) {
         pthread_mutex_lock(&p->mu);

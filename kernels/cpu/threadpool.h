@@ -39,10 +39,10 @@ void v4_pool_run(v4_pool *p, int n_tasks, v4_pool_fn fn, void *ctx);
 void v4_pool_destroy(v4_pool *p);
 
 /* Counters since create (the caller's thread): runs with the workers, those that
- * stalled (the caller waited long for a descheduled worker), back-offs to solo runs,
+ * stalled (the caller waited long for a descheduled worker; each starts a back-off),
  * and runs done on the caller alone while backing off. */
 typedef struct v4_pool_stats {
-    unsigned long long runs, stalls, backoffs, solo_runs;
+    unsigned long long runs, stalls, solo_runs;
 } v4_pool_stats;
 void v4_pool_get_stats(const v4_pool *p, v4_pool_stats *st);
 
