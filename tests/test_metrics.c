@@ -268,7 +268,7 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 26, "%d families", fams);   /* 24 + v4fleet:numerics + results_unconfirmed_total */
+    CHECK(fams == 27, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total */
     free(t);
     v4_wmetrics_warmup(&m, 1.5, 12);
     v4_wmetrics_reload(&m, 1);

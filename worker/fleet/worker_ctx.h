@@ -38,6 +38,7 @@ typedef struct v4w_health {
 typedef struct v4w_job {
     v4_job job;
     v4q_delivery *d;            /* owned */
+    v4q_service *svc;           /* the service that delivered it (its connection generation) */
     double t0, queue_ms;        /* taken (CLOCK_MONOTONIC ms); AMQP timestamp -> taken */
 } v4w_job;
 
@@ -55,7 +56,7 @@ typedef struct worker {
     char model_real[4096];      /* realpath of V4_MODEL_DIR when loaded (V4_MODEL_WATCH_S) */
     double next_watch_ms;
     char reload_why[4200];      /* a reload is due (no new task is admitted); "" = none */
-    long done, failed, invalid, requeued, unconfirmed;
+    long done, failed, invalid, requeued, unconfirmed, abandoned;
     int stopping;               /* the consumer was cancelled after a signal */
     double stop_at_ms;          /* when the signal was first seen */
 } worker;
@@ -66,8 +67,9 @@ void v4w_set_phase(worker *w, int phase, v4q_service *svc, v4_util *util);
 /* A delivery taken from the service: invalid -> error record (d freed); valid -> a job
  * submitted to the executor (in_flight + 1; d owned by the job). */
 void v4w_take(worker *w, v4q_delivery *d);
-/* A job the executor handed back: result (or requeue when aborted), metrics, log;
- * frees the job (in_flight - 1). */
+/* A job the executor handed back: result (or requeue when aborted; nothing when the
+ * connection that delivered it was lost: abandoned), metrics, log; frees the job
+ * (in_flight - 1). */
 void v4w_complete(worker *w, v4w_job *j);
 
 /* Open a runner with c's settings and warm it up.  0 = *out ready, -1 = logged. */

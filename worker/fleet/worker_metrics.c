@@ -47,6 +47,10 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     m->unconfirmed = v4m_family_new(r, V4M_COUNTER, "v4fleet:results_unconfirmed_total",
                                     "Results the broker did not confirm: the task is redelivered and counted then.",
                                     NULL, NULL, 0);
+    m->abandoned = v4m_family_new(r, V4M_COUNTER, "v4fleet:tasks_abandoned_total",
+                                  "Tasks stopped without a result because the broker connection that delivered "
+                                  "them was lost (the broker requeued them).",
+                                  NULL, NULL, 0);
     m->prompt_tokens = v4m_family_new(r, V4M_COUNTER, "v4fleet:prompt_tokens_total", "Prompt tokens processed.", NULL,
                                       NULL, 0);
     m->gen_tokens = v4m_family_new(r, V4M_COUNTER, "v4fleet:generation_tokens_total", "Tokens generated.", NULL, NULL,
@@ -84,7 +88,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     m->numerics = v4m_family_new(r, V4M_GAUGE, "v4fleet:numerics",
                                  "The engine's numerics mode (1: the mode it runs; docs/numerics.md).", mode_l, NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
-        !m->requeued || !m->unconfirmed || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
+        !m->requeued || !m->unconfirmed || !m->abandoned || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
         !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics) {
         v4_wmetrics_free(m);
@@ -99,6 +103,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     v4m_fadd(m->invalid, 0);
     v4m_fadd(m->requeued, 0);
     v4m_fadd(m->unconfirmed, 0);
+    v4m_fadd(m->abandoned, 0);
     v4m_fadd(m->prompt_tokens, 0);
     v4m_fadd(m->gen_tokens, 0);
     v4m_fset(m->running, 0);

@@ -15,6 +15,8 @@
  *   v4fleet:requests_requeued_total       counter    tasks requeued without a result (shutdown)
  *   v4fleet:results_unconfirmed_total     counter    results the broker did not confirm (the task is
  *                                                    redelivered; not counted as success or failure)
+ *   v4fleet:tasks_abandoned_total         counter    tasks stopped without a result because the
+ *                                                    connection that delivered them was lost
  *   v4fleet:prompt_tokens_total, v4fleet:generation_tokens_total   counters
  *   v4fleet:num_requests_running          gauge      0/1
  *   v4fleet:expert_cache_hits_total{tier="host|gpu"}, _misses_total, _bytes_read_total  counters
@@ -46,7 +48,8 @@
 
 typedef struct v4_wmetrics {
     v4m_registry *reg;
-    v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *prompt_tokens,
+    v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *abandoned,
+        *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
         *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics;
 } v4_wmetrics;

@@ -126,6 +126,15 @@ static void release_job(v4_job *job)
     free(j);
 }
 
+/* The job's own abort poll (executor.h): the connection that delivered the task is
+ * gone, so the broker has requeued it and no result of this run can be acked; the
+ * executor stops it at its next step and frees its slot. */
+static int delivery_lost(const v4_job *job)
+{
+    const v4w_job *j = (const v4w_job *)job;
+    return v4q_generation(j->svc) != j->d->generation;
+}
+
 void v4w_take(worker *w, v4q_delivery *d)
 {
     double t0 = v4_now_ms();
@@ -148,6 +157,8 @@ void v4w_take(worker *w, v4q_delivery *d)
     for (int i = 0; i < t->n_unknown; i++)
         v4w_log(w, 2, t->id, "task %s: unknown field '%s' ignored", t->id, t->unknown[i]);
     j->job.release = release_job;
+    j->job.abort_job = delivery_lost;
+    j->svc = w->svc;
     j->job.deadline_ms = t0 + (double)(t->deadline_ms ? t->deadline_ms : w->cfg.deadline_ms);
     j->d = d;
     j->t0 = t0;
@@ -173,6 +184,15 @@ void v4w_complete(worker *w, v4w_job *j)
     int rc = j->job.rc;
     w->in_flight--;
     running_gauge(w);
+    if (delivery_lost(&j->job)) {
+        /* The broker requeued the task when the connection went: whatever this run
+         * produced cannot be acked, and the redelivered run is the one that counts. */
+        v4w_log(w, 1, t->id, "task %s: abandoned: the broker connection that delivered it was lost (the broker "
+                "requeued it); %s", t->id, rc == -2 ? "stopped at the next step" : "it ended first, result dropped");
+        w->abandoned++;
+        v4m_fadd(w->m.abandoned, 1);
+        goto out;
+    }
     if (rc == -2) {
         v4w_log(w, 1, t->id, "task %s: grace period over, requeued without a result", t->id);
         v4q_requeue(w->svc, d);

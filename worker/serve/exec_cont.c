@@ -115,7 +115,7 @@ static void summ_feed(cont_exec *c, cslot *s)
     v4_job *job = s->job;
     const v4_task *g;
     while (v4_summ_next(s->summ, &g)) {
-        if (!v4_runner_prepare(c->r, g, job->deadline_ms, c->abort_fn, c->abort_ud, &s->rj, &s->sub, &job->err)) {
+        if (!v4_runner_prepare(c->r, g, job->deadline_ms, v4_job_abort_poll, job, &s->rj, &s->sub, &job->err)) {
             s->state = SLOT_ACTIVE;
             return;
         }
@@ -144,6 +144,8 @@ static int cont_submit(v4_exec *x, v4_job *job)
         job->deadline_ms = ms ? job->start_ms + (double)ms : 1e300;
     }
     memset(&job->err, 0, sizeof job->err);
+    job->x_abort = c->abort_fn;
+    job->x_abort_ud = c->abort_ud;
     if (job->task.kind == V4_TASK_KIND_SUMMARIZE) {
         if (v4_summ_begin(c->r, &job->task, &job->out, &job->err, &s->summ)) {
             job->rc = -1;
@@ -157,7 +159,7 @@ static int cont_submit(v4_exec *x, v4_job *job)
         s->state = SLOT_SYNC;
         return 0;
     }
-    if (v4_runner_prepare(c->r, &job->task, job->deadline_ms, c->abort_fn, c->abort_ud, &s->rj, &job->out,
+    if (v4_runner_prepare(c->r, &job->task, job->deadline_ms, v4_job_abort_poll, job, &s->rj, &job->out,
                           &job->err)) {
         job->rc = -1;
         s->state = SLOT_DONE;
@@ -259,7 +261,7 @@ static int cont_step(v4_exec *x, v4_job **done, int max)
         if (s->state != SLOT_SYNC)
             continue;
         s->job->first_step = c->steps;
-        s->job->rc = v4_task_execute(c->r, &s->job->task, s->job->deadline_ms, c->abort_fn, c->abort_ud,
+        s->job->rc = v4_task_execute(c->r, &s->job->task, s->job->deadline_ms, v4_job_abort_poll, s->job,
                                      &s->job->out, &s->job->err);
         s->state = SLOT_DONE;
     }

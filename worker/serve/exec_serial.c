@@ -41,7 +41,9 @@ static int serial_step(v4_exec *x, v4_job **done, int max)
         j->deadline_ms = ms ? j->start_ms + (double)ms : 1e300;
     }
     memset(&j->err, 0, sizeof j->err);
-    j->rc = v4_task_execute(s->runner, &j->task, j->deadline_ms, s->abort_fn, s->abort_ud, &j->out, &j->err);
+    j->x_abort = s->abort_fn;
+    j->x_abort_ud = s->abort_ud;
+    j->rc = v4_task_execute(s->runner, &j->task, j->deadline_ms, v4_job_abort_poll, j, &j->out, &j->err);
     j->end_ms = v4_now_ms();
     done[0] = j;
     return 1;
@@ -88,6 +90,12 @@ long v4_exec_steps(v4_exec *x)
     v4_exec_figs f;
     v4_exec_figs_get(x, &f);
     return f.steps;
+}
+
+int v4_job_abort_poll(void *job)
+{
+    const v4_job *j = job;
+    return (j->x_abort && j->x_abort(j->x_abort_ud)) || (j->abort_job && j->abort_job(j));
 }
 
 void v4_job_free(v4_job *j)

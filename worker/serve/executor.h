@@ -36,6 +36,13 @@ typedef struct v4_job {
      * v4_job_free(j) then free(j).  A submitter that embeds the job in a record of
      * its own sets it to free that record. */
     void (*release)(struct v4_job *j);
+    /* Optional (the submitter's; NULL: none): polled with the job before every forward
+     * step that carries it, next to the executor's abort_fn; non-zero stops this job
+     * alone without a result (rc -2).  The queue worker stops a task so when the
+     * connection that delivered it is lost (the broker has requeued it). */
+    int (*abort_job)(const struct v4_job *j);
+    int (*x_abort)(void *);         /* the executor's abort_fn and its ud (set at submit) */
+    void *x_abort_ud;
     double deadline_ms;             /* absolute CLOCK_MONOTONIC ms (set at submit when 0) */
     long deadline_default_ms;       /* used when the task has no deadline_ms; 0 = none */
     double start_ms, end_ms;
@@ -82,7 +89,8 @@ struct v4_exec {
 };
 
 /* The one-at-a-time executor.  abort_fn (may be NULL) is polled before every forward
- * step: non-zero stops the running task without a result (rc -2). */
+ * step: non-zero stops the running task without a result (rc -2); so does the job's
+ * own abort_job. */
 v4_exec *v4_exec_serial(v4_runner *r, int (*abort_fn)(void *), void *abort_ud);
 
 /* Continuous batching: capacity n (<= the runner's max_batch; NULL + message in err
@@ -107,6 +115,9 @@ long v4_exec_steps(v4_exec *x);
 /* Its figures (all 0 for other executors). */
 void v4_exec_figs_get(v4_exec *x, v4_exec_figs *f);
 
+/* The abort poll an executor hands the runner for job (a v4_job *): the executor's
+ * abort_fn (job->x_abort), then the job's own (job->abort_job). */
+int v4_job_abort_poll(void *job);
 /* Frees what the job owns (its task and output), not the job itself. */
 void v4_job_free(v4_job *j);
 /* What destroy() does with a job still in flight: j->release(j), or v4_job_free(j) and
