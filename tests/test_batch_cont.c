@@ -9,7 +9,9 @@
  * N = 8 the run takes fewer forward steps than positions (sequences really share
  * steps).  Paged experts (a host cache of half the experts) give the same outputs and
  * hits + misses = activations.  A corrupted expert pack fails the jobs of the failing
- * step with expert_corrupt (no crash) and the executor stays usable. */
+ * step with expert_corrupt (no crash) and the executor stays usable.  A job's own abort
+ * poll (v4_job.abort_job, the worker's lost connection) stops that job alone (rc -2, a
+ * summary too, in both executors) while the others finish as before. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,7 @@ typedef struct res {
 
 static char lines[NJ][512];
 static int deadline_job = -1, summ_job = -1;
+static int polls[NJ];   /* abort_soon: polls per job */
 
 static void res_free(res *r)
 {
@@ -83,6 +86,38 @@ static void take(res *r, v4_job *j)
     j->out.expert_counts = NULL;
     v4_job_free(j);
     free(j);
+}
+
+/* A job's own abort poll: stops it at its 4th poll (after a few forward steps). */
+static int abort_soon(const v4_job *j)
+{
+    int i = (int)((char(*)[512])j->ud - lines);
+    return ++polls[i] >= 4;
+}
+
+/* Jobs 0, 2, 8 and the summary at once; 8 and the summary abort themselves. */
+static void run_abort(v4_exec *x, res *r, const char *what)
+{
+    const int ids[4] = {0, 2, 8, summ_job};
+    v4_job *fin[NJ];
+    memset(polls, 0, sizeof polls);
+    for (int k = 0; k < 4; k++) {
+        v4_job *j = make_job(ids[k]);
+        j->abort_job = ids[k] == 8 || ids[k] == summ_job ? abort_soon : NULL;
+        if (x->ops->submit(x, j)) {   /* the serial executor: run it first */
+            while (x->ops->in_flight(x) > 0)
+                for (int n = x->ops->step(x, fin, NJ), q = 0; q < n; q++)
+                    take(r, fin[q]);
+            CHECK(x->ops->submit(x, j) == 0, "%s: submit job %d", what, ids[k]);
+        }
+    }
+    while (x->ops->in_flight(x) > 0)
+        for (int n = x->ops->step(x, fin, NJ), q = 0; q < n; q++)
+            take(r, fin[q]);
+    CHECK(r[8].rc == -2 && r[summ_job].rc == -2, "%s: the jobs that abort themselves: rc %d and %d, want -2", what,
+          r[8].rc, r[summ_job].rc);
+    CHECK(polls[8] == 4 && polls[summ_job] == 4, "%s: polled until they aborted, no further (%d, %d polls)", what,
+          polls[8], polls[summ_job]);
 }
 
 /* The driver's pattern (cmd_batch.c): submit while a slot is free, step until one
@@ -265,6 +300,24 @@ int main(void)
     char err[256];
     CHECK(v4_exec_continuous(r, 9, NULL, NULL, err, sizeof err) == NULL && strstr(err, "1 to 8"),
           "N above the runner's max_batch refused: %s", err);
+
+    /* a job's own abort: that job alone stops, the others are unchanged */
+    for (int t = 0; t < 2; t++) {
+        const char *what = t ? "abort_job, continuous N=3" : "abort_job, serial";
+        x = t ? v4_exec_continuous(r, 3, NULL, NULL, err, sizeof err) : v4_exec_serial(r, NULL, NULL);
+        CHECK(x != NULL, "%s: %s", what, err);
+        if (!x)
+            continue;
+        run_abort(x, cont, what);
+        x->ops->destroy(x);
+        for (int i = 0; i <= 2; i += 2) {   /* jobs 0 and 2 */
+            CHECK(cont[i].rc == 0 && cont[i].n_tokens == serial[i].n_tokens && cont[i].text_len == serial[i].text_len &&
+                      !memcmp(cont[i].text, serial[i].text, serial[i].text_len),
+                  "%s: job %d unchanged by the others' abort (rc %d, %d tokens, want %d)", what, i, cont[i].rc,
+                  cont[i].n_tokens, serial[i].n_tokens);
+        }
+        res_free(cont);
+    }
 
     /* paged experts: same outputs; hits + misses = activations */
     v4_xblock_layout lo;
