@@ -2,8 +2,9 @@
  *
  * Design: one mutex guards the policy (xpolicy: key -> slot, pins, eviction order),
  * the slot states, the job ring, the quarantine and the counters.  A slot is FREE,
- * LOADING (a job in the ring or being read by an I/O thread; the job holds one pin),
- * READY, or FAILED (the read failed; the key is quarantined and the slot is removed
+ * LOADING (a job in the ring or being read by an I/O thread; the job holds one pin,
+ * `jpin`, dropped when the read ends - for a prefetch only at its first acquire or its
+ * expiry, see expert_cache.h), READY, or FAILED (the read failed; the key is quarantined and the slot is removed
  * from the policy - back to the free list - when its last pin is dropped).  The I/O
  * threads pop slot indices from the ring, read the block into the slot without the
  * lock, then publish READY/FAILED and broadcast `done`.  Acquirers wait on `done`
@@ -30,6 +31,7 @@ typedef struct xslot {
     int key;
     unsigned char state;
     unsigned char prefetched;       /* loaded by prefetch, not yet acquired */
+    unsigned char jpin;             /* the load's pin (a prefetch's: until acquired or expired) */
 } xslot;
 
 struct v4_xcache {
@@ -149,7 +151,7 @@ static int start_load(v4_xcache *c, int key, int prefetched, v4_error *err)
     }
     if (victim >= 0)
         c->st.evictions++;
-    c->slots[s] = (xslot){key, S_LOADING, (unsigned char)prefetched};
+    c->slots[s] = (xslot){key, S_LOADING, (unsigned char)prefetched, 1};
     v4_xpolicy_pin(c->pol, key);                       /* the job's pin */
     c->ring[(c->ring_head + c->ring_n++) % c->n_slots] = s;
     pthread_cond_signal(&c->job_cv);
@@ -193,10 +195,14 @@ static void *io_main(void *arg)
                 v4_err_set(&e, V4_ERR_IO, c->src->kind, "read of layer %d expert %d failed",
                            key / c->n_experts, key % c->n_experts);
             c->slots[s].state = S_FAILED;
+            c->slots[s].prefetched = 0;
             c->st.load_errors++;
             quarantine(c, key, &e);
         }
-        drop_pin(c, key);
+        if (!c->slots[s].prefetched) {   /* a prefetch keeps its pin until acquired or expired */
+            c->slots[s].jpin = 0;
+            drop_pin(c, key);
+        }
         pthread_cond_broadcast(&c->done_cv);
     }
     pthread_mutex_unlock(&c->mu);
@@ -317,6 +323,38 @@ static int slot_available(const v4_xcache *c)
     return size < v4_xpolicy_capacity(c->pol) || v4_xpolicy_pinned(c->pol) < size;
 }
 
+/* Expire the prefetched blocks not acquired yet (layer < 0: of every layer): wait for
+ * their reads, then drop their prefetch pins (they become ordinary entries). */
+static void expire_prefetched(v4_xcache *c, int layer)
+{
+    for (int s = 0; s < c->n_slots; s++) {
+        while (c->slots[s].prefetched && c->slots[s].state == S_LOADING &&
+               (layer < 0 || c->slots[s].key / c->n_experts == layer))
+            pthread_cond_wait(&c->done_cv, &c->mu);
+        xslot *x = &c->slots[s];
+        if (!x->prefetched || (layer >= 0 && x->key / c->n_experts != layer))
+            continue;
+        x->prefetched = 0;
+        c->st.prefetch_expired++;
+        if (x->jpin) {
+            x->jpin = 0;
+            drop_pin(c, x->key);
+        }
+    }
+}
+
+/* A first acquire of a prefetched block in slot s (its pin taken already): the prefetch
+ * pin goes now, or when the read ends if it is still loading. */
+static void claim_prefetched(v4_xcache *c, int s)
+{
+    c->slots[s].prefetched = 0;
+    c->st.prefetch_hits++;
+    if (c->slots[s].state != S_LOADING && c->slots[s].jpin) {
+        c->slots[s].jpin = 0;
+        drop_pin(c, c->slots[s].key);
+    }
+}
+
 static int check_ids(const v4_xcache *c, int layer, const int *ids, int n, v4_error *err)
 {
     if (layer < 0 || layer >= c->n_layers || n < 0 || (n > 0 && !ids))
@@ -331,6 +369,12 @@ static int check_ids(const v4_xcache *c, int layer, const int *ids, int n, v4_er
 
 int v4_xcache_acquire(v4_xcache *c, int layer, const int *ids, int n, const void **blocks_out,
                       v4_error *err)
+{
+    return v4_xcache_acquire_ex(c, layer, ids, n, blocks_out, NULL, err);
+}
+
+int v4_xcache_acquire_ex(v4_xcache *c, int layer, const int *ids, int n, const void **blocks_out,
+                         unsigned char *outcome, v4_error *err)
 {
     if (check_ids(c, layer, ids, n, err))
         return -1;
@@ -350,27 +394,37 @@ int v4_xcache_acquire(v4_xcache *c, int layer, const int *ids, int n, const void
             break;
         }
         int s = v4_xpolicy_touch(c->pol, key);
-        /* Every slot pinned: if loads are in flight (their job pins, e.g. prefetches of
-         * later layers) they will finish without any acquirer's help and become
-         * evictable, so wait for them and retry; fail only when no load is left. */
+        /* Every slot pinned: first the prefetches not acquired yet expire (they become
+         * evictable once read); then, if loads of other callers are in flight, they will
+         * finish without any acquirer's help and become evictable, so wait for them and
+         * retry; fail only when no load is left. */
+        if (s < 0 && !slot_available(c)) {
+            expire_prefetched(c, -1);
+            s = v4_xpolicy_touch(c->pol, key);
+        }
         while (s < 0 && !slot_available(c) && loads_in_flight(c)) {
             pthread_cond_wait(&c->done_cv, &c->mu);
             s = v4_xpolicy_touch(c->pol, key);
         }
+        unsigned char out = V4_XOUT_HIT;
         if (s >= 0) {
             c->st.hits++;
             if (c->slots[s].state == S_LOADING)
                 c->st.inflight_waits++;
+            v4_xpolicy_pin(c->pol, key);
             if (c->slots[s].prefetched) {
-                c->st.prefetch_hits++;
-                c->slots[s].prefetched = 0;
+                claim_prefetched(c, s);
+                out = V4_XOUT_PREFETCHED;
             }
         } else {
             if (start_load(c, key, 0, err))
                 break;
             c->st.misses++;
+            v4_xpolicy_pin(c->pol, key);
+            out = V4_XOUT_MISS;
         }
-        v4_xpolicy_pin(c->pol, key);
+        if (outcome)
+            outcome[i] = out;
     }
     if (i < n) {                    /* undo the pins taken so far */
         for (int j = 0; j < i; j++)
@@ -423,6 +477,7 @@ void v4_xcache_prefetch(v4_xcache *c, int layer, const int *ids, int n)
     if (check_ids(c, layer, ids, n, NULL))
         return;
     pthread_mutex_lock(&c->mu);
+    expire_prefetched(c, layer);   /* the last step's prefetches of this layer that were not used */
     for (int i = 0; i < n; i++) {
         int key = layer * c->n_experts + ids[i];
         if (c->qidx[key] >= 0 || v4_xpolicy_lookup(c->pol, key) >= 0)

@@ -29,16 +29,22 @@
  * quarantined: later acquires of it fail at once with the same error, without I/O.
  * Other experts are unaffected.  A failed acquire holds no pins.
  *
- * Prefetch: starts the loads of experts that are not resident, without pinning or
- * waiting (best effort: dropped when no slot can be evicted); a prefetched block is a
- * normal cache entry.  Prefetch does not count as a use for the policy.
+ * Prefetch: starts the loads of experts that are not resident, without waiting (best
+ * effort: dropped when no slot can be evicted).  Prefetch does not count as a use for
+ * the policy.  A prefetched block stays pinned by its prefetch until its first acquire,
+ * or until it expires: at the next prefetch of the same layer (the caller prefetches a
+ * step's experts at the step's start), or when a miss finds no slot to evict (the
+ * expiry waits for the block's read; a prefetch that finds none is dropped).  So whether a slot may be evicted never
+ * depends on when a read finished: with one caller, the cache's decisions and figures
+ * follow from the sequence of calls alone, identical between runs.
  *
  * Stats: hits (no I/O issued by the acquire: resident, or already loading), misses
  * (the acquire issued the load), prefetch_hits (the first acquire of a block that a
- * prefetch brought in), evictions, bytes read, load latency percentiles from a fixed
- * log histogram, and the slot figures.  v4_xcache_stats_reset zeroes the counters
- * (the high-water mark restarts at the current use); per-task figures are deltas of
- * snapshots taken by the caller.
+ * prefetch brought in; also counted in hits), prefetch_expired (prefetched blocks never
+ * acquired), evictions, bytes read, load latency percentiles from a fixed log
+ * histogram, and the slot figures.  v4_xcache_stats_reset zeroes the counters (the
+ * high-water mark restarts at the current use); per-task figures are deltas of
+ * snapshots taken by the caller, or per-acquire outcomes (v4_xcache_acquire_ex).
  *
  * Ownership: the cache does not own the source (the caller closes it after
  * v4_xcache_destroy).  Block pointers belong to the cache.
@@ -68,7 +74,7 @@ typedef struct v4_xcache_opts {
 typedef struct v4_xcache_stats {
     uint64_t hits, misses, prefetch_hits;
     uint64_t inflight_waits;        /* hits that waited for a load in flight */
-    uint64_t prefetch_issued, prefetch_dropped;
+    uint64_t prefetch_issued, prefetch_dropped, prefetch_expired;
     uint64_t evictions, loads, load_errors, bytes_read;
     uint64_t lat_p50_us, lat_p90_us, lat_p99_us, lat_max_us;   /* load latency */
     int slots, slots_in_use, slots_pinned, quarantined;
@@ -84,6 +90,14 @@ void v4_xcache_destroy(v4_xcache *c);
  * -1 with err (nothing pinned then). */
 int v4_xcache_acquire(v4_xcache *c, int layer, const int *ids, int n, const void **blocks_out,
                       v4_error *err);
+/* What an acquire did for each of its experts (v4_xcache_acquire_ex). */
+enum { V4_XOUT_HIT = 1,            /* in the cache already (or being read for another caller) */
+       V4_XOUT_MISS = 2,           /* this acquire issued the read */
+       V4_XOUT_PREFETCHED = 3 };   /* the first acquire of a block a prefetch read */
+/* v4_xcache_acquire, and outcome[i] (may be NULL) = V4_XOUT_* for ids[i] (set only on
+ * success). */
+int v4_xcache_acquire_ex(v4_xcache *c, int layer, const int *ids, int n, const void **blocks_out,
+                         unsigned char *outcome, v4_error *err);
 /* Drop the pins of a successful acquire (same layer, ids, n). */
 void v4_xcache_release(v4_xcache *c, int layer, const int *ids, int n);
 /* Start loading the experts of layer that are not resident; never blocks on I/O. */

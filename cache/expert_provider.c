@@ -14,18 +14,22 @@ struct v4_xprov {
     v4_xsource *src;
     v4_xcache *cache;
     v4_expert_provider cb;
+    unsigned char *outcomes;    /* [n_layers * n_routed_experts] */
 };
 
 static int xp_acquire(void *ud, int layer, const int *ids, int n, v4_expert_w *out, v4_error *err)
 {
     v4_xprov *p = ud;
     const void *blocks[1024];   /* n <= n_routed_experts <= 1024 (model_config validates it) */
+    unsigned char oc[1024];
     if (n > (int)(sizeof blocks / sizeof blocks[0]))
         return v4_err_set(err, V4_ERR_RANGE, "expert cache", "%d experts in one layer (max 1024)", n);
-    if (v4_xcache_acquire(p->cache, layer, ids, n, blocks, err))
+    if (v4_xcache_acquire_ex(p->cache, layer, ids, n, blocks, oc, err))
         return -1;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         v4_xblock_bind(&p->cfg, &p->lo, blocks[i], &out[i]);
+        p->outcomes[(size_t)layer * (size_t)p->cfg.n_routed_experts + (size_t)ids[i]] = oc[i];
+    }
     return 0;
 }
 
@@ -62,6 +66,10 @@ v4_xprov *v4_xprov_open(const v4_config *cfg, const v4_ckpt *ck, const v4_xprov_
         p->src = v4_st_source_open(o->model_dir, err);
     if (!p->src || !(p->cache = v4_xcache_create(p->src, &co, err)))
         goto fail;
+    if (!(p->outcomes = calloc((size_t)cfg->n_layers * (size_t)cfg->n_routed_experts, 1))) {
+        v4_err_set(err, V4_ERR_NOMEM, "expert cache", "out of memory");
+        goto fail;
+    }
     p->cb = (v4_expert_provider){xp_acquire, xp_release, xp_prefetch, p};
     return p;
 fail:
@@ -79,6 +87,16 @@ void v4_xprov_stats(v4_xprov *p, v4_xcache_stats *st)
     v4_xcache_stats_get(p->cache, st);
 }
 
+unsigned char *v4_xprov_outcomes(v4_xprov *p)
+{
+    return p->outcomes;
+}
+
+void v4_xprov_outcomes_reset(v4_xprov *p)
+{
+    memset(p->outcomes, 0, (size_t)p->cfg.n_layers * (size_t)p->cfg.n_routed_experts);
+}
+
 const char *v4_xprov_source_kind(const v4_xprov *p)
 {
     return p->src->kind;
@@ -90,5 +108,6 @@ void v4_xprov_close(v4_xprov *p)
         return;
     v4_xcache_destroy(p->cache);
     v4_xsource_close(p->src);
+    free(p->outcomes);
     free(p);
 }

@@ -8,10 +8,17 @@
  * experts at the start of a step.  With any budget the decode path's outputs are those
  * of the all-resident run (the same bytes, the same kernels).
  *
- * Ownership: v4_xprov owns its cache and source (v4_xprov_close).  It borrows cfg and
- * ck (the open checkpoint), which must outlive it.  Thread: the provider callbacks and
- * v4_xprov_stats may be called from any thread (the cache is thread-safe); open/close
- * from one thread with no step in progress.
+ * Outcomes: every acquire records, per (layer, expert) it acquired, what the cache did
+ * (V4_XOUT_HIT / _MISS / _PREFETCHED, expert_cache.h) in a map [n_layers][n_routed]
+ * that v4_xprov_outcomes_reset clears; a batching caller clears it before a step and
+ * reads it after (a step acquires each expert of a layer once, for all its rows) to
+ * charge each load to the row that needed it.
+ *
+ * Ownership: v4_xprov owns its cache, source and outcome map (v4_xprov_close).  It
+ * borrows cfg and ck (the open checkpoint), which must outlive it.  Thread: the
+ * provider callbacks and v4_xprov_stats may be called from any thread (the cache is
+ * thread-safe); the outcome map from the thread that runs the steps, between steps;
+ * open/close from one thread with no step in progress.
  */
 #ifndef V4_EXPERT_PROVIDER_H
 #define V4_EXPERT_PROVIDER_H
@@ -38,6 +45,10 @@ v4_xprov *v4_xprov_open(const v4_config *cfg, const v4_ckpt *ck, const v4_xprov_
 /* The callbacks to give v4_ctx_set_expert_provider (valid until v4_xprov_close). */
 const v4_expert_provider *v4_xprov_provider(const v4_xprov *p);
 void v4_xprov_stats(v4_xprov *p, v4_xcache_stats *st);
+/* The outcome map (see above): [layer * n_routed_experts + expert], 0 = not acquired
+ * since the last reset.  The caller may overwrite entries (e.g. mark them charged). */
+unsigned char *v4_xprov_outcomes(v4_xprov *p);
+void v4_xprov_outcomes_reset(v4_xprov *p);
 /* "pack" or "safetensors" */
 const char *v4_xprov_source_kind(const v4_xprov *p);
 void v4_xprov_close(v4_xprov *p);

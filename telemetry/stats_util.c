@@ -102,7 +102,8 @@ int v4_umat_add_hash(v4_umat *u, const char *key, const char *const *fields,
         if (f[0] == '_') {
             uint64_t *dst = !strcmp(f, "_tasks") ? &u->tasks : !strcmp(f, "_tokens") ? &u->tokens
                           : !strcmp(f, "_hits") ? &u->hits : !strcmp(f, "_misses") ? &u->misses
-                          : !strcmp(f, "_kib_loaded") ? &u->kib_loaded : NULL;
+                          : !strcmp(f, "_kib_loaded") ? &u->kib_loaded
+                          : !strcmp(f, "_prefetched") ? &u->prefetched : NULL;
             if (!dst)
                 continue;   /* _shape (checked) or a field of a later writer */
             if (parse_u64(values[i], &v))

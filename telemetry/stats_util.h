@@ -33,7 +33,7 @@ typedef struct v4_umat {
     int layers, experts, top_k;   /* 0 until the first hash with a _shape was added */
     uint64_t *counts;             /* layers * experts, counts[l*experts + e] */
     uint64_t tasks, tokens;
-    uint64_t hits, misses, kib_loaded;   /* expert-cache figures (_hits, _misses, _kib_loaded) */
+    uint64_t hits, misses, kib_loaded, prefetched;   /* experts figures (_hits, _misses, _kib_loaded, _prefetched) */
     int n_hashes;                 /* hashes added */
 } v4_umat;
 

@@ -96,7 +96,7 @@ static uint32_t cell_of(const v4_util *u, const uint32_t *counts, const v4_util_
         return counts[i];
     if (!f)
         return 0;
-    return i == nr ? f->hits : i == nr + 1 ? f->misses : f->kib_loaded;
+    return i == nr ? f->hits : i == nr + 1 ? f->misses : i == nr + 2 ? f->kib_loaded : f->prefetched;
 }
 
 int v4_util_record(v4_util *u, const char *task_id, const uint32_t *counts, long tokens)

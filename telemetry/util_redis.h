@@ -118,11 +118,12 @@ v4_util *v4_util_start(const v4_util_opts *o, v4_util_log_fn log, void *ud, v4_e
  * Returns 0 queued, 1 dropped (backlog full; stats.dropped), -1 invalid arguments
  * (NULL/empty task id or one longer than 512 bytes, NULL counts, tokens < 0). */
 int v4_util_record(v4_util *u, const char *task_id, const uint32_t *counts, long tokens);
-/* The same with the task's expert-cache figures, added to the hashes' fields _hits,
- * _misses and _kib_loaded (guarded by the same done key). */
-#define V4_UTIL_NFIGS 3
+/* The same with the task's experts figures (the result's, worker/serve/task_run.h),
+ * added to the hashes' fields _hits, _misses, _kib_loaded and _prefetched (guarded by
+ * the same done key). */
+#define V4_UTIL_NFIGS 4
 typedef struct v4_util_figs {
-    uint32_t hits, misses, kib_loaded;
+    uint32_t hits, misses, kib_loaded, prefetched;
 } v4_util_figs;
 int v4_util_record_ex(v4_util *u, const char *task_id, const uint32_t *counts, long tokens, const v4_util_figs *figs);
 

@@ -204,7 +204,7 @@ static int append_eval(v4_util *u, rec *const *batch, int n)
         p = (char *)q;
     }
     unsigned ne = (unsigned)u->n_experts, nr = (unsigned)(u->n_cells - V4_UTIL_NFIGS);
-    static const char *const fig_names[V4_UTIL_NFIGS] = {"_hits", "_misses", "_kib_loaded"};
+    static const char *const fig_names[V4_UTIL_NFIGS] = {"_hits", "_misses", "_kib_loaded", "_prefetched"};
     for (uint32_t f = 0; f < nf; f++) {
         uint32_t x = u->agg_cells[f];
         if (x >= nr)

@@ -5,7 +5,10 @@
  * hammering random acquires (and held blocks never change: pinned = never evicted);
  * several loads in flight; one load for concurrent misses of one expert; a corrupt
  * block -> V4_ERR_CORRUPT with the source's message, quarantine (no second read),
- * slot freed, other experts fine; prefetch then acquire = hit; budget too small ->
+ * slot freed, other experts fine; prefetch then acquire = hit; a prefetched block is
+ * not evicted before its first acquire, whether its read finished or not, so the
+ * outcomes (v4_xcache_acquire_ex) are the same with a fast and a slow source, and an
+ * unused prefetch expires at the next prefetch of its layer; budget too small ->
  * errors (create, n > slots, all slots pinned) instead of a deadlock; every policy.
  * Thread: main + the hammer/miss threads it starts.
  */
@@ -401,6 +404,53 @@ static void test_wait_for_prefetch(void)
     v4_xcache_destroy(c);
 }
 
+/* The same calls with a source that answers at once and one that takes 30 ms per read:
+ * the same outcomes, evictions and figures. */
+static void prefetch_run(int delay_us, unsigned char out[6], v4_xcache_stats *st)
+{
+    tsrc t;
+    tsrc_init(&t, delay_us);
+    v4_xcache *c = mkcache(&t, 4 * SLOT, V4_XPOL_LRU);
+    int pre[2] = {0, 1}, a[2] = {2, 3}, b[2] = {4, 5}, p8 = 8, p9 = 9;
+    const void *bl[2];
+    v4_error err = {0};
+    v4_xcache_prefetch(c, 1, pre, 2);
+    if (!delay_us)
+        sleep_us(20000);   /* the reads are done: the blocks must still not be evictable */
+    CHECK(v4_xcache_acquire_ex(c, 0, a, 2, bl, out, &err) == 0, "acquire 2, 3: %s", err.msg);
+    v4_xcache_release(c, 0, a, 2);
+    CHECK(v4_xcache_acquire_ex(c, 0, b, 2, bl, out + 2, &err) == 0, "acquire 4, 5 (evicts 2, 3): %s", err.msg);
+    v4_xcache_release(c, 0, b, 2);
+    CHECK(v4_xcache_acquire_ex(c, 1, pre, 2, bl, out + 4, &err) == 0 && block_ok(bl[0], 1, 0) &&
+              block_ok(bl[1], 1, 1), "the prefetched blocks: %s", err.msg);
+    v4_xcache_release(c, 1, pre, 2);
+    v4_xcache_prefetch(c, 2, &p8, 1);   /* never acquired: expires at the next prefetch of layer 2 */
+    v4_xcache_prefetch(c, 2, &p9, 1);
+    v4_xcache_stats_get(c, st);
+    CHECK(atomic_load(&t.reads[1 * NE + 0]) == 1 && atomic_load(&t.reads[1 * NE + 1]) == 1,
+          "delay %d us: the prefetched experts were read once each", delay_us);
+    v4_xcache_destroy(c);
+}
+
+static void test_prefetch_deterministic(void)
+{
+    unsigned char fast[6], slow[6];
+    const unsigned char want[6] = {V4_XOUT_MISS, V4_XOUT_MISS, V4_XOUT_MISS, V4_XOUT_MISS, V4_XOUT_PREFETCHED,
+                                   V4_XOUT_PREFETCHED};
+    v4_xcache_stats a, b;
+    prefetch_run(0, fast, &a);
+    prefetch_run(30000, slow, &b);
+    CHECK(!memcmp(fast, want, 6) && !memcmp(slow, want, 6), "outcomes: fast %d%d%d%d%d%d slow %d%d%d%d%d%d", fast[0],
+          fast[1], fast[2], fast[3], fast[4], fast[5], slow[0], slow[1], slow[2], slow[3], slow[4], slow[5]);
+    CHECK(a.misses == 4 && b.misses == 4 && a.prefetch_hits == 2 && b.prefetch_hits == 2 && a.hits == 2 &&
+              b.hits == 2, "misses %llu/%llu prefetch hits %llu/%llu", (unsigned long long)a.misses,
+          (unsigned long long)b.misses, (unsigned long long)a.prefetch_hits, (unsigned long long)b.prefetch_hits);
+    CHECK(a.evictions == b.evictions && a.evictions == 4 && a.prefetch_expired == 1 && b.prefetch_expired == 1,
+          "evictions %llu/%llu (want 4: 2 and 3, then 4 and 5 for the layer-2 prefetches), expired %llu/%llu",
+          (unsigned long long)a.evictions, (unsigned long long)b.evictions, (unsigned long long)a.prefetch_expired,
+          (unsigned long long)b.prefetch_expired);
+}
+
 static void test_budget_too_small(void)
 {
     tsrc t;
@@ -450,6 +500,7 @@ int main(void)
     test_prefetch();
     test_loading_not_evicted();
     test_wait_for_prefetch();
+    test_prefetch_deterministic();
     test_budget_too_small();
     TEST_DONE();
 }

@@ -209,8 +209,8 @@ static void t_worker_set(void)
 {
     v4_wmetrics m;
     CHECK(v4_wmetrics_init(&m, "tiny", "w-1") == 0, "init");
-    v4_wtask_figs ok = {NULL, 0.5, 0.02, 0.004, 0.1, 7, 5};
-    v4_wtask_figs bad = {"model_not_available", -1, -1, -1, 0.001, 0, 0};
+    v4_wtask_figs ok = {NULL, 0.5, 0.02, 0.004, 0.1, 7, 5, 90, 4, 2};
+    v4_wtask_figs bad = {"model_not_available", -1, -1, -1, 0.001, 0, 0, 0, 0, 0};
     v4_wmetrics_task(&m, &ok);
     v4_wmetrics_task(&m, &bad);
     v4_wmetrics_broker(&m, 1, 3);
@@ -225,6 +225,9 @@ static void t_worker_set(void)
         "v4fleet:queue_wait_seconds_count 1\n", "v4fleet:broker_reconnects_total 2\n", "v4fleet:broker_connected 1\n",
         "v4fleet:redis_counter_records{state=\"sent\"} 4\n", "v4fleet:redis_counter_records{state=\"dropped\"} 1\n",
         "v4fleet:redis_counter_records{state=\"pending\"} 2\n",
+        "v4fleet:expert_activations_total{outcome=\"hit\"} 90\n",
+        "v4fleet:expert_activations_total{outcome=\"miss\"} 4\n",
+        "v4fleet:expert_activations_total{outcome=\"prefetched\"} 2\n", "v4fleet:tasks_abandoned_total 0\n",
         "v4fleet:model_reloads_total{result=\"ok\"} 0\n", "v4fleet:model_reloads_total{result=\"failed\"} 0\n", "v4fleet:info{model=\"tiny\",worker=\"w-1\"} 1\n",
         "# TYPE v4fleet:expert_cache_hits_total counter\n", "# TYPE v4fleet:ready gauge\n",
         "v4fleet:time_to_first_token_seconds_bucket{le=\"0.02\"} 1\n",
@@ -268,7 +271,8 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 27, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total */
+    CHECK(fams == 28, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
+                                               * expert_activations_total */
     free(t);
     v4_wmetrics_warmup(&m, 1.5, 12);
     v4_wmetrics_reload(&m, 1);

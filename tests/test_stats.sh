@@ -60,7 +60,7 @@ jget() {  # jget JSON PYTHON-EXPR (on d)
 #   layer 1: 25 x 8                 std 0, cv 0, max/mean 1
 #   layer 2: e2 = e5 = 100          var 15000/8=1875 -> std 43.30, cv 1.732, max/mean 4
 # fleet mean CV = (0.7746 + 0 + 1.7321) / 3 = 0.836
-hset "$url" "$P:util:tiny:total" _shape 3,8,2 _tasks 4 _tokens 100 _hits 300 _misses 100 _kib_loaded 2048 \
+hset "$url" "$P:util:tiny:total" _shape 3,8,2 _tasks 4 _tokens 100 _hits 300 _misses 80 _prefetched 20 _kib_loaded 2048 \
     0:0 10 0:1 30 0:3 40 0:4 20 0:6 50 0:7 50 \
     1:0 25 1:1 25 1:2 25 1:3 25 1:4 25 1:5 25 1:6 25 1:7 25 \
     2:2 100 2:5 100
@@ -76,7 +76,7 @@ check "header" has "$out" "^tasks: 4 +tokens: 100 +shape: 3 layers, 8 routed exp
 check "layer 0 row" has "$out" "^ +0 +100 +19\.36 +0\.775 +2\.00 +2 +6\(25\.0%\) 7\(25\.0%\) 3\(20\.0%\) 1\(15\.0%\) 4\(10\.0%\)$"
 check "layer 1 row" has "$out" "^ +1 +100 +0\.00 +0\.000 +1\.00 +0 +0\(12\.5%\) 1\(12\.5%\) 2\(12\.5%\) 3\(12\.5%\) 4\(12\.5%\)$"
 check "layer 2 row" has "$out" "^ +2 +100 +43\.30 +1\.732 +4\.00 +6 +2\(50\.0%\) 5\(50\.0%\)$"
-check "expert cache line" has "$out" "^expert cache: 300 hits, 100 misses \(hit rate 75\.0%\), 2\.0 MiB loaded$"
+check "expert cache line" has "$out" "^expert cache: 300 hits, 80 misses, 20 prefetched \(hit rate 75\.0%\), 2\.0 MiB loaded$"
 check "fleet line" has "$out" "^fleet: mean CV 0\.836 over 3/3 layers with data; max CV 1\.732 \(layer 2\); 8 idle of 24 experts$"
 
 out=$("$bin" stats --redis "$url" --prefix "$P" --model tiny --top 1 2>&1); rc=$?
@@ -95,7 +95,7 @@ check "json top experts layer 0" test "$(jget "$js" '[(t["expert"], t["count"], 
 check "json std" test "$(jget "$js" '[round(l["std"], 6) for l in d["layers"]]')" = "[19.364917, 0.0, 43.30127]"
 check "json cv" test "$(jget "$js" '[round(l["cv"], 6) for l in d["layers"]]')" = "[0.774597, 0.0, 1.732051]"
 check "json max/mean, idle" test "$(jget "$js" '[(l["max_over_mean"], l["idle"]) for l in d["layers"]]')" = "[(2.0, 2), (1.0, 0), (4.0, 6)]"
-check "json expert cache" test "$(jget "$js" 'd["expert_cache"]')" = "{'hits': 300, 'misses': 100, 'kib_loaded': 2048}"
+check "json expert cache" test "$(jget "$js" 'd["expert_cache"]')" = "{'hits': 300, 'misses': 80, 'prefetched': 20, 'kib_loaded': 2048}"
 check "json fleet" test "$(jget "$js" '(round(d["fleet"]["mean_cv"], 6), d["fleet"]["max_cv_layer"], d["fleet"]["idle_experts"])')" \
     = "(0.835549, 2, 8)"
 

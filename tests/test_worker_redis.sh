@@ -11,6 +11,10 @@
 #            its counters sent, before the ack; the redelivered task gives a second
 #            result with the same id, and Redis counts the task once (done:{id} guard)
 #   R18      Redis killed and restarted: the worker reconnects and counting resumes
+#   paged    a host cache of half the experts: each result's experts figures add up
+#            (activations = hits + misses + prefetched = forwarded x layers x k, bytes =
+#            loads x block), and Redis (_hits, _misses, _prefetched) and /metrics
+#            (expert_activations_total{outcome}) hold exactly the results' sums
 # No broker = FAIL.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -128,11 +132,38 @@ redis_up
 R="$("${PY[@]}" run "$P.tasks" "$P.results" c 4 60)" || fail "R18: results missing: $R"
 wait_tasks 4 20 || fail "R18: counting did not resume after the Redis restart ($(rcli hget "$TOTAL" _tasks))"
 worker_stop
+
+# --- paged experts: the figures add up in the results, Redis and /metrics ---
+BLOCK="$("$V4_BIN" inspect --model "$WORK/model" | sed -n 's/^bytes per routed expert: \([0-9]*\).*/\1/p')"
+[ -n "$BLOCK" ] || fail "no expert block size from inspect"
+HPORT="$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+h0="$(rcli hget "$TOTAL" _hits)"; m0="$(rcli hget "$TOTAL" _misses)"; p0="$(rcli hget "$TOTAL" _prefetched)"
+t0="$(rcli hget "$TOTAL" _tasks)"
+export V4_HOST_CACHE_BYTES=$((L * E * BLOCK / 2)) V4_HTTP_PORT="$HPORT"
+start_worker
+X="$("${PY[@]}" run "$P.tasks" "$P.results" p 6 60)" || fail "paged: results missing: $X"
+read -r xh xm xp xa xb xf < <(/usr/bin/python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["hits"], d["misses"], d["prefetched"], d["activations"], d["bytes"], d["forwarded"])' "$X")
+[ "$xa" -eq $((xf * L * K)) ] && [ $((xh + xm + xp)) -eq "$xa" ] ||
+    fail "paged: hits $xh + misses $xm + prefetched $xp, activations $xa, forwarded $xf x $L x $K"
+# every load reads one expert block (the tensors, padded to the pack's alignment)
+[ "$xm" -gt 0 ] && [ $((xb % (xm + xp))) -eq 0 ] && [ $((xb / (xm + xp))) -ge "$BLOCK" ] &&
+    [ $((xb / (xm + xp))) -lt $((BLOCK + 65536)) ] || fail "paged: misses $xm, prefetched $xp, bytes $xb: not one block ($BLOCK tensor bytes) per load"
+wait_tasks $((t0 + 6)) 20 || fail "paged: _tasks $(rcli hget "$TOTAL" _tasks), want $t0 + 6"
+[ "$(rcli hget "$TOTAL" _misses)" = $((m0 + xm)) ] || fail "paged: _misses $(rcli hget "$TOTAL" _misses) != ${m0:-0} + the results' $xm"
+[ "$(rcli hget "$TOTAL" _prefetched)" = $((p0 + xp)) ] || fail "paged: _prefetched $(rcli hget "$TOTAL" _prefetched) != ${p0:-0} + the results' $xp"
+[ "$(rcli hget "$TOTAL" _hits)" = $((h0 + xh)) ] || fail "paged: _hits $(rcli hget "$TOTAL" _hits) != $h0 + $xh"
+metric() { curl -s --max-time 5 "http://127.0.0.1:$HPORT/metrics" | awk -v n="$1" '$1 == n {print $2}'; }
+for o in hit:$xh miss:$xm prefetched:$xp; do
+    got="$(metric "v4fleet:expert_activations_total{outcome=\"${o%%:*}\"}")"
+    [ "$got" = "${o#*:}" ] || fail "paged: /metrics expert_activations_total{outcome=${o%%:*}} '$got', the results ${o#*:}"
+done
+echo "paged: $xa activations = $xh hits + $xm misses + $xp prefetched, $xb bytes"
+worker_stop
 grep -q "redis counters: .* 0 dropped" "$WORK/worker.log" || fail "no final counter summary with 0 dropped"
 if grep -q ":[^*@/]*@127.0.0.1:$RPORT" "$WORK/worker.log"; then fail "Redis URL credentials in the log"; fi
 if [ "$status" -ne 0 ]; then
     echo "--- worker log (tail) ---" >&2
     tail -n 40 "$WORK/worker.log" >&2
 fi
-[ "$status" -eq 0 ] && echo "ok: counts, R19, R17, R13, R18"
+[ "$status" -eq 0 ] && echo "ok: counts, R19, R17, R13, R18, paged"
 exit "$status"

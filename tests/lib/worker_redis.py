@@ -35,7 +35,8 @@ def publish(q, tid, i):
 
 def collect(q, want, timeout):
     """want(ids) -> True when done; returns the summary dict."""
-    s = {"ids": {}, "hits": 0, "misses": 0, "bytes": 0, "forwarded": 0, "failed": []}
+    s = {"ids": {}, "hits": 0, "misses": 0, "prefetched": 0, "activations": 0, "bytes": 0, "forwarded": 0,
+         "failed": []}
     t0 = time.time()
     while time.time() < t0 + timeout and not want(s["ids"]):
         m, p, b = ch.basic_get(q, auto_ack=True)
@@ -53,6 +54,8 @@ def collect(q, want, timeout):
         e = r["experts"]
         s["hits"] += e["hits"]
         s["misses"] += e["misses"]
+        s["prefetched"] += e["prefetched"]
+        s["activations"] += e["activations"]
         s["bytes"] += e["bytes_loaded"]
         s["forwarded"] += r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"] - 1
     s["elapsed_s"] = round(time.time() - t0, 3)

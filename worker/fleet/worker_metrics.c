@@ -51,6 +51,11 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
                                   "Tasks stopped without a result because the broker connection that delivered "
                                   "them was lost (the broker requeued them).",
                                   NULL, NULL, 0);
+    static const char *const outcome_l[] = {"outcome", NULL};
+    m->activations = v4m_family_new(r, V4M_COUNTER, "v4fleet:expert_activations_total",
+                                    "Routed-expert activations of the counted tasks by outcome (the results' "
+                                    "experts figures: hit, miss = loaded on demand, prefetched = loaded ahead).",
+                                    outcome_l, NULL, 0);
     m->prompt_tokens = v4m_family_new(r, V4M_COUNTER, "v4fleet:prompt_tokens_total", "Prompt tokens processed.", NULL,
                                       NULL, 0);
     m->gen_tokens = v4m_family_new(r, V4M_COUNTER, "v4fleet:generation_tokens_total", "Tokens generated.", NULL, NULL,
@@ -88,7 +93,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     m->numerics = v4m_family_new(r, V4M_GAUGE, "v4fleet:numerics",
                                  "The engine's numerics mode (1: the mode it runs; docs/numerics.md).", mode_l, NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
-        !m->requeued || !m->unconfirmed || !m->abandoned || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
+        !m->requeued || !m->unconfirmed || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
         !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics) {
         v4_wmetrics_free(m);
@@ -104,6 +109,9 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     v4m_fadd(m->requeued, 0);
     v4m_fadd(m->unconfirmed, 0);
     v4m_fadd(m->abandoned, 0);
+    const char *const outcomes[3] = {"hit", "miss", "prefetched"};
+    for (int i = 0; i < 3; i++)
+        v4m_add(v4m_series_of(m->activations, &outcomes[i]), 0);
     v4m_fadd(m->prompt_tokens, 0);
     v4m_fadd(m->gen_tokens, 0);
     v4m_fset(m->running, 0);
@@ -151,6 +159,10 @@ void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f)
         v4m_fobserve(m->e2e, f->e2e_s);
     v4m_fadd(m->prompt_tokens, (double)f->prompt_tokens);
     v4m_fadd(m->gen_tokens, (double)f->gen_tokens);
+    const char *hit[] = {"hit"}, *miss[] = {"miss"}, *pre[] = {"prefetched"};
+    v4m_add(v4m_series_of(m->activations, hit), (double)f->expert_hits);
+    v4m_add(v4m_series_of(m->activations, miss), (double)f->expert_misses);
+    v4m_add(v4m_series_of(m->activations, pre), (double)f->expert_prefetched);
 }
 
 void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f)

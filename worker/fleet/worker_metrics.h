@@ -18,8 +18,13 @@
  *   v4fleet:tasks_abandoned_total         counter    tasks stopped without a result because the
  *                                                    connection that delivered them was lost
  *   v4fleet:prompt_tokens_total, v4fleet:generation_tokens_total   counters
+ *   v4fleet:expert_activations_total{outcome="hit|miss|prefetched"}  counter  the results'
+ *                                         experts figures summed (task_run.h: every routed-expert
+ *                                         activation of a counted task is one of the three)
  *   v4fleet:num_requests_running          gauge      0/1
  *   v4fleet:expert_cache_hits_total{tier="host|gpu"}, _misses_total, _bytes_read_total  counters
+ *                                         (the cache's own: acquisitions, one per step, layer and
+ *                                         distinct expert; host hits include prefetched blocks)
  *   v4fleet:expert_cache_bytes_in_use{tier="host|gpu"}, _budget_bytes   gauges
  *                                         (a tier's series only when experts are paged there:
  *                                         host = the NVMe-backed host cache, gpu = the device's
@@ -49,7 +54,7 @@
 typedef struct v4_wmetrics {
     v4m_registry *reg;
     v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *abandoned,
-        *prompt_tokens,
+        *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
         *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics;
 } v4_wmetrics;
@@ -59,6 +64,7 @@ typedef struct v4_wtask_figs {
     const char *error_code;     /* NULL: succeeded */
     double queue_s, ttft_s, itl_s, e2e_s;
     long prompt_tokens, gen_tokens;
+    long long expert_hits, expert_misses, expert_prefetched;
 } v4_wtask_figs;
 
 int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker);

@@ -93,7 +93,9 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
                        .queue_s = has_ts ? queue_ms / 1e3 : -1,
                        .ttft_s = !rc && out->n_tokens >= 1 ? (t_run - t0 + out->prefill_ms) / 1e3 : -1,
                        .itl_s = !rc && out->n_tokens >= 2 ? out->decode_ms / (out->n_tokens - 1) / 1e3 : -1,
-                       .e2e_s = total_ms / 1e3, .prompt_tokens = out->prompt_tokens, .gen_tokens = out->n_tokens};
+                       .e2e_s = total_ms / 1e3, .prompt_tokens = out->prompt_tokens, .gen_tokens = out->n_tokens,
+                       .expert_hits = out->expert_hits, .expert_misses = out->expert_misses,
+                       .expert_prefetched = out->expert_prefetched};
     v4_wmetrics_task(&w->m, &f);
     v4_wmetrics_runner_caches(&w->m, w->runner);
     if (w->log.level < 1)
@@ -101,11 +103,12 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
     char msg[1024];
     snprintf(msg, sizeof msg, "task %s: %s%s, %d+%d tokens, %.1f ms", t->id, rc ? "failed " : "succeeded",
              rc ? v4_task_errcode_name(e->code) : "", out->prompt_tokens, out->n_tokens, total_ms);
-    json_t *fields = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:I}", "status",
+    json_t *fields = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I}", "status",
                                rc ? "failed" : "succeeded", "prompt_tokens", out->prompt_tokens, "completion_tokens",
                                out->n_tokens, "queue_ms", queue_ms, "prefill_ms", out->prefill_ms, "decode_ms",
                                out->decode_ms, "total_ms", total_ms, "expert_hits", (json_int_t)out->expert_hits,
-                               "expert_misses", (json_int_t)out->expert_misses, "expert_bytes_loaded",
+                               "expert_misses", (json_int_t)out->expert_misses, "expert_prefetched",
+                               (json_int_t)out->expert_prefetched, "expert_bytes_loaded",
                                (json_int_t)out->expert_bytes_loaded);
     if (fields && rc)
         json_object_set_new(fields, "code", json_string(v4_task_errcode_name(e->code)));
@@ -204,7 +207,7 @@ void v4w_complete(worker *w, v4w_job *j)
      * done:{id} guard there keeps a redelivered task from being counted twice. */
     if (w->util && out->expert_counts && out->forwarded > 0) {
         v4_util_figs figs = {clamp_u32(out->expert_hits), clamp_u32(out->expert_misses),
-                             clamp_u32(out->expert_bytes_loaded / 1024)};
+                             clamp_u32(out->expert_bytes_loaded / 1024), clamp_u32(out->expert_prefetched)};
         v4_util_record_ex(w->util, t->id, out->expert_counts, out->forwarded, &figs);
     }
     if (w->cfg.fault_exit_before_ack && w->util)
@@ -215,6 +218,7 @@ void v4w_complete(worker *w, v4w_job *j)
         .finish_reason = out->finish_reason, .prompt_tokens = out->prompt_tokens, .queue_ms = j->queue_ms,
         .prefill_ms = out->prefill_ms, .decode_ms = out->decode_ms, .total_ms = v4_now_ms() - j->t0,
         .expert_hits = out->expert_hits, .expert_misses = out->expert_misses,
+        .expert_prefetched = out->expert_prefetched,
         .expert_bytes_loaded = out->expert_bytes_loaded, .chunks = out->chunks, .levels = out->levels,
         .error = rc ? e : NULL, .numerics = v4_runner_numerics(w->runner)};
     char *json = v4_result_json(&ri);

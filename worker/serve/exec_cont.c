@@ -218,20 +218,14 @@ static int forward(cont_exec *c)
     }
     if (!rows)
         return 0;
-    v4_xcache_stats a = {0}, b = {0};
     if (r->xp)
-        v4_xprov_stats(r->xp, &a);
+        v4_xprov_outcomes_reset(r->xp);
     v4_error err = {0};
     int rc = v4_step_rows(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->row_want, c->trs, &err);
     long step = c->steps++;
     if (!rc)
         count_step(c, rows);
-    if (r->xp) {
-        v4_xprov_stats(r->xp, &b);
-        double dm = (double)(b.misses - a.misses) / rows, db = (double)(b.bytes_read - a.bytes_read) / rows;
-        for (int k = 0; k < rows; k++)
-            v4_runner_job_share(&c->slots[c->row_slot[k]].rj, dm, db);
-    }
+    unsigned char *outcomes = r->xp && !rc ? v4_xprov_outcomes(r->xp) : NULL;
     for (int k = 0; k < rows; k++) {
         cslot *s = &c->slots[c->row_slot[k]];
         /* a generation retired at an earlier row of this step (its slot may already run
@@ -243,6 +237,11 @@ static int forward(cont_exec *c)
         if (rc) {   /* the whole step failed: every row's sequence is unusable */
             retire(c, s, 1, &err);
             continue;
+        }
+        if (outcomes) {   /* each load of the step is charged to the first row that needed it */
+            long long miss, pre;
+            v4_runner_charge_row(r, outcomes, c->trs[k], &miss, &pre);
+            v4_runner_job_charge(&s->rj, miss, pre);
         }
         v4_error aerr = {0};
         if (v4_gen_accept_row(s->rj.gen, c->row_k[k], c->row_want[k] ? c->logits + (size_t)k * V : NULL, &aerr))

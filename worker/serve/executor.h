@@ -106,8 +106,10 @@ v4_exec *v4_exec_serial(v4_runner *r, int (*abort_fn)(void *), void *abort_ud);
  * summary generations are stepped with the other jobs (exec_cont.c).  Limitations: a
  * step whose expert provider fails fails every job it carried (their sequences are
  * broken), with the provider's error.  Paged experts: the step acquires the union of
- * its jobs' experts once; each job's experts figures get an equal share of the step's
- * cache misses and bytes (hits = its activations - its misses). */
+ * its jobs' experts once; each block the step loaded (a miss or a prefetch) is charged
+ * to the first row, in row order, whose activations used it, so a job's experts figures
+ * (task_run.h) add up to its activations and the jobs' figures to the step's loads, and
+ * are the same in every run of the same jobs. */
 v4_exec *v4_exec_continuous(v4_runner *r, int n, int (*abort_fn)(void *), void *abort_ud, char *err,
                                         size_t err_cap);
 /* Forward steps the continuous executor has run (0 for others). */

@@ -52,9 +52,12 @@ json_t *v4_result_object(const v4_result_info *r)
     if (timing && r->numerics)
         json_object_set_new(timing, "numerics", json_string(r->numerics));
     json_object_set_new(o, "timing", timing);
-    json_object_set_new(o, "experts", json_pack("{s:I, s:I, s:I}", "hits", (json_int_t)r->expert_hits, "misses",
-                                                (json_int_t)r->expert_misses, "bytes_loaded",
-                                                (json_int_t)r->expert_bytes_loaded));
+    json_object_set_new(o, "experts",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I}", "activations",
+                                  (json_int_t)(r->expert_hits + r->expert_misses + r->expert_prefetched), "hits",
+                                  (json_int_t)r->expert_hits, "misses", (json_int_t)r->expert_misses, "prefetched",
+                                  (json_int_t)r->expert_prefetched, "bytes_loaded",
+                                  (json_int_t)r->expert_bytes_loaded));
     json_object_set_new(o, "worker", json_string(r->worker ? r->worker : ""));
     if (r->metadata)
         json_object_set(o, "metadata", r->metadata);

@@ -36,8 +36,9 @@ typedef struct v4_result_info {
     int prompt_tokens;
     /* timing, milliseconds */
     double queue_ms, prefill_ms, decode_ms, total_ms;
-    /* routed-expert activations served from memory / loaded first, bytes loaded */
-    long long expert_hits, expert_misses, expert_bytes_loaded;
+    /* the run's experts figures (v4_run_output, task_run.h): activations = hits + misses
+     * + prefetched, bytes loaded */
+    long long expert_hits, expert_misses, expert_prefetched, expert_bytes_loaded;
     /* summarize tasks (v4_run_output chunks, levels): the summary object when levels > 0 */
     int chunks, levels;
     /* failure (code != V4_TASK_OK) */

@@ -78,6 +78,7 @@ static int merge(summ *s, const v4_run_output *o)
     out->forwarded += o->forwarded;
     out->expert_hits += o->expert_hits;
     out->expert_misses += o->expert_misses;
+    out->expert_prefetched += o->expert_prefetched;
     out->expert_bytes_loaded += o->expert_bytes_loaded;
     if (!o->expert_counts)
         return 0;

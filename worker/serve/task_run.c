@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/expert_block.h"
 #include "cache/expert_provider.h"
 #include "cache/model_files.h"
 #include "engine.h"
@@ -261,24 +262,24 @@ static int guard_cancel(void *ud)
     return g->why;
 }
 
-/* The result's experts figures.  All experts resident (a, b NULL): every activation
- * (from the routing counts) is a hit.  Paged: the host cache's hits, misses (loads the
- * run's acquires issued) and bytes read during the run (stats snapshots a -> b). */
-static void count_experts(v4_run_output *out, const v4_xcache_stats *a, const v4_xcache_stats *b)
+/* The result's experts figures (task_run.h) from the activations (the routing counts)
+ * and the loads charged to the run (misses, prefetched; 0 with every expert resident). */
+static void count_experts(v4_run_output *out, long long misses, long long prefetched, size_t block_bytes)
 {
-    long long hits = 0, layer0 = 0;
+    long long act = 0, layer0 = 0;
     for (size_t i = 0, n = (size_t)out->expert_layers * (size_t)out->expert_n; out->expert_counts && i < n; i++) {
-        hits += out->expert_counts[i];
+        act += out->expert_counts[i];
         if (i < (size_t)out->expert_n)
             layer0 += out->expert_counts[i];
     }
-    out->expert_hits = hits;
-    out->expert_misses = out->expert_bytes_loaded = 0;
-    if (a && b) {   /* paged: what the cache did during the run */
-        out->expert_hits = (long long)(b->hits - a->hits);
-        out->expert_misses = (long long)(b->misses - a->misses);
-        out->expert_bytes_loaded = (long long)(b->bytes_read - a->bytes_read);
-    }
+    if (misses > act)   /* cannot happen: a load is charged to an activation that needed it */
+        misses = act;
+    if (prefetched > act - misses)
+        prefetched = act - misses;
+    out->expert_misses = misses;
+    out->expert_prefetched = prefetched;
+    out->expert_hits = act - misses - prefetched;
+    out->expert_bytes_loaded = (misses + prefetched) * (long long)block_bytes;
     out->forwarded = out->expert_k ? (long)(layer0 / out->expert_k) : 0;
 }
 
@@ -291,24 +292,23 @@ static void job_release(v4_run_job *j)
     memset(j, 0, sizeof *j);
 }
 
-/* The experts figures of a job that ran (or failed) and release it. */
+/* The experts figures of a job that ran (or failed). */
 static void job_count(v4_run_job *j, v4_run_output *out)
 {
     v4_runner *r = j->r;
-    if (r->xp && !j->shared_steps) {
+    if (!r->xp) {
+        count_experts(out, 0, 0, 0);
+        return;
+    }
+    v4_xblock_layout lo;
+    v4_xblock_layout_of(&r->m.cfg, &lo);
+    if (j->shared_steps) {   /* batched: the loads charged to its rows */
+        count_experts(out, j->charged_misses, j->charged_prefetched, lo.bytes);
+    } else {   /* alone on the cache: every load of the run was for it */
         v4_xcache_stats after;
         v4_xprov_stats(r->xp, &after);
-        count_experts(out, &j->before, &after);
-    } else {
-        count_experts(out, NULL, NULL);
-        if (r->xp) {   /* batched: this job's shares of the steps' loads */
-            long long miss = (long long)(j->share_misses + 0.5);
-            if (miss > out->expert_hits)
-                miss = out->expert_hits;
-            out->expert_misses = miss;
-            out->expert_hits -= miss;
-            out->expert_bytes_loaded = (long long)(j->share_bytes + 0.5);
-        }
+        count_experts(out, (long long)(after.misses - j->before.misses),
+                      (long long)(after.prefetch_hits - j->before.prefetch_hits), lo.bytes);
     }
 }
 
@@ -367,11 +367,37 @@ fail:
     return -1;
 }
 
-void v4_runner_job_share(v4_run_job *j, double misses, double bytes)
+void v4_runner_job_charge(v4_run_job *j, long long misses, long long prefetched)
 {
     j->shared_steps = 1;
-    j->share_misses += misses;
-    j->share_bytes += bytes;
+    j->charged_misses += misses;
+    j->charged_prefetched += prefetched;
+}
+
+enum { CHARGED = 0xFF };   /* an outcome-map entry already charged to a row */
+
+void v4_runner_charge_row(v4_runner *r, unsigned char *outcomes, const v4_trace *tr, long long *misses,
+                          long long *prefetched)
+{
+    *misses = *prefetched = 0;
+    if (!outcomes || !tr || !tr->route_ids)
+        return;
+    const v4_config *cfg = &r->m.cfg;
+    const int K = cfg->n_act_experts, E = cfg->n_routed_experts;
+    for (int l = 0; l < cfg->n_layers; l++)
+        for (int k = 0; k < K; k++) {
+            int32_t id = tr->route_ids[l * K + k];
+            if (id < 0 || id >= E)
+                continue;
+            unsigned char *o = &outcomes[(size_t)l * (size_t)E + (size_t)id];
+            if (*o == V4_XOUT_MISS)
+                ++*misses;
+            else if (*o == V4_XOUT_PREFETCHED)
+                ++*prefetched;
+            else
+                continue;
+            *o = CHARGED;
+        }
 }
 
 int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e)

@@ -39,11 +39,16 @@ typedef struct v4_run_output {
     double prefill_ms, decode_ms;
     /* Expert routing of the run, also filled when the task failed after starting:
      * counts [expert_layers * expert_n] routed tokens per (layer, expert) (NULL when
-     * nothing ran), positions forwarded, and the result's experts figures. */
+     * nothing ran), positions forwarded, and the result's experts figures (docs/
+     * experts.md "Figures"): every activation (position x layer x selected expert, the
+     * sum of the counts) is exactly one of hits (its block was in the host cache, or
+     * loaded already for an earlier row of the same step), misses (loaded for it on
+     * demand) and prefetched (loaded for it ahead of need); bytes_loaded = (misses +
+     * prefetched) x the expert block's bytes.  All experts resident: hits only. */
     uint32_t *expert_counts;
     int expert_layers, expert_n, expert_k;
     long forwarded;
-    long long expert_hits, expert_misses, expert_bytes_loaded;
+    long long expert_hits, expert_misses, expert_prefetched, expert_bytes_loaded;
     /* Summarize tasks: chunks summarized and summary levels (0, 0 otherwise). */
     int chunks, levels;
 } v4_run_output;

@@ -61,10 +61,10 @@ typedef struct v4_run_job {
     v4_run_guard guard;
     v4_xcache_stats before;
     /* Paged experts under a batched executor: the cache serves the union of a step's
-     * experts once, so its figures are shared out per step (v4_runner_job_share)
-     * instead of taken as before/after snapshots. */
+     * experts once, so each load is charged to the first row that needed it
+     * (v4_runner_job_charge) instead of taken from before/after snapshots. */
     int shared_steps;
-    double share_misses, share_bytes;
+    long long charged_misses, charged_prefetched;
 } v4_run_job;
 
 /* Validate t, build the prompt, create the sequence and the generation state.
@@ -72,8 +72,15 @@ typedef struct v4_run_job {
  * on such a failure; j holds nothing). */
 int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
                       v4_run_job *j, v4_run_output *out, v4_task_error *e);
-/* Batched paged runs: add this job's share of one step's cache loads. */
-void v4_runner_job_share(v4_run_job *j, double misses, double bytes);
+/* Batched paged runs: charge this job with one step's loads for one of its rows
+ * (v4_runner_charge_row). */
+void v4_runner_job_charge(v4_run_job *j, long long misses, long long prefetched);
+/* One row of a step over r's expert provider: its activations whose block the step's
+ * acquire loaded (outcomes from v4_xprov_outcomes) and not charged to an earlier row
+ * of the step are counted as its misses / prefetched, and marked charged in outcomes
+ * (outcomes or tr NULL: nothing is charged). */
+void v4_runner_charge_row(v4_runner *r, unsigned char *outcomes, const v4_trace *tr, long long *misses,
+                          long long *prefetched);
 /* Collect the result (failed: the generation stopped with err: cancel, step or accept
  * failure) and release j.  Returns as v4_runner_run: 0, -1 (e filled), -2 aborted. */
 int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e);

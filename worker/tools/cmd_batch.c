@@ -341,6 +341,7 @@ static int finish_job(batch_run *b, v4_job *j)
         .finish_reason = o->finish_reason, .prompt_tokens = o->prompt_tokens, .queue_ms = 0,
         .prefill_ms = o->prefill_ms, .decode_ms = o->decode_ms, .total_ms = j->end_ms - j->start_ms,
         .expert_hits = o->expert_hits, .expert_misses = o->expert_misses,
+        .expert_prefetched = o->expert_prefetched,
         .expert_bytes_loaded = o->expert_bytes_loaded, .chunks = o->chunks, .levels = o->levels,
         .error = j->rc ? &j->err : NULL, .numerics = v4_runner_numerics(b->runner)};
     char *line = v4_batch_result_line(it, &ri, (long long)time(NULL));

@@ -72,9 +72,12 @@ void v4_stats_print_text(FILE *f, const v4_stats_report *r, const v4_umat *u)
     print_source_text(f, r);
     fprintf(f, "tasks: %" PRIu64 "   tokens: %" PRIu64 "   shape: %d layers, %d routed experts, "
             "top-%d\n", u->tasks, u->tokens, u->layers, u->experts, u->top_k);
-    if (u->hits + u->misses)
-        fprintf(f, "expert cache: %" PRIu64 " hits, %" PRIu64 " misses (hit rate %.1f%%), %.1f MiB loaded\n", u->hits,
-                u->misses, 100.0 * (double)u->hits / (double)(u->hits + u->misses), u->kib_loaded / 1024.0);
+    if (u->hits + u->misses + u->prefetched)
+        fprintf(f,
+                "expert cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " prefetched (hit rate %.1f%%), %.1f MiB loaded\n",
+                u->hits, u->misses, u->prefetched,
+                100.0 * (double)u->hits / (double)(u->hits + u->misses + u->prefetched), u->kib_loaded / 1024.0);
     fprintf(f, "%5s %12s %12s %7s %8s %5s  %s\n", "layer", "routed", "std", "cv", "max/mean",
             "idle", r->top_n ? "top experts: id(share of the layer's assignments)" : "");
     int *top = r->top_n ? malloc(sizeof *top * (size_t)r->top_n) : NULL;
@@ -170,8 +173,9 @@ int v4_stats_print_json(FILE *f, const v4_stats_report *r, const v4_umat *u, v4_
                              "experts", u->experts, "top_k", u->top_k, "layers", layers,
                              "fleet", fleet);
     if (root)
-        json_object_set_new(root, "expert_cache", json_pack("{s:I, s:I, s:I}", "hits", (json_int_t)u->hits, "misses",
-                                                            (json_int_t)u->misses, "kib_loaded",
+        json_object_set_new(root, "expert_cache", json_pack("{s:I, s:I, s:I, s:I}", "hits", (json_int_t)u->hits,
+                                                            "misses", (json_int_t)u->misses, "prefetched",
+                                                            (json_int_t)u->prefetched, "kib_loaded",
                                                             (json_int_t)u->kib_loaded));
     if (root && r->png_path)
         json_object_set_new(root, "heatmap", json_pack("{s:s, s:i, s:i}", "path", r->png_path,
