@@ -23,6 +23,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "linear_gen.h"
 #ifdef V4_HAVE_CUDA
+#include "kernels/calc_diff.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "testutil.h"   /* only the GPU part checks anything */
 #endif
@@ -30,23 +31,14 @@
 #ifdef V4_HAVE_CUDA
 static rng g_r = {0xfa57fa57fa57ull};
 
+/* calc_diff over n rows of `rows` values, ld apart */
 static double calc_diff(const float *a, const float *b, int n, int rows, int ld, int *pattern_bad)
 {
-    double xy = 0, xx = 0, yy = 0;
+    v4_diff d = {0};
     for (int i = 0; i < n; i++)
-        for (int r = 0; r < rows; r++) {
-            const float x = a[(size_t)i * ld + r], y = b[(size_t)i * ld + r];
-            if (isfinite(x) != isfinite(y) || (isnan(x) != isnan(y))) {
-                (*pattern_bad)++;
-                continue;
-            }
-            if (!isfinite(x))
-                continue;
-            xy += (double)x * y;
-            xx += (double)x * x;
-            yy += (double)y * y;
-        }
-    return xx + yy > 0 ? 1.0 - 2.0 * xy / (xx + yy) : 0.0;
+        v4_diff_add(&d, a + (size_t)i * ld, b + (size_t)i * ld, (size_t)rows);
+    *pattern_bad += (int)d.pattern_bad;
+    return v4_diff_value(&d);
 }
 
 typedef struct mat {

@@ -25,35 +25,35 @@
 static void measures(void)
 {
     float x[4] = {1, -2, 0.5f, 3}, y[4], z[4] = {0, 0, 0, 0};
-    v4nc_diff d = {0};
-    v4nc_diff_add(&d, x, x, 4);
-    CHECK(v4nc_diff_value(&d) == 0.0, "equal: %g", v4nc_diff_value(&d));
-    d = (v4nc_diff){0};
-    v4nc_diff_add(&d, z, z, 4);
-    CHECK(v4nc_diff_value(&d) == 0.0 && d.n == 4, "zeros");
+    v4_diff d = {0};
+    v4_diff_add(&d, x, x, 4);
+    CHECK(v4_diff_value(&d) == 0.0, "equal: %g", v4_diff_value(&d));
+    d = (v4_diff){0};
+    v4_diff_add(&d, z, z, 4);
+    CHECK(v4_diff_value(&d) == 0.0 && d.n == 4, "zeros");
     for (int i = 0; i < 4; i++)
         y[i] = 2 * x[i];
-    d = (v4nc_diff){0};
-    v4nc_diff_add(&d, x, y, 4);
-    CHECK(fabs(v4nc_diff_value(&d) - 0.2) < 1e-15, "x vs 2x: %.17g", v4nc_diff_value(&d));
-    v4nc_diff d2 = {0};
-    v4nc_diff_add(&d2, x, y, 2);
-    v4nc_diff_add(&d2, x + 2, y + 2, 2);
-    CHECK(v4nc_diff_value(&d2) == v4nc_diff_value(&d), "split sums");
+    d = (v4_diff){0};
+    v4_diff_add(&d, x, y, 4);
+    CHECK(fabs(v4_diff_value(&d) - 0.2) < 1e-15, "x vs 2x: %.17g", v4_diff_value(&d));
+    v4_diff d2 = {0};
+    v4_diff_add(&d2, x, y, 2);
+    v4_diff_add(&d2, x + 2, y + 2, 2);
+    CHECK(v4_diff_value(&d2) == v4_diff_value(&d), "split sums");
     for (int i = 0; i < 4; i++)
         y[i] = -x[i];
-    d = (v4nc_diff){0};
-    v4nc_diff_add(&d, x, y, 4);
-    CHECK(v4nc_diff_value(&d) == 2.0, "x vs -x: %g", v4nc_diff_value(&d));
+    d = (v4_diff){0};
+    v4_diff_add(&d, x, y, 4);
+    CHECK(v4_diff_value(&d) == 2.0, "x vs -x: %g", v4_diff_value(&d));
 
     float a[6] = {NAN, INFINITY, -INFINITY, 1, NAN, 2}, b[6] = {NAN, INFINITY, -INFINITY, 1, 1, INFINITY};
-    d = (v4nc_diff){0};
-    v4nc_diff_add(&d, a, b, 6);
-    CHECK(d.pattern_bad == 2 && d.n == 6 && v4nc_diff_value(&d) == 0.0, "pattern: %ld bad, %g", d.pattern_bad,
-          v4nc_diff_value(&d));
+    d = (v4_diff){0};
+    v4_diff_add(&d, a, b, 6);
+    CHECK(d.pattern_bad == 2 && d.n == 6 && v4_diff_value(&d) == 0.0, "pattern: %ld bad, %g", d.pattern_bad,
+          v4_diff_value(&d));
     float c[2] = {INFINITY, 1}, e[2] = {-INFINITY, 1};
-    d = (v4nc_diff){0};
-    v4nc_diff_add(&d, c, e, 2);
+    d = (v4_diff){0};
+    v4_diff_add(&d, c, e, 2);
     CHECK(d.pattern_bad == 1, "+inf vs -inf");
 
     float p[3] = {1, 2, 3}, q[3] = {11, 12, 13};

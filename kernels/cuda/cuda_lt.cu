@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/calc_diff.h"
 #include "cuda_fast.h"
 #include "cuda_linear.h"
 #include "cuda_lt.h"
@@ -301,24 +302,6 @@ uint64_t mix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-double calc_diff(const float *a, const float *b, size_t n, int *nonfinite_mismatch)
-{
-    double xy = 0, xx = 0, yy = 0;
-    for (size_t i = 0; i < n; i++) {
-        const int fa = isfinite(a[i]), fb = isfinite(b[i]);
-        if (fa != fb) {
-            (*nonfinite_mismatch)++;
-            continue;
-        }
-        if (!fa)
-            continue;
-        xy += (double)a[i] * b[i];
-        xx += (double)a[i] * a[i];
-        yy += (double)b[i] * b[i];
-    }
-    return xx + yy > 0 ? 1.0 - 2.0 * xy / (xx + yy) : 0.0;
-}
-
 struct devbufs {
     void *p[8] = {};
     ~devbufs()
@@ -398,11 +381,11 @@ int selftest(v4cu_lt *lt, cudaStream_t st, char *why, size_t nwhy)
         if (e == cudaSuccess && !rc)
             e = cudaStreamSynchronize(st);
         if (e == cudaSuccess && !rc) {
-            int bad = 0;
-            const double cd = calc_diff(hy, hy + (size_t)n * rows, (size_t)n * rows, &bad);
+            long bad = 0;
+            const double cd = v4_calc_diff(hy, hy + (size_t)n * rows, (size_t)n * rows, &bad);
             if (bad || !(cd <= 1e-5)) {
                 snprintf(why, nwhy, "self-test: %s product calc_diff %.3g against the exact kernel (bound 1e-5), "
-                                    "%d non-finite mismatches", names[t], cd, bad);
+                                    "%ld non-finite mismatches", names[t], cd, bad);
                 rc = 1;
             }
         } else if (rc) {

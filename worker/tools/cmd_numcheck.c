@@ -64,7 +64,7 @@ typedef struct lstats {       /* logits of one comparison */
 } lstats;
 
 typedef struct stats {
-    v4nc_diff *sub, *str;     /* [layers][2] */
+    v4_diff *sub, *str;     /* [layers][2] */
     long route_pairs, route_same, route_tie, route_far, hash_pairs, hash_same;
     double route_far_gap;     /* the largest gap among differences that are not near-ties */
     long idx_pairs;
@@ -135,10 +135,10 @@ static void row_stats(stats *st, const v4_config *c, const v4_trace *te, const v
     const int L = c->n_layers, K = c->n_act_experts, T = c->index_topk;
     for (int l = 0; l < L; l++) {
         for (int s = 0; s < 2; s++) {
-            v4nc_diff_add(&st->sub[l * 2 + s], te->sub_out + ((size_t)l * 2 + s) * c->dim,
+            v4_diff_add(&st->sub[l * 2 + s], te->sub_out + ((size_t)l * 2 + s) * c->dim,
                           tf->sub_out + ((size_t)l * 2 + s) * c->dim, (size_t)c->dim);
             const size_t hd = (size_t)c->hc_mult * c->dim;
-            v4nc_diff_add(&st->str[l * 2 + s], te->streams + ((size_t)l * 2 + s) * hd,
+            v4_diff_add(&st->str[l * 2 + s], te->streams + ((size_t)l * 2 + s) * hd,
                           tf->streams + ((size_t)l * 2 + s) * hd, hd);
         }
         const int same = same_set(te->route_ids + l * K, tf->route_ids + l * K, K);
@@ -204,13 +204,13 @@ static void logit_rows(table *t, const char *name, lstats *s, int counted)
     row(t, name, "p99.9 KL", v, "<= 1e-2", p <= 1e-2, counted);
 }
 
-static void diff_rows(table *t, const char *name, const v4nc_diff *d, int L, int sub, double bound)
+static void diff_rows(table *t, const char *name, const v4_diff *d, int L, int sub, double bound)
 {
     double worst = 0;
     int at = 0;
     long bad = 0;
     for (int l = 0; l < L; l++) {
-        const double v = v4nc_diff_value(&d[l * 2 + sub]);
+        const double v = v4_diff_value(&d[l * 2 + sub]);
         bad += d[l * 2 + sub].pattern_bad;
         if (v > worst || l == 0) {
             worst = v;

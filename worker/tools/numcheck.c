@@ -1,35 +1,9 @@
-/* numcheck.c - the measures of numerics-check (numcheck.h): calc_diff, KL, margins,
- * Jaccard, quantiles. */
+/* numcheck.c - the measures of numerics-check (numcheck.h): KL, margins, Jaccard,
+ * quantiles (calc_diff: kernels/calc_diff.h). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "numcheck.h"
-
-static int cls(float v)
-{
-    return isnan(v) ? 1 : isinf(v) ? (v > 0 ? 2 : 3) : 0;
-}
-
-void v4nc_diff_add(v4nc_diff *d, const float *x, const float *y, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        int cx = cls(x[i]), cy = cls(y[i]);
-        d->n++;
-        if (cx || cy) {
-            d->pattern_bad += cx != cy;
-            continue;
-        }
-        d->xy += (double)x[i] * y[i];
-        d->xx += (double)x[i] * x[i];
-        d->yy += (double)y[i] * y[i];
-    }
-}
-
-double v4nc_diff_value(const v4nc_diff *d)
-{
-    const double s = d->xx + d->yy;
-    return s > 0 ? 1.0 - 2.0 * d->xy / s : 0.0;
-}
 
 /* max and log(sum exp(x - max)) of a logit row, in double. */
 static void lse(const float *x, int V, double *mx, double *ls)

@@ -18,19 +18,8 @@
 
 #include "config/error.h"
 #include "kernels/backend.h"
+#include "kernels/calc_diff.h"
 #include "kernels/v4/weights.h"
-
-typedef struct v4nc_diff {
-    double xy, xx, yy;
-    long n;             /* element pairs seen */
-    long pattern_bad;   /* pairs where one side is NaN (or +-Inf) and the other is not the same */
-} v4nc_diff;
-
-/* Add n pairs (x = reference, y = candidate).  Pairs that are not both finite are
- * left out of the sums (a matching NaN/Inf is no error; a mismatch counts). */
-void v4nc_diff_add(v4nc_diff *d, const float *x, const float *y, size_t n);
-/* calc_diff of what was added; 0 when both sides are all zero. */
-double v4nc_diff_value(const v4nc_diff *d);
 
 /* KL(softmax(p) || softmax(q)) over V logits, in double; +inf when q gives no mass
  * where p has some; NaN when a row holds NaN. */

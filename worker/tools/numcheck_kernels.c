@@ -51,8 +51,8 @@ static void check(kctx *k, const v4_mat *W, v4_lin_mode mode, const char *what)
     fill_acts(k->x, k->rows, W->cols, (uint64_t)W->rows * 1315423911u + (uint64_t)W->cols);
     v4_linear(k->ref, W, mode, k->rows, k->x, W->cols, k->yr, W->rows);
     v4_linear(k->cand, W, mode, k->rows, k->x, W->cols, k->yc, W->rows);
-    v4nc_diff d = {0};
-    v4nc_diff_add(&d, k->yr, k->yc, (size_t)k->rows * W->rows);
+    v4_diff d = {0};
+    v4_diff_add(&d, k->yr, k->yc, (size_t)k->rows * W->rows);
     const char *tn = type_name(W->type), *mn = mode == V4_LIN_QUANT ? "quant" : mode == V4_LIN_BF16 ? "bf16" : "exact";
     v4nc_kernel_row *row = NULL;
     for (int i = 0; i < k->n && !row; i++)
@@ -64,7 +64,7 @@ static void check(kctx *k, const v4_mat *W, v4_lin_mode mode, const char *what)
         row = &k->out[k->n++];
         *row = (v4nc_kernel_row){tn, mn, 0, -1.0, "", 0};
     }
-    const double v = v4nc_diff_value(&d);
+    const double v = v4_diff_value(&d);
     row->matrices++;
     row->pattern_bad += d.pattern_bad;
     if (v > row->worst) {
