@@ -145,7 +145,7 @@ static int check_model_names(v4_worker_config *c, v4_error *err)
 static const char *const KNOWN[] = {
     "V4_AMQP_URL", "V4_AMQP_CACERT", "V4_AMQP_CERT", "V4_AMQP_KEY", "V4_REDIS_URL", "V4_MODEL_DIR", "V4_MODEL_NAME", "V4_TASK_QUEUE", "V4_DEAD_QUEUE",
     "V4_DLX_EXCHANGE", "V4_INVALID_QUEUE", "V4_RESULTS_EXCHANGE", "V4_RESULTS_ROUTING_KEY", "V4_RESULTS_QUEUE",
-    "V4_WORKER_ID", "V4_PREFETCH", "V4_HEARTBEAT_S", "V4_DELIVERY_LIMIT", "V4_DEADLINE_MS", "V4_MAX_CONTEXT", "V4_CONCURRENCY",
+    "V4_WORKER_ID", "V4_PREFETCH", "V4_HEARTBEAT_S", "V4_DELIVERY_LIMIT", "V4_DEADLINE_MS", "V4_MAX_CONTEXT", "V4_PREFILL_CHUNK", "V4_CONCURRENCY",
     "V4_WARMUP_TOKENS", "V4_WARMUP_EXPERTS", "V4_MODEL_WATCH_S",
     "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
     "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
@@ -207,6 +207,7 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_int(src, "V4_DELIVERY_LIMIT", 5, 1, 1000, &c->delivery_limit, err) ||
         get_long(src, "V4_DEADLINE_MS", 600000, 1, 86400000, &c->deadline_ms, err) ||
         get_long(src, "V4_MAX_CONTEXT", 0, 0, 1L << 30, &c->max_context, err) ||
+        get_int(src, "V4_PREFILL_CHUNK", 0, 0, 4096, &c->prefill_chunk, err) ||
         get_int(src, "V4_CONCURRENCY", 1, 1, 64, &c->concurrency, err) ||
         get_int(src, "V4_WARMUP_TOKENS", 4, 0, 1024, &c->warmup_tokens, err) ||
         get_int(src, "V4_WARMUP_EXPERTS", 1, 0, 1, &c->warmup_experts, err) ||

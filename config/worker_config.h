@@ -54,6 +54,7 @@ typedef struct v4_worker_config {
     long deadline_ms;               /* default per-task deadline (1..86400000) */
     int concurrency;                /* V4_CONCURRENCY: tasks decoded together (continuous batching) */
     long max_context;               /* V4_MAX_CONTEXT: prompt + max_tokens per task (0 = the model's) */
+    int prefill_chunk;              /* V4_PREFILL_CHUNK: prompt positions per step (0 = the backend's default) */
     int warmup_tokens;              /* V4_WARMUP_TOKENS: warm-up generation before ready (0 = none) */
     int warmup_experts;             /* V4_WARMUP_EXPERTS: pre-load the fleet's hottest experts (0/1) */
     long model_watch_s;             /* V4_MODEL_WATCH_S: reload when V4_MODEL_DIR resolves anew (0 = off) */

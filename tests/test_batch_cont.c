@@ -192,7 +192,7 @@ int main(void)
         return 1;
     }
     v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, 2, NULL, 8, 0, NULL, NULL, NULL, NULL};
+    v4_runner_opts ro = {NULL, 0, NULL, 0, 2, NULL, 8, 0, NULL, NULL, NULL, NULL, 0};
     v4_runner *r = v4_runner_open(dir, "tiny", &ro, &e);
     CHECK(r != NULL, "runner: %s: %s", e.where, e.message);
     if (!r)
@@ -305,6 +305,27 @@ int main(void)
     CHECK(v4_exec_continuous(r, 9, NULL, NULL, err, sizeof err) == NULL && strstr(err, "1 to 8"),
           "N above the runner's max_batch refused: %s", err);
 
+    /* another prefill chunk (40 positions per step instead of V4_GEN_CHUNK): the same
+     * results through both executors */
+    {
+        v4_runner_opts wo = ro;
+        wo.prefill_chunk = 40;
+        v4_runner *rw = v4_runner_open(dir, "tiny", &wo, &e);
+        CHECK(rw != NULL, "runner with a chunk of 40: %s", e.message);
+        for (int t = 0; rw && t < 2; t++) {
+            const char *what = t ? "chunk 40, continuous N=3" : "chunk 40, serial";
+            x = t ? v4_exec_continuous(rw, 3, NULL, NULL, err, sizeof err) : v4_exec_serial(rw, NULL, NULL);
+            CHECK(x != NULL, "%s: %s", what, err);
+            if (!x)
+                continue;
+            run_all(x, cont, &fair_bad, &queued);
+            x->ops->destroy(x);
+            compare(what, serial, cont, 1);
+            res_free(cont);
+        }
+        v4_runner_free(rw);
+    }
+
     /* a job's own abort: that job alone stops, the others are unchanged */
     for (int t = 0; t < 2; t++) {
         const char *what = t ? "abort_job, continuous N=3" : "abort_job, serial";
@@ -327,7 +348,7 @@ int main(void)
     v4_xblock_layout lo;
     v4_xblock_layout_of(c, &lo);
     long long all = (long long)c->n_layers * c->n_routed_experts * (long long)lo.bytes;
-    v4_runner_opts po = {NULL, all / 2, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL};
+    v4_runner_opts po = {NULL, all / 2, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL, 0};
     /* pass 0 as the others; passes 1 and 2 without the 1 ms deadline (whether it runs
      * at all depends on timing, and with it the steps the other jobs share) */
     long long figs1[NJ][3];
@@ -388,7 +409,7 @@ int main(void)
     }
     if (pf)
         fclose(pf);
-    v4_runner_opts co = {pack, all, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL};
+    v4_runner_opts co = {pack, all, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL, 0};
     v4_runner *rp = v4_runner_open(dir, "tiny", &co, &e);
     CHECK(rp != NULL, "runner on the corrupted pack: %s", e.message);
     if (rp) {

@@ -71,8 +71,14 @@ int main(void)
     }
     e.be = v4_cpu_backend_create(0, "auto", &err);
     e.ctx = v4_ctx_create(&e.m.w, e.be, 1, &err);
-    v4_chat_msg msg = {V4_CHAT_USER, "Write a short poem about queues."};
-    CHECK(v4_chat_encode(e.tok, NULL, &msg, 1, 0, &e.prompt, &err) == 0, "chat encode: %s", err.msg);
+    /* a prompt of ~100 tokens, so that chunks of 40 and 64 positions are exercised */
+    v4_chat_msg msg = {V4_CHAT_USER, "Write a short poem about queues, workers, brokers and the experts that a fleet "
+                                     "of stateless inference workers pages from NVMe into host memory and from there "
+                                     "onto a GPU, one step at a time, while long documents wait for their summaries. "
+                                     "Then write it again about the same queues, workers, brokers and experts, and "
+                                     "about the people who wait for the summaries of their long documents."};
+    CHECK(v4_chat_encode(e.tok, NULL, &msg, 1, 0, &e.prompt, &err) == 0 && e.prompt.n > 64,
+          "chat encode: %s (%zu tokens, want more than 64)", err.msg, e.prompt.n);
 
     v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0, NULL, NULL, NULL, 0};
     static sink a, b;
@@ -84,16 +90,17 @@ int main(void)
           ra.n_tokens, ra.finish_reason);
     CHECK(rb.n_tokens == ra.n_tokens && !memcmp(ra.tokens, rb.tokens, sizeof(int32_t) * ra.n_tokens) &&
           !strcmp(a.buf, b.buf), "same seed, same tokens and text");
-    /* prefill chunks (a context of V4_GEN_CHUNK rows; the request's max_rows): the same
+    /* prefill chunks (a context of 64 rows; the request's max_rows, default V4_GEN_CHUNK,
+     * the context's rows cap it): the same
      * tokens and text as one position per step, in the steps the chunk size implies
      * (counted through the cancel hook, polled once before every forward step) */
     v4_gen_result_free(&rb);
     {
-        v4_ctx *one = e.ctx, *wide = v4_ctx_create(&e.m.w, e.be, V4_GEN_CHUNK, &err);
-        CHECK(wide != NULL, "a context of %d rows: %s", V4_GEN_CHUNK, err.msg);
-        static const int limits[] = {0, 1, 2, 3, 7, V4_GEN_CHUNK, 40};
+        v4_ctx *one = e.ctx, *wide = v4_ctx_create(&e.m.w, e.be, 64, &err);
+        CHECK(wide != NULL, "a context of 64 rows: %s", err.msg);
+        static const int limits[] = {0, 1, 2, 3, 7, V4_GEN_CHUNK, 40, 64, 100};
         for (size_t i = 0; wide && i < sizeof limits / sizeof limits[0]; i++) {
-            const int r = limits[i] > 0 && limits[i] < V4_GEN_CHUNK ? limits[i] : V4_GEN_CHUNK;
+            const int r = !limits[i] ? V4_GEN_CHUNK : limits[i] < 64 ? limits[i] : 64;
             long polls = 0, expect = ra.n_tokens - 1;   /* decode steps: the last token is not fed */
             for (int fed = 0, np = (int)e.prompt.n; fed < np; expect++) {
                 const int left = np - fed;

@@ -18,7 +18,7 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
     v4_task_error te = {0};
     v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, c->threads, NULL,
                          c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem,
-                         c->numerics};
+                         c->numerics, c->prefill_chunk};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -148,6 +148,7 @@ static void reload(worker *w, const char *why)
     memcpy(w->cfg.cuda_mode, nc.cuda_mode, sizeof nc.cuda_mode);
     memcpy(w->cfg.gpu_expert_mem, nc.gpu_expert_mem, sizeof nc.gpu_expert_mem);
     w->cfg.max_context = nc.max_context;
+    w->cfg.prefill_chunk = nc.prefill_chunk;
     w->cfg.deadline_ms = nc.deadline_ms;
     w->cfg.warmup_tokens = nc.warmup_tokens;
     w->cfg.warmup_experts = nc.warmup_experts;

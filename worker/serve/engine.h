@@ -38,6 +38,9 @@ typedef struct v4_engine_opts {
      * kernels/cuda/cuda_backend.h (tensor cores through cuBLASLt; exact products when
      * cuBLASLt does not start or fails its self-test: v4_backend_numerics tells). */
     const char *numerics;
+    /* --prefill-chunk N: prompt positions per forward step (0: the backend's default,
+     * worker/serve/step_rows.h); only the commands that prefill (generate, batch). */
+    int prefill_chunk;
 } v4_engine_opts;
 
 /* v when set (non-NULL, non-empty), else the environment variable name, else "". */

@@ -328,8 +328,8 @@ v4_exec *v4_exec_continuous(v4_runner *r, int n, int (*abort_fn)(void *), void *
         c->slots = calloc((size_t)n, sizeof *c->slots);
         /* one row per slot, plus one prefill chunk's spare rows when the context has them */
         c->cap_rows = r->step_rows;
-        if (c->cap_rows > n + V4_GEN_CHUNK - 1)
-            c->cap_rows = n + V4_GEN_CHUNK - 1;
+        if (c->cap_rows > n + r->chunk - 1)
+            c->cap_rows = n + r->chunk - 1;
         if (c->cap_rows < n)
             c->cap_rows = n;
         const size_t R = (size_t)c->cap_rows;

@@ -29,7 +29,12 @@ struct v4_gen_state {
     v4_sampler *smp;
     v4_stop *stop;
     v4_tok_stream *ts;
-    v4_trace tr[V4_GEN_CHUNK];  /* per row of a step: route ids / weights when counting */
+    int cap;                    /* most rows of one step (the prefill chunk) */
+    v4_trace *tr;               /* [cap] per row of a step: route ids / weights when counting */
+    int32_t *s_tok;             /* [cap] v4_gen_step_alone's rows */
+    v4_trace **s_tr;
+    v4_seq **s_seq;
+    int *s_want;
     int fed;                    /* positions forwarded (prompt then decode) */
     int32_t next;               /* the last sampled token (decode input) */
     int done, stopped;          /* stopped: by a stop string (no flush) */
@@ -41,10 +46,15 @@ void v4_gen_free(v4_gen_state *g)
 {
     if (!g)
         return;
-    for (int k = 0; k < V4_GEN_CHUNK; k++) {
+    for (int k = 0; g->tr && k < g->cap; k++) {
         free(g->tr[k].route_ids);
         free(g->tr[k].route_w);
     }
+    free(g->tr);
+    free(g->s_tok);
+    free(g->s_tr);
+    free(g->s_seq);
+    free(g->s_want);
     v4_sampler_free(g->smp);
     v4_stop_free(g->stop);
     v4_tok_stream_free(g->ts);
@@ -67,8 +77,14 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
     g->ud = ud;
     g->res.finish_reason = "length";
     g->res.tokens = malloc(sizeof(int32_t) * ((size_t)(req->max_tokens > 0 ? req->max_tokens : 0) + 1));
-    int traces_ok = 1;
-    for (int k = 0; k < V4_GEN_CHUNK && req->expert_counts; k++) {   /* route ids and weights come together */
+    g->cap = req->max_rows <= 0 ? V4_GEN_CHUNK : req->max_rows < V4_GEN_CHUNK_MAX ? req->max_rows : V4_GEN_CHUNK_MAX;
+    g->tr = calloc((size_t)g->cap, sizeof *g->tr);
+    g->s_tok = malloc(sizeof *g->s_tok * (size_t)g->cap);
+    g->s_tr = malloc(sizeof *g->s_tr * (size_t)g->cap);
+    g->s_seq = malloc(sizeof *g->s_seq * (size_t)g->cap);
+    g->s_want = malloc(sizeof *g->s_want * (size_t)g->cap);
+    int traces_ok = g->tr && g->s_tok && g->s_tr && g->s_seq && g->s_want;
+    for (int k = 0; traces_ok && k < g->cap && req->expert_counts; k++) {   /* route ids and weights come together */
         g->tr[k].route_ids = malloc(sizeof(int32_t) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
         g->tr[k].route_w = malloc(sizeof(float) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
         traces_ok &= g->tr[k].route_ids && g->tr[k].route_w;
@@ -96,6 +112,11 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
 fail:
     v4_gen_free(g);
     return NULL;
+}
+
+int v4_gen_capacity(const v4_gen_state *g)
+{
+    return g->cap;
 }
 
 int v4_gen_done(const v4_gen_state *g)
@@ -133,8 +154,8 @@ int v4_gen_rows(v4_gen_state *g, int max_rows, int32_t *tokens, v4_trace **trace
     int rows = left >= 2 ? left : 1;
     if (rows > max_rows)
         rows = max_rows;
-    if (rows > V4_GEN_CHUNK)
-        rows = V4_GEN_CHUNK;
+    if (rows > g->cap)
+        rows = g->cap;
     if (rows < 1)
         rows = 1;
     for (int k = 0; k < rows; k++) {
@@ -246,10 +267,10 @@ void v4_gen_end(v4_gen_state *g, v4_gen_result *res)
 
 int v4_gen_step_alone(v4_gen_state *g, v4_ctx *ctx, int max_rows, float *logits, v4_error *err)
 {
-    int32_t tokens[V4_GEN_CHUNK];
-    v4_trace *traces[V4_GEN_CHUNK];
-    v4_seq *seqs[V4_GEN_CHUNK];
-    int want[V4_GEN_CHUNK], any = 0;
+    int32_t *tokens = g->s_tok;
+    v4_trace **traces = g->s_tr;
+    v4_seq **seqs = g->s_seq;
+    int *want = g->s_want, any = 0;
     const int lim = v4_ctx_rows_per_seq(ctx) < max_rows ? v4_ctx_rows_per_seq(ctx) : max_rows;
     const int rows = v4_gen_rows(g, lim, tokens, traces, want);
     for (int k = 0; k < rows; k++) {
@@ -274,14 +295,15 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
     res->finish_reason = "length";
     res->prefill_s = res->decode_s = 0;
     res->unknown_ids = 0;
-    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * V4_GEN_CHUNK);
-    if (!logits) {
+    v4_gen_state *g = v4_gen_begin(cfg, seq, tok, req, emit, ud, err);
+    float *logits = g ? malloc(sizeof(float) * (size_t)cfg->vocab_size * (size_t)g->cap) : NULL;
+    if (g && !logits) {
         v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
+        v4_gen_free(g);
         return -1;
     }
-    v4_gen_state *g = v4_gen_begin(cfg, seq, tok, req, emit, ud, err);
     int rc = g ? 0 : -1;
-    const int max_rows = req->max_rows > 0 && req->max_rows < V4_GEN_CHUNK ? req->max_rows : V4_GEN_CHUNK;
+    const int max_rows = g ? g->cap : 1;
     while (g && !v4_gen_done(g))
         if (v4_gen_poll_cancel(g, err) || v4_gen_step_alone(g, ctx, max_rows, logits, err)) {
             rc = -1;

@@ -2,8 +2,8 @@
  * as text; as a per-request state machine (v4_gen_state) that a batched driver steps
  * together with other requests, and as the one-request loop v4_generate over it.
  *
- * The prompt is fed in chunks of up to V4_GEN_CHUNK positions (or the request's
- * max_rows) per forward step (rows of
+ * The prompt is fed in chunks of up to the request's max_rows positions (default
+ * V4_GEN_CHUNK; the runner picks it per backend, step_rows.h) per forward step (rows of
  * one v4_step: one pass over the weights for the chunk, results identical to feeding
  * one position at a time; the last position alone when one remains), then
  * each step samples the next token (sampling.h), feeds it back, and, when a tokenizer
@@ -65,10 +65,11 @@ typedef struct v4_gen_request {
      * each (layer, expert) its token was routed to (learned and hash layers alike).
      * The caller zeroes it; NULL = not collected. */
     uint32_t *expert_counts;
-    /* The most prompt positions one forward step of v4_generate carries (a prefill
+    /* The most prompt positions one forward step carries for this request (a prefill
      * chunk; the context's rows limit it too): 0 = V4_GEN_CHUNK, 1 = one position per
-     * step.  The results do not depend on it.  Callers that step the state themselves
-     * pass their own limit to v4_gen_rows / v4_gen_step_alone instead. */
+     * step, at most V4_GEN_CHUNK_MAX.  The results do not depend on it.  The state
+     * holds per-row buffers for this many rows; callers that step the state
+     * themselves may pass a lower limit to v4_gen_rows / v4_gen_step_alone. */
     int max_rows;
 } v4_gen_request;
 
@@ -89,8 +90,13 @@ void v4_gen_result_free(v4_gen_result *res);
 
 typedef struct v4_gen_state v4_gen_state;
 
-/* Most prompt positions one step carries for one request (a prefill chunk). */
+/* Prompt positions one step carries for one request (a prefill chunk) when the
+ * request does not say (max_rows 0), and the most it may ask for. */
 #define V4_GEN_CHUNK 16
+#define V4_GEN_CHUNK_MAX 4096
+/* The rows of one step the state holds buffers for (the request's max_rows, within
+ * 1..V4_GEN_CHUNK_MAX): the logits given to v4_gen_step_alone have room for them. */
+int v4_gen_capacity(const v4_gen_state *g);
 
 /* NULL (err filled) on a bad request: empty prompt, seq not fresh or too small. */
 v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
@@ -111,7 +117,7 @@ int v4_gen_forwarded(const v4_gen_state *g);
 /* After the forward step of v4_gen_input(): counts the routes, and when logits are
  * given samples the next token and streams it.  0, or -1 (err filled). */
 int v4_gen_accept(v4_gen_state *g, const float *logits, v4_error *err);
-/* The rows for the next step, at most max_rows (>= 1; at most V4_GEN_CHUNK are used):
+/* The rows for the next step, at most max_rows (>= 1; at most v4_gen_capacity):
  * the next prompt positions while two or more remain, else the one input of
  * v4_gen_input.  Fills tokens[k], traces[k] (NULL when routes are not counted) and
  * want[k] (whether row k's logits are needed) for k < the returned row count.  The
@@ -120,8 +126,8 @@ int v4_gen_rows(v4_gen_state *g, int max_rows, int32_t *tokens, v4_trace **trace
 /* v4_gen_accept for row k of the last v4_gen_rows, called for k = 0, 1, ... in order. */
 int v4_gen_accept_row(v4_gen_state *g, int k, const float *logits, v4_error *err);
 /* One forward step of this request alone in ctx (its rows, at most max_rows and what
- * ctx allows, then accept): logits has room for V4_GEN_CHUNK rows.  0, or -1 (err
- * filled). */
+ * ctx allows, then accept): logits has room for v4_gen_capacity(g) rows.  0, or -1
+ * (err filled). */
 int v4_gen_step_alone(v4_gen_state *g, v4_ctx *ctx, int max_rows, float *logits, v4_error *err);
 /* Flushes held text and moves the result into res (the state keeps nothing). */
 void v4_gen_end(v4_gen_state *g, v4_gen_result *res);

@@ -26,3 +26,17 @@ int v4_fit_step_rows(const v4_ctx *ctx, const v4_backend *be, v4_xprov *xp, cons
     }
     return rows > floor_rows ? rows : floor_rows;
 }
+
+int v4_prefill_chunk(const v4_backend *be, int asked, int max_batch)
+{
+    const int cpu = !strcmp(be->ops->name, "cpu");
+    int chunk = asked > 0 ? asked : cpu ? V4_GEN_CHUNK : V4_DEVICE_CHUNK;
+    if (chunk > V4_GEN_CHUNK_MAX)
+        chunk = V4_GEN_CHUNK_MAX;
+    if (!cpu) {
+        const int room = V4_DEVICE_STEP_ROWS - (max_batch > 1 ? max_batch - 1 : 0);
+        if (chunk > room)
+            chunk = room;
+    }
+    return chunk < 1 ? 1 : chunk;
+}

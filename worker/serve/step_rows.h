@@ -13,6 +13,14 @@
  * the resident step with paged experts size their device expert slots for one row
  * per sequence).
  *
+ * The prefill chunk (v4_prefill_chunk): the most prompt positions of one sequence a
+ * step carries.  Asked for (--prefill-chunk, V4_PREFILL_CHUNK): that, within
+ * 1..V4_GEN_CHUNK_MAX.  Default: V4_GEN_CHUNK (16) on the CPU, where a chunk's weight
+ * reuse is already bounded by the cores, and V4_DEVICE_CHUNK on a device, whose step
+ * turns a chunk into tensor-core GEMMs; a device step carries at most
+ * V4_DEVICE_STEP_ROWS rows, so there the chunk is also at most that minus the other
+ * sequences' rows (max_batch - 1).
+ *
  * Ownership: nothing is kept.  Thread: any (reads the cache's figures, which are
  * thread-safe).
  */
@@ -23,6 +31,7 @@
 #include "config/model_config.h"
 #include "kernels/backend.h"
 #include "kernels/v4/model.h"
+#include "generate.h"
 
 /* The rows a step may carry: want_rows on the CPU backend, at most
  * xp's slots / cfg->n_act_experts when xp (the host expert cache; NULL = experts
@@ -31,5 +40,11 @@
  * ctx's rows.  Also never above want_rows (floor_rows > want_rows gives floor_rows). */
 int v4_fit_step_rows(const v4_ctx *ctx, const v4_backend *be, v4_xprov *xp, const v4_config *cfg, int want_rows,
                      int floor_rows);
+
+#define V4_DEVICE_CHUNK 256        /* the default prefill chunk on a device */
+#define V4_DEVICE_STEP_ROWS 256    /* rows one device step takes (kernels/cuda/cuda_step.h) */
+/* The prefill chunk on be (see above): asked (0 = the default) for a context that also
+ * carries max_batch sequences' rows. */
+int v4_prefill_chunk(const v4_backend *be, int asked, int max_batch);
 
 #endif

@@ -73,11 +73,12 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     r->context = (long)r->m.cfg.max_position;
     if (ex && ex->max_context > 0 && ex->max_context < r->context)
         r->context = ex->max_context;
-    if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)) ||
-        !(r->ctx = v4_ctx_create(&r->m.w, r->be, (ex && ex->max_batch > 1 ? ex->max_batch : 1) + V4_GEN_CHUNK - 1,
-                                 &err)))
-        goto fail;
     r->max_batch = ex && ex->max_batch > 1 ? ex->max_batch : 1;
+    if (v4_tok_load(model_dir, &r->tok, &err) || !(r->be = v4_open_backend(&eo, &err)))
+        goto fail;
+    r->chunk = v4_prefill_chunk(r->be, ex ? ex->prefill_chunk : 0, r->max_batch);
+    if (!(r->ctx = v4_ctx_create(&r->m.w, r->be, r->max_batch + r->chunk - 1, &err)))
+        goto fail;
     r->threads = ex ? ex->threads : 0;
     if (ex && ex->host_cache_bytes > 0) {
         v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};
@@ -355,7 +356,7 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
     out->expert_k = mc->n_act_experts;
     j->guard = (v4_run_guard){deadline_ms, abort_fn, abort_ud, 0};
     j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
-                              t->n_stops, guard_cancel, &j->guard, out->expert_counts, 0};
+                              t->n_stops, guard_cancel, &j->guard, out->expert_counts, r->chunk};
     if (!(j->gen = v4_gen_begin(mc, j->seq, r->tok, &j->req, emit_buf, &j->buf, &err))) {
         from_v4(e, &err);
         goto fail;
@@ -449,7 +450,7 @@ int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abor
     if (v4_runner_prepare(r, t, deadline_ms, abort_fn, abort_ud, &j, out, e))
         return -1;
     const v4_config *cfg = &r->m.cfg;
-    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * V4_GEN_CHUNK);
+    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * (size_t)v4_gen_capacity(j.gen));
     v4_error err = {0};
     int failed = 0;
     if (!logits) {

@@ -72,6 +72,7 @@ typedef struct v4_runner_opts {
     const char *cuda_mode;          /* auto | resident | hybrid */
     const char *gpu_expert_mem;     /* GPU expert budget: bytes or P% */
     const char *numerics;           /* exact | fast (NULL: V4_NUMERICS, else exact) */
+    int prefill_chunk;              /* prompt positions per step (0: the backend's default, step_rows.h) */
 } v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model

@@ -28,6 +28,7 @@ struct v4_runner {
     long context;               /* prompt + max_tokens limit (v4_runner_context) */
     int max_batch;              /* sequences r->ctx may step at once */
     int threads;                /* CPU threads asked for (0: the default, cpu_budget.h) */
+    int chunk;                  /* the prefill chunk: prompt positions of one task per step (step_rows.h) */
     int step_rows;              /* rows one step may carry: max_batch + a prefill chunk's spare
                                  * rows, fewer when paged experts must fit the host cache */
     char served_list[640];      /* "\"a\"" or "\"a\" (also \"b\", \"c\")" for error messages */

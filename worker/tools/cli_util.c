@@ -8,6 +8,7 @@
 #include "config/numerics_setting.h" /* v4_parse_numerics */
 #include "config/worker_config.h"    /* v4_parse_bytes */
 #include "cli_util.h"
+#include "worker/serve/generate.h" /* V4_GEN_CHUNK_MAX */
 
 int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd)
 {
@@ -68,6 +69,19 @@ int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *c
             o->threads = (int)t;
     }
     return 1;
+}
+
+int v4_opt_prefill_chunk(v4_engine_opts *o, const char *v, const char *cmd)
+{
+    char *end;
+    long t = strtol(v, &end, 10);
+    if (*end || end == v || t < 1 || t > V4_GEN_CHUNK_MAX) {
+        fprintf(stderr, "v4fleet %s: --prefill-chunk wants an integer in [1, %d], got '%s'\n", cmd, V4_GEN_CHUNK_MAX,
+                v);
+        return -1;
+    }
+    o->prefill_chunk = (int)t;
+    return 0;
 }
 
 int v4_read_ids_json(const char *path, int32_t **ids, int *n, int limit, v4_error *err)

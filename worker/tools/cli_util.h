@@ -18,6 +18,11 @@
 #define V4_EXPERT_FLAGS_USAGE \
     "         [--host-cache-bytes B [--pack DIR] [--cache-policy lru|slru|lfru] [--io-threads N]]\n"
 
+/* The usage line of --prefill-chunk (generate, batch). */
+#define V4_CHUNK_FLAG_USAGE "         [--prefill-chunk N]\n"
+/* --prefill-chunk's value into o->prefill_chunk: 0, or -1 (message printed). */
+int v4_opt_prefill_chunk(v4_engine_opts *o, const char *v, const char *cmd);
+
 /* Consume argv[*i] (and its value) if it is a common engine flag; returns 1 if
  * consumed, 0 if not ours, -1 on a missing/bad value (message printed). */
 int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd);

@@ -82,15 +82,15 @@ static void usage(FILE *f)
                "         [--deadline-ms N] [--grace-ms N] [--max-line-bytes N] [--progress-interval-ms N]\n"
                "         [--progress bar|lines] [--max-context N] [--concurrency N] [--threads N]\n"
                "         [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
-               V4_EXPERT_FLAGS_USAGE
+               V4_EXPERT_FLAGS_USAGE V4_CHUNK_FLAG_USAGE
                "Each input line is a task packet (the queue's schema) or an OpenAI batch line (custom_id,\n"
                "method POST, url /v1/chat/completions, body); each output line the queue's result record\n"
                "or the OpenAI batch output record, appended (fsynced) as tasks finish.  Re-running skips\n"
                "inputs whose id / custom_id (or line, for error lines) OUTPUT already has.\n"
                "--concurrency N: continuous batching: up to N generation tasks decode together, one pass\n"
                "over the weights per step for all of them (new tasks join between steps; prompts go in\n"
-               "chunks of up to 16 positions per step); outputs are identical to N = 1, lines come in\n"
-               "completion order.\n"
+               "chunks of up to --prefill-chunk positions per step: 16 on the CPU, 256 on a GPU); outputs\n"
+               "are identical to N = 1 and to any chunk, lines come in completion order.\n"
                "defaults: --model models/tiny, --model-name = the model folder's name, no deadline,\n"
                "          --grace-ms 3000 (after SIGINT/SIGTERM), --max-line-bytes 64M, --concurrency 1\n"
                "          (one task at a time; on CPU 8 gives several times the throughput; with\n"
@@ -154,6 +154,9 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             if (num_arg(a, v, 1, 256, &x))
                 return 2;
             b->concurrency = (int)x;
+        } else if (!strcmp(a, "--prefill-chunk")) {
+            if (v4_opt_prefill_chunk(&b->eo, v, PROG))
+                return 2;
         } else if (!strcmp(a, "--max-context")) {
             if (num_arg(a, v, 0, 1ll << 30, &x))
                 return 2;
@@ -482,7 +485,7 @@ int v4_cmd_batch(int argc, char **argv)
         v4_task_error te = {0};
         v4_runner_opts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads, b.eo.threads, b.eo.isa,
                              b.concurrency, b.max_context, b.eo.device, b.eo.cuda_mode, b.eo.gpu_expert_mem,
-                             b.eo.numerics};
+                             b.eo.numerics, b.eo.prefill_chunk};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;

@@ -38,7 +38,7 @@ static void usage(FILE *f)
                "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
                "         [--top-p P] [--top-k K] [--seed S] [--stop STR]... [--ignore-eos]\n"
                "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
-               V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE
+               V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
                "defaults: --model models/tiny, --max-tokens 64, --temperature 1, --top-p 1, --top-k 0,\n"
                "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"
                "          experts resident unless --host-cache-bytes > 0 (paged through a host cache\n"
@@ -100,6 +100,10 @@ static int parse(int argc, char **argv, gen_opts *o, int *done)
             o->stops[o->n_stops++] = v;
         } else if (!strcmp(a, "--max-tokens") && !num(v, 0, 1 << 20, &d)) o->max_tokens = (long)d;
         else if (!strcmp(a, "--context") && !num(v, 1, 1 << 30, &d)) o->context = (long)d;
+        else if (!strcmp(a, "--prefill-chunk")) {
+            if (v4_opt_prefill_chunk(&o->eo, v, PROG))
+                return 2;
+        }
         else if (!strcmp(a, "--temperature") && !num(v, -1e9, 1e9, &d)) o->sp.temperature = d;
         else if (!strcmp(a, "--top-p") && !num(v, -1e9, 1e9, &d)) o->sp.top_p = d;
         else if (!strcmp(a, "--top-k") && !num(v, -1e9, 1e9, &d)) o->sp.top_k = (int)d;
@@ -171,15 +175,16 @@ int v4_cmd_generate(int argc, char **argv)
                    n_prompt, o.max_tokens, ctx_len > cfg->max_position ? cfg->max_position : (long long)ctx_len);
         goto out;
     }
-    /* prefill chunks: the context takes V4_GEN_CHUNK rows; each step then carries the
-     * rows worker/serve/step_rows.h allows once the experts and the device are attached
-     * (fewer with paged experts: those whose experts fit the cache; on CUDA chunks only
-     * in the resident step with every expert resident) */
+    /* prefill chunks: the context takes the backend's chunk (step_rows.h); each step then
+     * carries the rows worker/serve/step_rows.h allows once the experts and the device
+     * are attached (fewer with paged experts: those whose experts fit the cache; on CUDA
+     * chunks only in the resident step with every expert resident) */
     if (!(be = v4_open_backend(&o.eo, &err)) || !(seq = v4_seq_create(&m.w, (int)ctx_len, &err)))
         goto out;
-    if (!(ctx = v4_ctx_create(&m.w, be, V4_GEN_CHUNK, &err)) || v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
+    const int chunk = v4_prefill_chunk(be, o.eo.prefill_chunk, 1);
+    if (!(ctx = v4_ctx_create(&m.w, be, chunk, &err)) || v4_attach_experts(&o.eo, be, &m, ctx, &xp, &err))
         goto out;
-    const int rows = v4_fit_step_rows(ctx, be, xp, cfg, V4_GEN_CHUNK, 1);
+    const int rows = v4_fit_step_rows(ctx, be, xp, cfg, chunk, 1);
     if (xp) {
         v4_xcache_stats st;
         v4_xprov_stats(xp, &st);
