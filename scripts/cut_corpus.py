@@ -3,7 +3,8 @@
 
 Developer tool, not run by the build (scripts/compare_tokenizer.sh drives it).  Walks
 the given files and directories (text files only: UTF-8 that decodes, no NUL; .gz
-files are read decompressed), and cuts each into pieces of 1..2000 characters at
+files are read decompressed; .mo gettext catalogs give their strings, the translations
+of every language installed), and cuts each into pieces of 1..2000 characters at
 seeded random offsets, on any character boundary (so pieces start and end mid-word,
 mid-line, inside runs of spaces and digits, where the split regex is most fragile).
 Writes {"text": ...} lines to stdout, at most --max texts, deterministic for a seed.
@@ -37,6 +38,14 @@ def read_text(p, limit):
             b = f.read(limit)
     except OSError:
         return None
+    if b and p.endswith(".mo"):   # gettext catalogs: their strings, translations in many languages
+        parts = []
+        for seg in b.split(b"\0"):
+            try:
+                parts.append(seg.decode("utf-8"))
+            except UnicodeDecodeError:
+                pass
+        return "\n".join(x for x in parts if x.strip())
     if not b or b"\0" in b:
         return None
     try:
