@@ -371,7 +371,9 @@ int main(int argc, char **argv)
     for (int mi = 0; mi < nm; mi++) {
         v4_task_error e = {0};
         const int rows = o.prefill > 0 && o.prefill_rows > maxn ? o.prefill_rows : maxn;
-        v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, rows, 0, o.device, NULL, NULL, modes[mi], 0};
+        /* the prefill row's chunk: --prefill-rows positions per step */
+        v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, rows, 0, o.device, NULL, NULL, modes[mi],
+                             o.prefill > 0 ? o.prefill_rows : 0};
         v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
         if (!r) {
             fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);

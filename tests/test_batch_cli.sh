@@ -349,7 +349,7 @@ $py "$work/same.py" "$work/out.jsonl" "$work/conc.jsonl" && ok "--concurrency 4:
 "$bin" batch --help >"$work/help" 2>&1
 grep -q "usage: v4fleet batch" "$work/help" && ok "--help" || bad "--help"
 # prompts go in prefill chunks, not one position per step (issue 19)
-! tr '\n' ' ' <"$work/help" | grep -q "one position per step" && grep -q "chunks of up to 16 positions" "$work/help" &&
+! tr '\n' ' ' <"$work/help" | grep -q "one position per step" && grep -q "chunks of up to --prefill-chunk positions per step: 64 on the CPU" "$work/help" &&
     ok "--help describes prefill chunks" || bad "--help: $(grep -n "position" "$work/help")"
 "$bin" batch "$work/in.jsonl" -o "$work/bar.jsonl" "${M[@]}" --progress bar 2>"$work/e" >/dev/null
 grep -q $'\r' "$work/e" && grep -q "tok/s, ETA" "$work/e" && ok "--progress bar: redrawn line" || bad "bar: $(cat -v "$work/e")"

@@ -57,9 +57,10 @@ int main(void)
     const v4_backend other = {&other_ops, NULL};
     CHECK(v4_fit_step_rows(NULL, &other, NULL, cfg, V4_GEN_CHUNK, 1) == 1, "cuda: 1 row");
     CHECK(v4_fit_step_rows(NULL, &other, NULL, cfg, 4 + V4_GEN_CHUNK - 1, 4) == 4, "cuda, batch 4: 4 rows");
-    /* the prefill chunk: asked for within 1..V4_GEN_CHUNK_MAX; by default 16 on the CPU,
+    /* the prefill chunk: asked for within 1..V4_GEN_CHUNK_MAX; by default 64 on the CPU,
      * V4_DEVICE_CHUNK on a device, whose step takes at most V4_DEVICE_STEP_ROWS rows in all */
-    CHECK(v4_prefill_chunk(cpu, 0, 1) == V4_GEN_CHUNK && v4_prefill_chunk(cpu, 0, 8) == V4_GEN_CHUNK,
+    CHECK(v4_prefill_chunk(cpu, 0, 1) == V4_CPU_CHUNK && v4_prefill_chunk(cpu, 0, 8) == V4_CPU_CHUNK &&
+              V4_CPU_CHUNK == 64,
           "cpu default chunk %d", v4_prefill_chunk(cpu, 0, 1));
     CHECK(v4_prefill_chunk(cpu, 40, 8) == 40 && v4_prefill_chunk(cpu, 1, 1) == 1 &&
               v4_prefill_chunk(cpu, 100000, 1) == V4_GEN_CHUNK_MAX, "cpu asked: 40, 1, capped");

@@ -89,7 +89,7 @@ static void usage(FILE *f)
                "inputs whose id / custom_id (or line, for error lines) OUTPUT already has.\n"
                "--concurrency N: continuous batching: up to N generation tasks decode together, one pass\n"
                "over the weights per step for all of them (new tasks join between steps; prompts go in\n"
-               "chunks of up to --prefill-chunk positions per step: 16 on the CPU, 256 on a GPU); outputs\n"
+               "chunks of up to --prefill-chunk positions per step: 64 on the CPU, 256 on a GPU); outputs\n"
                "are identical to N = 1 and to any chunk, lines come in completion order.\n"
                "defaults: --model models/tiny, --model-name = the model folder's name, no deadline,\n"
                "          --grace-ms 3000 (after SIGINT/SIGTERM), --max-line-bytes 64M, --concurrency 1\n"
