@@ -4,8 +4,9 @@
  * the slot states, the job ring, the quarantine and the counters.  A slot is FREE,
  * LOADING (a job in the ring or being read by an I/O thread; the job holds one pin,
  * `jpin`, dropped when the read ends - for a prefetch only at its first acquire or its
- * expiry, see expert_cache.h), READY, or FAILED (the read failed; the key is quarantined and the slot is removed
- * from the policy - back to the free list - when its last pin is dropped).  The I/O
+ * expiry, see expert_cache.h), READY, or FAILED (the read failed; the key is
+ * quarantined and the slot is removed from the policy - back to the free list - when
+ * its last pin is dropped).  The I/O
  * threads pop slot indices from the ring, read the block into the slot without the
  * lock, then publish READY/FAILED and broadcast `done`.  Acquirers wait on `done`
  * until none of their keys is LOADING; they find their slots again through the
