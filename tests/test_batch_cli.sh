@@ -226,7 +226,7 @@ got=$(wc -l < "$work/long.out")
 [ "$(tail -c 1 "$work/long.out" | od -An -c | tr -d ' ')" = '\n' ] && ok "SIGTERM: only complete lines" || bad "torn line"
 grep -q "resume with the same command" "$work/err4" && grep -q "interrupted: $got tasks" "$work/err4" \
     && ok "SIGTERM: resume hint + summary" || bad "SIGTERM messages: $(cat "$work/err4")"
-grep -qE '^v4fleet batch: [0-9]+/24 done, [0-9]+ failed, [0-9]+ tokens, [0-9.]+ tokens/s' "$work/err4" \
+grep -qE '^v4fleet batch: [0-9]+/24 done, [0-9]+ running, [0-9]+ failed, [0-9]+ tokens, [0-9.]+ tokens/s' "$work/err4" \
     && ! grep -q $'\r' "$work/err4" && ok "non-TTY: plain progress lines" || bad "progress lines: $(cat "$work/err4")"
 "$bin" batch "$work/long.jsonl" -o "$work/long.out" "${M[@]}" 2>"$work/err5"; rc=$?
 [ "$rc" -eq 0 ] && grep -qE "done: $((24 - got)) tasks, 0 failed, $got skipped" "$work/err5" && ok "SIGTERM: resumed to the end" \
@@ -291,10 +291,18 @@ ids = [json.loads(l)["id"] for l in open(sys.argv[1])]
 assert ids == ["slow-0"], ids
 ' "$work/slow.out" && ok "grace 0: no line for the aborted task" || bad "grace 0: $(cut -c1-200 "$work/slow.out")"
 # a second signal aborts the running task at once, and says so (not "after the grace period");
-# (slow-1 runs far longer than the two signals take, even on a busy machine)
-"$bin" batch "$work/slow.jsonl" -o "$work/slow2.out" "${M[@]}" --grace-ms 600000 2>"$work/err7" &
+# (slow-1 runs far longer than the two signals take, even on a busy machine).  The first
+# signal goes once a progress line shows slow-1 running (slow-0 done, 1 running): sent
+# right after slow-0's line it could land before slow-1 starts (seen under load).
+"$bin" batch "$work/slow.jsonl" -o "$work/slow2.out" "${M[@]}" --grace-ms 600000 --progress-interval-ms 20 \
+    2>"$work/err7" &
 bpid=$!
-for _ in $(seq 1 6000); do [ -s "$work/slow2.out" ] && break; kill -0 "$bpid" 2>/dev/null || break; sleep 0.05; done
+for _ in $(seq 1 6000); do
+    grep -q "1/3 done, 1 running" "$work/err7" && break
+    kill -0 "$bpid" 2>/dev/null || break
+    sleep 0.05
+done
+grep -q "1/3 done, 1 running" "$work/err7" || echo "note: second signal: no progress line with slow-1 running after 300 s"
 kill -TERM "$bpid"
 for _ in $(seq 1 6000); do grep -q "signal again to abort" "$work/err7" && break; sleep 0.05; done
 kill -TERM "$bpid"

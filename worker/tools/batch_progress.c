@@ -48,12 +48,14 @@ static void draw(v4_batch_progress *p)
         for (int i = 0; i < 24; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[24] = 0;
-        fprintf(p->f, "\r\033[K[%s] %ld/%ld done, %ld failed, %.1f tok/s, ETA %s", bar, p->done, p->total, p->failed,
-                tps, eta);
+        fprintf(p->f, "\r\033[K[%s] %ld/%ld done, %d running, %ld failed, %.1f tok/s, ETA %s", bar, p->done, p->total,
+                p->running, p->failed, tps, eta);
         p->drawn = 1;
     } else {
-        fprintf(p->f, "v4fleet batch: %ld/%ld done, %ld failed, %lld tokens, %.1f tokens/s, elapsed %.1f s, ETA %s\n",
-                p->done, p->total, p->failed, p->tokens, tps, el, eta);
+        fprintf(p->f,
+                "v4fleet batch: %ld/%ld done, %d running, %ld failed, %lld tokens, %.1f tokens/s, elapsed %.1f s, "
+                "ETA %s\n",
+                p->done, p->total, p->running, p->failed, p->tokens, tps, el, eta);
     }
     fflush(p->f);
 }

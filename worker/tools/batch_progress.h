@@ -1,7 +1,7 @@
 /* batch_progress.h - progress of `v4fleet batch` on stderr.
  *
  * On a terminal: one line redrawn in place ("\r" + erase) with a bar, done/total,
- * failed, tokens/s and ETA, at most every 100 ms; other messages call
+ * running (the tasks in flight), failed, tokens/s and ETA, at most every 100 ms; other messages call
  * v4_bp_clear() first so they do not mix with the bar.  Otherwise: a plain line every
  * interval_ms (~5 s) and nothing in between.  Both end with one summary line
  * (tasks, failed, skipped, tokens, wall time, tokens/s).  tokens = completion tokens of
@@ -20,6 +20,7 @@ typedef struct v4_batch_progress {
     double interval_ms;
     long total;                     /* lines to answer in this run (skipped excluded) */
     long done, failed, skipped;
+    int running;                    /* tasks in flight (the driver keeps it current) */
     long long tokens;
     double t0_ms, last_ms;
     int drawn;                      /* a bar is on screen */

@@ -216,8 +216,13 @@ static void notice_signal(batch_run *b)
     b->stopping = 1;
     b->stop_at_ms = v4_now_ms();
     v4_bp_clear(&b->prog);
-    fprintf(stderr, "v4fleet %s: %s: no new tasks; the running one may finish within %ld ms (signal again to abort it)\n",
-            PROG, g_sig == SIGINT ? "SIGINT" : "SIGTERM", b->grace_ms);
+    if (b->prog.running > 0)
+        fprintf(stderr,
+                "v4fleet %s: %s: no new tasks; the running ones (%d) may finish within %ld ms (signal again to "
+                "abort them)\n",
+                PROG, g_sig == SIGINT ? "SIGINT" : "SIGTERM", b->prog.running, b->grace_ms);
+    else
+        fprintf(stderr, "v4fleet %s: %s: no new tasks (none running)\n", PROG, g_sig == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
 /* The executor's abort check (before every forward step). */
@@ -364,6 +369,7 @@ static int step_once(batch_run *b, int rc)
 {
     v4_job *fin[64];
     int n = b->x->ops->step(b->x, fin, 64);
+    b->prog.running -= n;
     for (int i = 0; i < n; i++) {
         int fr = rc < 0 ? rc : finish_job(b, fin[i]);
         if (fr && rc >= 0)
@@ -423,6 +429,7 @@ static int run_lines(batch_run *b)
                 rc = -1;
             } else {
                 j = NULL;   /* lent to the executor until step() returns it */
+                b->prog.running++;
                 /* full: step until a slot frees (the next line is then admitted before
                  * the next forward step) */
                 while (rc == 0 && b->x->ops->in_flight(b->x) >= b->x->ops->capacity(b->x))
