@@ -63,7 +63,7 @@ static double pass(v4_ctx *c, v4_seq *s, int n, int vocab, unsigned *rng, float 
 
 int main(int argc, char **argv)
 {
-    opts o = {"small", "models/bench", "1,0.5,0.25", "lfru", "pack", 8, 3, 2, 4};
+    opts o = {"small", "models/bench", "1,0.5,0.25", "next", "pack", 8, 3, 2, 4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {

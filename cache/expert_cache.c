@@ -253,6 +253,7 @@ v4_xcache *v4_xcache_create(v4_xsource *src, const v4_xcache_opts *o, v4_error *
     v4_xpolicy_params pp = o->policy_params;
     if (pp.slru_protected <= 0)
         pp.slru_protected = -1;
+    pp.n_layers = c->n_layers;     /* keys are layer * n_experts + expert (NEXT reads the layer) */
     c->arena = aligned_alloc(V4_XBLOCK_ALIGN, n_slots * slot_bytes);
     c->slots = calloc(n_slots, sizeof *c->slots);
     c->ring = malloc(sizeof(int) * n_slots);

@@ -56,8 +56,8 @@ v4_xprov *v4_xprov_open(const v4_config *cfg, const v4_ckpt *ck, const v4_xprov_
     v4_xblock_layout_of(cfg, &p->lo);
     v4_xcache_opts co = {.budget_bytes = o->budget_bytes, .io_threads = o->io_threads};
     co.policy_params.slru_protected = -1;
-    if (v4_xpolicy_parse(o->policy ? o->policy : "lfru", &co.policy)) {
-        v4_err_set(err, V4_ERR_CONFIG, "cache policy", "'%s' is not lru, slru or lfru", o->policy);
+    if (v4_xpolicy_parse(o->policy ? o->policy : "next", &co.policy)) {
+        v4_err_set(err, V4_ERR_CONFIG, "cache policy", "'%s' is not lru, slru, lfru or next", o->policy);
         goto fail;
     }
     if (o->pack_dir && *o->pack_dir)

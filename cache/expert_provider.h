@@ -34,7 +34,7 @@ typedef struct v4_xprov_opts {
     const char *model_dir;      /* the checkpoint (source "safetensors", and the pack's model check) */
     const char *pack_dir;       /* NULL or "": page experts from the safetensors */
     size_t budget_bytes;        /* host cache bytes (>= one step's experts) */
-    const char *policy;         /* "lru" | "slru" | "lfru" (NULL = "lfru") */
+    const char *policy;         /* "lru" | "slru" | "lfru" | "next" (NULL = "next") */
     int io_threads;             /* 0 = default */
     int io_mode;                /* V4_PACK_IO_* (expert_pack.h); 0 = O_DIRECT with fallback */
 } v4_xprov_opts;

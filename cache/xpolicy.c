@@ -4,8 +4,10 @@
  * Design: entries are indexed by slot.  key2slot[] maps a key to its slot (-1 absent);
  * free slots form a stack.  LRU and SLRU keep intrusive doubly linked lists over slot
  * indices (head = most recent); LFRU keeps a binary min-heap of slots ordered by
- * (count[key], time[slot]).  Pinned entries are taken out of the list/heap, so the
- * victim is always the list tail / heap root: O(1) / O(log n).
+ * (count[key], time[slot]); NEXT one such heap per layer (in lheap, layer l's at
+ * l * keys-per-layer: a layer never holds more keys than that) and a victim is the best
+ * of the layers' roots.  Pinned entries are taken out of the list/heap, so the
+ * victim is always the list tail / heap root: O(1) / O(log n) / O(L + log n).
  *
  * Ownership: everything is owned by the v4_xpolicy and allocated in create.
  * Thread: single-threaded (the caller locks).
@@ -38,6 +40,11 @@ struct v4_xpolicy {
     int heap_n;
     uint64_t clock;
     int64_t age_period, since_age;
+    /* NEXT */
+    int n_layers, per_layer;
+    int *lheap, *lheap_n;   /* [n_keys], [n_layers] */
+    uint32_t *visits;       /* [n_layers] */
+    int cur_layer;          /* layer of the latest access, -1 before the first */
 };
 
 const char *v4_xpolicy_name(v4_xpolicy_kind kind)
@@ -46,6 +53,7 @@ const char *v4_xpolicy_name(v4_xpolicy_kind kind)
     case V4_XPOL_LRU: return "lru";
     case V4_XPOL_SLRU: return "slru";
     case V4_XPOL_LFRU: return "lfru";
+    case V4_XPOL_NEXT: return "next";
     default: return "?";
     }
 }
@@ -92,46 +100,60 @@ static int heap_less(const v4_xpolicy *p, int a, int b)
     return p->time[a] < p->time[b];
 }
 
-static void heap_set(v4_xpolicy *p, int i, int s)
+/* A heap of slots: LFRU's one (p->heap) or a NEXT layer's. */
+typedef struct heap_ref {
+    int *h, *n;
+} heap_ref;
+
+static heap_ref heap_of(v4_xpolicy *p, int s)
 {
-    p->heap[i] = s;
+    if (p->kind != V4_XPOL_NEXT)
+        return (heap_ref){p->heap, &p->heap_n};
+    int l = p->slot_key[s] / p->per_layer;
+    return (heap_ref){p->lheap + (size_t)l * (size_t)p->per_layer, &p->lheap_n[l]};
+}
+
+static void heap_set(v4_xpolicy *p, heap_ref H, int i, int s)
+{
+    H.h[i] = s;
     p->heap_pos[s] = i;
 }
 
-static void heap_up(v4_xpolicy *p, int i)
+static void heap_up(v4_xpolicy *p, heap_ref H, int i)
 {
-    int s = p->heap[i];
+    int s = H.h[i];
     while (i > 0) {
         int par = (i - 1) / 2;
-        if (!heap_less(p, s, p->heap[par]))
+        if (!heap_less(p, s, H.h[par]))
             break;
-        heap_set(p, i, p->heap[par]);
+        heap_set(p, H, i, H.h[par]);
         i = par;
     }
-    heap_set(p, i, s);
+    heap_set(p, H, i, s);
 }
 
-static void heap_down(v4_xpolicy *p, int i)
+static void heap_down(v4_xpolicy *p, heap_ref H, int i)
 {
-    int s = p->heap[i];
+    int s = H.h[i];
     for (;;) {
         int c = 2 * i + 1;
-        if (c >= p->heap_n)
+        if (c >= *H.n)
             break;
-        if (c + 1 < p->heap_n && heap_less(p, p->heap[c + 1], p->heap[c]))
+        if (c + 1 < *H.n && heap_less(p, H.h[c + 1], H.h[c]))
             c++;
-        if (!heap_less(p, p->heap[c], s))
+        if (!heap_less(p, H.h[c], s))
             break;
-        heap_set(p, i, p->heap[c]);
+        heap_set(p, H, i, H.h[c]);
         i = c;
     }
-    heap_set(p, i, s);
+    heap_set(p, H, i, s);
 }
 
 static void heap_push(v4_xpolicy *p, int s)
 {
-    heap_set(p, p->heap_n++, s);
-    heap_up(p, p->heap_n - 1);
+    heap_ref H = heap_of(p, s);
+    heap_set(p, H, (*H.n)++, s);
+    heap_up(p, H, *H.n - 1);
 }
 
 static void heap_del(v4_xpolicy *p, int s)
@@ -139,13 +161,20 @@ static void heap_del(v4_xpolicy *p, int s)
     int i = p->heap_pos[s];
     if (i < 0)
         return;
+    heap_ref H = heap_of(p, s);
     p->heap_pos[s] = -1;
-    int last = p->heap[--p->heap_n];
-    if (i == p->heap_n)
+    int last = H.h[--(*H.n)];
+    if (i == *H.n)
         return;
-    heap_set(p, i, last);
-    heap_up(p, i);
-    heap_down(p, p->heap_pos[last]);
+    heap_set(p, H, i, last);
+    heap_up(p, H, i);
+    heap_down(p, H, p->heap_pos[last]);
+}
+
+static void heap_rebuild(v4_xpolicy *p, heap_ref H)
+{
+    for (int i = *H.n / 2 - 1; i >= 0; i--)
+        heap_down(p, H, i);
 }
 
 static void lfru_count(v4_xpolicy *p, int key)
@@ -157,10 +186,57 @@ static void lfru_count(v4_xpolicy *p, int key)
         for (int k = 0; k < p->n_keys; k++)
             p->count[k] /= 2;
         /* Halving keeps count order but can create ties that the time now breaks
-         * differently: rebuild the heap (O(cap), amortized O(1) as age_period >= cap). */
-        for (int i = p->heap_n / 2 - 1; i >= 0; i--)
-            heap_down(p, i);
+         * differently: rebuild the heaps (O(cap), amortized O(1) as age_period >= cap). */
+        if (p->kind == V4_XPOL_NEXT) {
+            for (int l = 0; l < p->n_layers; l++) {
+                p->visits[l] /= 2;
+                heap_rebuild(p, (heap_ref){p->lheap + (size_t)l * (size_t)p->per_layer, &p->lheap_n[l]});
+            }
+        } else {
+            heap_rebuild(p, (heap_ref){p->heap, &p->heap_n});
+        }
     }
+}
+
+/* NEXT: an access to key; a new visit of its layer when the previous access was to
+ * another layer. */
+static void next_note(v4_xpolicy *p, int key)
+{
+    int l = key / p->per_layer;
+    if (l != p->cur_layer && p->visits[l] < UINT32_MAX)
+        p->visits[l]++;
+    p->cur_layer = l;
+}
+
+/* NEXT's victim: the layers' heap roots compared by expected next use (xpolicy.h). */
+static int next_victim(const v4_xpolicy *p)
+{
+    const int L = p->n_layers;
+    int best = -1, best_d = 0;
+    double best_e = -1.0;
+    for (int l = 0; l < L; l++) {
+        if (!p->lheap_n[l])
+            continue;
+        int s = p->lheap[(size_t)l * (size_t)p->per_layer];
+        uint32_t c = p->count[p->slot_key[s]];
+        int d = p->cur_layer < 0 ? L : (l - p->cur_layer + L) % L;
+        if (d == 0)
+            d = L;
+        double e = c == 0 ? 1e300 : (double)d + (double)L * ((double)p->visits[l] / (double)c - 1.0);
+        if (e < d)
+            e = d;
+        int better = best < 0 || e > best_e;
+        if (!better && e == best_e) {
+            uint32_t cb = p->count[p->slot_key[best]];
+            better = d > best_d || (d == best_d && (c < cb || (c == cb && p->time[s] < p->time[best])));
+        }
+        if (better) {
+            best = s;
+            best_e = e;
+            best_d = d;
+        }
+    }
+    return best;
 }
 
 /* ---- create / free ---- */
@@ -191,9 +267,23 @@ v4_xpolicy *v4_xpolicy_create(v4_xpolicy_kind kind, int capacity, int n_keys,
         p->time = calloc(c, sizeof(uint64_t));
         p->heap = malloc(sizeof(int) * c);
         p->heap_pos = malloc(sizeof(int) * c);
+        p->n_layers = params && params->n_layers > 0 ? params->n_layers : 1;
+        if (kind == V4_XPOL_NEXT && n_keys % p->n_layers == 0) {
+            p->per_layer = n_keys / p->n_layers;
+            p->lheap = malloc(sizeof(int) * (size_t)n_keys);
+            p->lheap_n = calloc((size_t)p->n_layers, sizeof(int));
+            p->visits = calloc((size_t)p->n_layers, sizeof(uint32_t));
+        }
+    }
+    if (p && kind == V4_XPOL_NEXT && n_keys % p->n_layers != 0) {
+        v4_err_set(err, V4_ERR_INVALID, "xpolicy", "next: %d keys are not a multiple of %d layers", n_keys,
+                   p->n_layers);
+        v4_xpolicy_free(p);
+        return NULL;
     }
     if (!p || !p->key2slot || !p->slot_key || !p->pins || !p->free_stack || !p->prev || !p->next ||
-        !p->in_list || !p->seg || !p->count || !p->time || !p->heap || !p->heap_pos) {
+        !p->in_list || !p->seg || !p->count || !p->time || !p->heap || !p->heap_pos ||
+        (kind == V4_XPOL_NEXT && (!p->lheap || !p->lheap_n || !p->visits))) {
         v4_xpolicy_free(p);
         v4_err_set(err, V4_ERR_NOMEM, "xpolicy", "out of memory for %d slots / %d keys", capacity, n_keys);
         return NULL;
@@ -208,6 +298,7 @@ v4_xpolicy *v4_xpolicy_create(v4_xpolicy_kind kind, int capacity, int n_keys,
         p->heap_pos[s] = -1;
     }
     p->n_free = capacity;
+    p->cur_layer = -1;
     p->head[0] = p->head[1] = p->tail[0] = p->tail[1] = -1;
     int dflt_prot = capacity - (capacity / 5 > 1 ? capacity / 5 : 1);
     p->prot_cap = params && params->slru_protected >= 0 ? params->slru_protected : dflt_prot;
@@ -224,6 +315,7 @@ void v4_xpolicy_free(v4_xpolicy *p)
     free(p->key2slot); free(p->slot_key); free(p->pins); free(p->free_stack);
     free(p->prev); free(p->next); free(p->in_list); free(p->seg);
     free(p->count); free(p->time); free(p->heap); free(p->heap_pos);
+    free(p->lheap); free(p->lheap_n); free(p->visits);
     free(p);
 }
 
@@ -254,6 +346,7 @@ static int victim_slot(const v4_xpolicy *p)
     switch (p->kind) {
     case V4_XPOL_LRU: return p->tail[L_MAIN];
     case V4_XPOL_SLRU: return p->tail[L_PROB] >= 0 ? p->tail[L_PROB] : p->tail[L_PROT];
+    case V4_XPOL_NEXT: return next_victim(p);
     default: return p->heap_n ? p->heap[0] : -1;
     }
 }
@@ -290,7 +383,7 @@ static void order_enter(v4_xpolicy *p, int s)
 
 static void order_leave(v4_xpolicy *p, int s)
 {
-    if (p->kind == V4_XPOL_LFRU)
+    if (p->kind == V4_XPOL_LFRU || p->kind == V4_XPOL_NEXT)
         heap_del(p, s);
     else
         list_unlink(p, s);
@@ -325,6 +418,8 @@ int v4_xpolicy_touch(v4_xpolicy *p, int key)
     default:
         if (!pinned)
             heap_del(p, s);
+        if (p->kind == V4_XPOL_NEXT)
+            next_note(p, key);
         lfru_count(p, key);
         if (!pinned) {
             p->time[s] = ++p->clock;
@@ -341,6 +436,8 @@ int v4_xpolicy_insert(v4_xpolicy *p, int key, int *victim, v4_error *err)
     if (key < 0 || key >= p->n_keys || p->key2slot[key] >= 0)
         return v4_err_set(err, V4_ERR_INVALID, "xpolicy", "insert of key %d: %s", key,
                           key < 0 || key >= p->n_keys ? "out of range" : "already resident");
+    if (p->kind == V4_XPOL_NEXT)
+        next_note(p, key);      /* the victim is chosen from the new key's position */
     int s;
     if (p->n_free) {
         s = p->free_stack[--p->n_free];
@@ -360,7 +457,7 @@ int v4_xpolicy_insert(v4_xpolicy *p, int key, int *victim, v4_error *err)
     p->key2slot[key] = s;
     p->pins[s] = 0;
     p->seg[s] = L_PROB;
-    if (p->kind == V4_XPOL_LFRU)
+    if (p->kind == V4_XPOL_LFRU || p->kind == V4_XPOL_NEXT)
         lfru_count(p, key);
     order_enter(p, s);
     return s;

@@ -22,6 +22,26 @@
  *    are halved (integer division), so old popularity fades.  Victim = the unpinned resident key
  *    with the lowest count; ties go to the least recent (smallest touch/unpin time).
  *    A min-heap over (count, time) of the unpinned resident keys: O(log n) per op.
+ *  - NEXT (predicted next use; the default of the host cache): made for the engine's access
+ *    order, the layers of a model visited in a cycle (0, 1, ..., L-1, 0, ...), one group
+ *    of a layer's experts per step.  Keys are layer-major (n_layers from the params;
+ *    key / (n_keys / n_layers) = layer).  Counts as in LFRU (+1 per touch or insert,
+ *    halved every lfru_age_period accesses), plus a visit count per layer (+1 when an
+ *    access's layer differs from the previous access's layer; halved with the counts).
+ *    The current layer is the layer of the latest access.  A resident key k of layer l
+ *    with count c is expected to be needed again after
+ *        E(k) = d(l) + L * (V(l) / c - 1)        (+infinity for c = 0)
+ *    layer visits, d(l) = (l - current + L) mod L, or L for the current layer itself
+ *    (its unpinned keys were not in the current step), V(l) = l's visit count, i.e.
+ *    the next visit of its layer plus the expected further cycles if the key is used at
+ *    a visit with probability c / V(l) (E at least d(l)).  Victim = the unpinned
+ *    resident key with the largest E; ties go to the larger d, then the lower count, then
+ *    the least recent.  Per layer a min-heap over (count, time) of its unpinned resident
+ *    keys: only the layers' roots are candidates (within a layer, d and V are common),
+ *    so a victim costs O(L + log n).  With many rows per step (every expert of a layer
+ *    used at most visits) it evicts from the layer that is needed last, as Belady's
+ *    MIN does on a cyclic scan, where LRU evicts exactly the next ones needed; with one
+ *    row per step it is LFU with the layers' counts made comparable.
  * Pinning: pin/unpin nest (a count per key).  A pinned key is never a victim: it
  * leaves the recency structure while pinned, and when its last pin is dropped it
  * re-enters it as the most recent key of its segment (LRU/SLRU), resp. with the
@@ -46,12 +66,14 @@ typedef enum v4_xpolicy_kind {
     V4_XPOL_LRU = 0,
     V4_XPOL_SLRU,
     V4_XPOL_LFRU,
+    V4_XPOL_NEXT,
     V4_XPOL_COUNT
 } v4_xpolicy_kind;
 
 typedef struct v4_xpolicy_params {
     int slru_protected;         /* SLRU protected capacity; -1 = default (see above) */
-    int64_t lfru_age_period;    /* LFRU halving period in accesses; 0 = 16 x n_keys */
+    int64_t lfru_age_period;    /* LFRU/NEXT halving period in accesses; 0 = 16 x n_keys */
+    int n_layers;               /* NEXT: layers (n_keys a multiple of it); 0 = 1 layer */
 } v4_xpolicy_params;
 
 typedef struct v4_xpolicy v4_xpolicy;
@@ -61,7 +83,7 @@ v4_xpolicy *v4_xpolicy_create(v4_xpolicy_kind kind, int capacity, int n_keys,
                               const v4_xpolicy_params *params, v4_error *err);
 void v4_xpolicy_free(v4_xpolicy *p);
 
-/* "lru" | "slru" | "lfru"; parse returns 0 or -1 (unknown name). */
+/* "lru" | "slru" | "lfru" | "next"; parse returns 0 or -1 (unknown name). */
 const char *v4_xpolicy_name(v4_xpolicy_kind kind);
 int v4_xpolicy_parse(const char *name, v4_xpolicy_kind *kind);
 

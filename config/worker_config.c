@@ -225,7 +225,7 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_int(src, "V4_FAULT_EXIT_BEFORE_ACK", 0, 0, 1, &c->fault_exit_before_ack, err) ||
         get_str(src, "V4_EXPERT_PACK", "", c->expert_pack, sizeof c->expert_pack, err) ||
         get_bytes(src, "V4_HOST_CACHE_BYTES", &c->host_cache_bytes, err) ||
-        get_str(src, "V4_CACHE_POLICY", "lfru", c->cache_policy, sizeof c->cache_policy, err) ||
+        get_str(src, "V4_CACHE_POLICY", "next", c->cache_policy, sizeof c->cache_policy, err) ||
         get_int(src, "V4_IO_THREADS", 4, 1, 64, &c->io_threads, err) ||
         get_int(src, "V4_THREADS", 0, 0, 1024, &c->threads, err) ||
         get_int(src, "V4_HTTP_PORT", 9090, 0, 65535, &c->http_port, err) ||
@@ -239,8 +239,9 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         return -1;
     if (v4_parse_numerics(c->numerics, NULL))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_NUMERICS", "'%s' is not exact or fast", c->numerics);
-    if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru"))
-        return v4_err_set(err, V4_ERR_CONFIG, "V4_CACHE_POLICY", "'%s' is not lru, slru or lfru", c->cache_policy);
+    if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru") &&
+        strcmp(c->cache_policy, "next"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_CACHE_POLICY", "'%s' is not lru, slru, lfru or next", c->cache_policy);
     if (c->prefetch < c->concurrency)   /* every slot needs a delivery at hand */
         c->prefetch = c->concurrency;
     int failed = 0;

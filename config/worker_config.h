@@ -72,7 +72,7 @@ typedef struct v4_worker_config {
     /* routed experts: resident (mapped checkpoint) or paged through the host cache */
     char expert_pack[V4_CFG_STR];   /* V4_EXPERT_PACK: pack dir ("" = page from the safetensors) */
     long long host_cache_bytes;     /* V4_HOST_CACHE_BYTES: 0 = all experts resident (no cache) */
-    char cache_policy[16];          /* V4_CACHE_POLICY: lru | slru | lfru */
+    char cache_policy[16];          /* V4_CACHE_POLICY: lru | slru | lfru | next */
     int io_threads;                 /* V4_IO_THREADS: concurrent expert reads */
     int threads;                    /* V4_THREADS: CPU engine threads (0: the CPUs the
                                      * process may use: affinity, cgroup quota) */

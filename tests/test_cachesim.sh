@@ -95,15 +95,56 @@ def belady():
             res.remove(v)
         res.add(k)
     return hits
-open(sys.argv[2], "w").write(f"{lru()} {belady()}\n")
+def nextpol():
+    # NEXT (cache/xpolicy.h): the replay touches/inserts each access, the step's keys
+    # pinned; victim = max expected next use E, ties: larger d, lower count, older time
+    L, E_ = 3, 9
+    period = 16 * L * E_
+    res, cnt, vis, tim = set(), {}, [0] * L, {}
+    st = {"cur": -1, "since": 0, "clock": 0}
+    def note(k):
+        l = k[0]
+        if l != st["cur"]:
+            vis[l] += 1
+        st["cur"] = l
+    def count(k):
+        cnt[k] = cnt.get(k, 0) + 1
+        st["since"] += 1
+        if st["since"] >= period:
+            st["since"] = 0
+            for x in cnt: cnt[x] //= 2
+            for l in range(L): vis[l] //= 2
+    def score(x):
+        l, c = x[0], cnt.get(x, 0)
+        d = (l - st["cur"] + L) % L if st["cur"] >= 0 else L
+        if d == 0: d = L
+        e = 1e300 if c == 0 else d + L * (vis[l] / c - 1.0)
+        if e < d: e = d
+        return (-e, -d, c, tim[x])
+    hits = 0
+    for s, stp in enumerate(steps):
+        for k in stp:
+            if k in res:
+                hits += 1; note(k); count(k)
+            else:
+                note(k)
+                if len(res) == SLOTS:
+                    v = min((x for x in res if x not in stp), key=score)
+                    res.remove(v)
+                res.add(k); count(k)
+        for k in stp:
+            st["clock"] += 1; tim[k] = st["clock"]
+    return hits
+open(sys.argv[2], "w").write(f"{lru()} {belady()} {nextpol()}\n")
 EOF
-read -r want_lru want_min <"$WORK/rand.want"
+read -r want_lru want_min want_next <"$WORK/rand.want"
 "$BIN" cachesim --trace "$WORK/rand.txt" --budget-bytes $((8 * 8192)) --block-bytes 8192 >"$WORK/rand.out" 2>&1
 check "random: 300 tokens (blank-line steps)" grep -q "300 tokens" "$WORK/rand.out"
 check "random: lru hits = Python model ($want_lru)" [ "$(field lru 3 "$WORK/rand.out")" = "$want_lru" ]
 check "random: belady hits = Python model ($want_min)" [ "$(field belady 3 "$WORK/rand.out")" = "$want_min" ]
+check "random: next hits = Python model ($want_next)" [ "$(field next 3 "$WORK/rand.out")" = "$want_next" ]
 "$BIN" cachesim --trace "$WORK/rand.txt" --budget-bytes $((8 * 8192)) --block-bytes 8192 --policy slru >"$WORK/rand1.out" 2>&1
-check "--policy slru: one policy row + belady" [ "$(grep -cE '^(lru|slru|lfru|belady) ' "$WORK/rand1.out")" = 2 ]
+check "--policy slru: one policy row + belady" [ "$(grep -cE '^(lru|slru|lfru|next|belady) ' "$WORK/rand1.out")" = 2 ]
 
 # 4. errors
 "$BIN" cachesim --trace "$WORK/rand.txt" --budget-bytes $((5 * 8192)) --block-bytes 8192 >"$WORK/small.out" 2>&1
@@ -118,7 +159,28 @@ printf '0 1\nzero one\n' >"$WORK/bad.txt"
 "$BIN" cachesim --trace "$WORK/bad.txt" --budget-bytes 99999 --block-bytes 8 >"$WORK/bad.out" 2>&1
 check "malformed trace: exit 1 naming the line" sh -c "[ $? -eq 1 ] && grep -q 'line 2' '$WORK/bad.out'"
 
-# 5. a real trace from the tiny model
+# 5. synthetic traces at the V4-Flash shape (43 x 256, top-6): deterministic, the summary
+# table, and at batch 256 (a step uses most experts of every layer: LRU's cyclic-scan
+# case) NEXT far below LRU and no better than Belady; the best fixed set shown
+"$BIN" cachesim --synth flash --budget-pct 85 --batch 1,256 --steps 60 >"$WORK/syn.out" 2>&1
+check "synth: exit 0" [ $? -eq 0 ]
+"$BIN" cachesim --synth flash --budget-pct 85 --batch 1,256 --steps 60 >"$WORK/syn2.out" 2>&1
+check "synth: the same trace twice (deterministic)" cmp -s "$WORK/syn.out" "$WORK/syn2.out"
+check "synth: 9356 slots = 85% of 11008" grep -q "9356 slots (85.0%)" "$WORK/syn.out"
+check "synth: summary row for batch 256" grep -qE '^\| 256 \| [0-9]+ \| [0-9.]+x \| [0-9.]+x' "$WORK/syn.out"
+b256=$(awk '/batch 256,/ {on = 1} on && $1 == "belady" { print $4; exit }' "$WORK/syn.out")
+l256=$(awk '/batch 256,/ {on = 1} on && $1 == "lru" { print $4; exit }' "$WORK/syn.out")
+n256=$(awk '/batch 256,/ {on = 1} on && $1 == "next" { print $4; exit }' "$WORK/syn.out")
+check "synth batch 256: belady ($b256) <= next ($n256), next < lru / 2 ($l256)" \
+    [ "${b256:-0}" -gt 0 -a "${b256:-0}" -le "${n256:-0}" -a $((2 * ${n256:-999999999})) -lt "${l256:-0}" ]
+"$BIN" cachesim --synth nosuch --budget-pct 85 >/dev/null 2>&1
+check "synth: unknown preset: exit 2" [ $? -eq 2 ]
+"$BIN" cachesim --synth flash --budget-pct 85 --batch 0 >/dev/null 2>&1
+check "synth: bad --batch: exit 2" [ $? -eq 2 ]
+"$BIN" cachesim --trace "$WORK/rand.txt" --budget-pct 85 --block-bytes 8 >/dev/null 2>&1
+check "--budget-pct without --synth: exit 2" [ $? -eq 2 ]
+
+# 6. a real trace from the tiny model
 MODEL="$WORK/tiny"
 if "$BIN" mkmodel --out "$MODEL" --preset tiny --no-sync >/dev/null 2>&1; then
     "$PY" -c 'import random; random.seed(3); print([random.randrange(2, 4096) for _ in range(96)])' >"$WORK/tok.json"
@@ -133,9 +195,9 @@ if "$BIN" mkmodel --out "$MODEL" --preset tiny --no-sync >/dev/null 2>&1; then
     check "tiny trace: exit 0" [ $? -eq 0 ]
     cat "$WORK/tiny.out"
     check "tiny trace: JSON detected, 96 tokens x 16 accesses" grep -q "JSON, 96 tokens, 1536 expert accesses" "$WORK/tiny.out"
-    check "tiny trace: 4 rows" [ "$(grep -cE '^(lru|slru|lfru|belady) ' "$WORK/tiny.out")" = 4 ]
+    check "tiny trace: 5 rows" [ "$(grep -cE '^(lru|slru|lfru|next|belady) ' "$WORK/tiny.out")" = 5 ]
     bh=$(field belady 3 "$WORK/tiny.out")
-    for p in lru slru lfru; do
+    for p in lru slru lfru next; do
         h=$(field $p 3 "$WORK/tiny.out")
         check "tiny trace: belady ($bh) >= $p ($h) > 0" [ "$bh" -ge "$h" -a "$h" -gt 0 ]
     done

@@ -93,7 +93,7 @@ static void tsrc_init(tsrc *t, int delay_us)
 
 static v4_xcache *mkcache(tsrc *t, size_t budget, v4_xpolicy_kind pol)
 {
-    v4_xcache_opts o = {budget, 4, pol, {0, 0}};
+    v4_xcache_opts o = {budget, 4, pol, {0, 0, 0}};
     v4_error err = {0};
     v4_xcache *c = v4_xcache_create(&t->base, &o, &err);
     CHECK(c, "create: %s", err.msg);
@@ -455,7 +455,7 @@ static void test_budget_too_small(void)
 {
     tsrc t;
     tsrc_init(&t, 0);
-    v4_xcache_opts o = {SLOT - 1, 2, V4_XPOL_LRU, {0, 0}};
+    v4_xcache_opts o = {SLOT - 1, 2, V4_XPOL_LRU, {0, 0, 0}};
     v4_error err = {0};
     CHECK(!v4_xcache_create(&t.base, &o, &err) && err.code == V4_ERR_RANGE && strstr(err.msg, "smaller than one"),
           "budget below one block: %s", err.msg);

@@ -53,15 +53,15 @@ int main(void)
 
     v4_backend *be = v4_cpu_backend_create(1, "auto", &err);
     v4_ctx *c = v4_ctx_create(&m.w, be, 3, &err);
-    const char *policies[] = {"lru", "slru", "lfru"};
+    const char *policies[] = {"lru", "slru", "lfru", "next"};
     /* budgets: one layer's experts for a batch of 3 (the minimum), a quarter, all */
     const size_t budgets[] = {(size_t)3 * K * lo.bytes, all / 4, all};
     struct { const char *pack; int io; const char *name; } srcs[] = {
         {pack, V4_PACK_IO_AUTO, "pack"}, {pack, V4_PACK_IO_BUFFERED, "pack-buffered"}, {NULL, 0, "safetensors"}};
     for (size_t si = 0; si < 3; si++)
-        for (size_t pi = 0; pi < 3; pi++)
+        for (size_t pi = 0; pi < 4; pi++)
             for (size_t bi = 0; bi < 3; bi++) {
-                if (si != 0 && pi != 2 && bi != 0)
+                if (si != 0 && pi != 3 && bi != 0)
                     continue;   /* the full cross product only for the pack source */
                 v4_xprov_opts o = {model, srcs[si].pack, budgets[bi], policies[pi], 2, srcs[si].io};
                 v4_xprov *xp = v4_xprov_open(&m.cfg, m.ck, &o, &err);

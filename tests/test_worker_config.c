@@ -117,7 +117,7 @@ int main(void)
               badsz[i]);
     }
     unsetenv("V4_HOST_CACHE_BYTES");
-    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.cache_policy, "lfru") && c.io_threads == 4 &&
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.cache_policy, "next") && c.io_threads == 4 &&
               c.host_cache_bytes == 0 && !c.expert_pack[0], "cache defaults");
     setenv("V4_CACHE_POLICY", "fifo", 1);
     CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_CACHE_POLICY"), "bad policy");

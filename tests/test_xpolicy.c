@@ -10,7 +10,7 @@
 
 static v4_xpolicy *mk(v4_xpolicy_kind k, int cap, int n_keys, int prot, int64_t age)
 {
-    v4_xpolicy_params pr = {prot, age};
+    v4_xpolicy_params pr = {prot, age, 0};
     v4_error err = {0};
     v4_xpolicy *p = v4_xpolicy_create(k, cap, n_keys, &pr, &err);
     CHECK(p, "create: %s", err.msg);
@@ -215,6 +215,40 @@ static void test_lru_random(void)
     v4_xpolicy_free(p);
 }
 
+/* NEXT on a hand trace (2 layers x 3 experts, 3 slots, nothing pinned): the victims
+ * follow the expected-next-use rule of xpolicy.h, worked out below; and key counts
+ * that are not a multiple of the layers are refused. */
+static void test_next(void)
+{
+    v4_error err = {0};
+    v4_xpolicy_params pr = {-1, 0, 2};
+    v4_xpolicy *p = v4_xpolicy_create(V4_XPOL_NEXT, 3, 6, &pr, &err);
+    CHECK(p != NULL, "next: create: %s", err.msg);
+    if (!p)
+        return;
+    int v;
+    v4_xpolicy_insert(p, 0, &v, &err);      /* layer 0 visit 1: 0, 1 */
+    v4_xpolicy_insert(p, 1, &v, &err);
+    v4_xpolicy_touch(p, 0);                 /* count 0 = 2, 1 = 1 */
+    v4_xpolicy_insert(p, 3, &v, &err);      /* layer 1 visit 1: 3 */
+    /* layer 0 visit 2 needs 2: layer 0 is 2 visits of 1 cycle away (d = 2 from layer 0's
+     * view: cur = 0 after the note -> d(0) = L = 2, d(1) = 1); E(key 1) = 2 + 2 * (2/1 - 1)
+     * = 4, E(key 0) = 2 + 2 * (2/2 - 1) = 2, E(key 3) = 1 + 2 * (1/1 - 1) = 1 -> key 1 */
+    int s = v4_xpolicy_insert(p, 2, &v, &err);
+    CHECK(s >= 0 && v == 1, "next: the rarely used key of the far layer goes (victim %d)", v);
+    /* layer 1 visit 2 needs 4: cur = 1, d(0) = 1, d(1) = L = 2; layer 0's root is key 2
+     * (count 1): E = 1 + 2 * (2/1 - 1) = 3; layer 1's key 3 (count 1, 2 visits):
+     * E = 2 + 2 * (2/1 - 1) = 4 -> key 3, though layer 0's key 2 is as rare */
+    s = v4_xpolicy_insert(p, 4, &v, &err);
+    CHECK(s >= 0 && v == 3, "next: the key expected back last goes (victim %d)", v);
+    v4_xpolicy_free(p);
+    v4_xpolicy_params bad = {-1, 0, 4};
+    CHECK(!v4_xpolicy_create(V4_XPOL_NEXT, 3, 6, &bad, &err) && err.code == V4_ERR_INVALID,
+          "next: 6 keys over 4 layers refused (%s)", err.msg);
+    v4_xpolicy_kind k;
+    CHECK(!v4_xpolicy_parse("next", &k) && k == V4_XPOL_NEXT && !strcmp(v4_xpolicy_name(k), "next"), "parse next");
+}
+
 int main(void)
 {
     test_lru();
@@ -223,6 +257,7 @@ int main(void)
     test_slru();
     test_lfru();
     test_lru_random();
+    test_next();
     v4_xpolicy_kind k;
     CHECK(!v4_xpolicy_parse("slru", &k) && k == V4_XPOL_SLRU && v4_xpolicy_parse("fifo", &k) == -1, "parse");
     TEST_DONE();

@@ -43,6 +43,19 @@ typedef struct v4_simtrace {
 int v4_simtrace_load(const char *path, int n_experts, v4_simtrace *t, v4_error *err);
 void v4_simtrace_free(v4_simtrace *t);
 
+/* A synthetic trace (cachesim_synth.c has the routing model): steps of `batch` rows
+ * through n_layers layers of n_experts, top_k per row and layer, Zipf(zipf) popularity
+ * per layer over a random permutation (uniform on the first n_hash layers), one group
+ * (= one pinned step of the replay) per (step, layer).  Same spec, same trace. */
+typedef struct v4_synthspec {
+    int n_layers, n_experts, top_k, n_hash;
+    int batch, steps;
+    double zipf;
+    uint64_t seed;
+} v4_synthspec;
+
+int v4_simtrace_synth(const v4_synthspec *sp, v4_simtrace *t, v4_error *err);
+
 typedef struct v4_simresult {
     int64_t hits, misses, evictions;
 } v4_simresult;
@@ -52,5 +65,11 @@ int v4_sim_policy(const v4_simtrace *t, v4_xpolicy_kind kind, const v4_xpolicy_p
                   v4_simresult *r, v4_error *err);
 /* Belady's MIN under the same pinning rule. */
 int v4_sim_belady(const v4_simtrace *t, int slots, v4_simresult *r, v4_error *err);
+/* The best fixed set, a reference for traces without temporal locality (the synthetic
+ * ones): the `slots` keys the trace uses most are held from their first use, every
+ * access to another key is a miss (a bound that ignores where those would be loaded:
+ * no online policy does much better on an independent-token trace, where Belady's MIN
+ * profits from knowing the future draws). */
+int v4_sim_static(const v4_simtrace *t, int slots, v4_simresult *r, v4_error *err);
 
 #endif

@@ -164,3 +164,30 @@ out:
     free(next_use); free(cur_next); free(last_pos); free(last_step); free(res); free(heap); free(aside);
     return rc;
 }
+
+static int cmp_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int v4_sim_static(const v4_simtrace *t, int slots, v4_simresult *r, v4_error *err)
+{
+    memset(r, 0, sizeof *r);
+    int n_keys = t->n_layers * t->n_experts;
+    int64_t *cnt = calloc((size_t)n_keys, sizeof(int64_t));
+    if (!cnt)
+        return v4_err_set(err, V4_ERR_NOMEM, "cachesim", "out of memory");
+    for (int i = 0; i < t->n_access; i++)
+        cnt[t->keys[i]]++;
+    qsort(cnt, (size_t)n_keys, sizeof *cnt, cmp_desc);
+    int64_t total = t->n_access, kept = 0;
+    int held = 0;
+    for (int k = 0; k < n_keys && k < slots && cnt[k] > 0; k++, held++)
+        kept += cnt[k];
+    r->misses = held + (total - kept);     /* the held set's first loads + every other access */
+    r->hits = total - r->misses;
+    r->evictions = total - kept;
+    free(cnt);
+    return 0;
+}

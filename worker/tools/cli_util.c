@@ -44,8 +44,8 @@ int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *c
     } else if (!strcmp(a, "--pack")) {
         o->pack = v;
     } else if (!strcmp(a, "--cache-policy")) {
-        if (strcmp(v, "lru") && strcmp(v, "slru") && strcmp(v, "lfru")) {
-            fprintf(stderr, "v4fleet %s: --cache-policy wants lru, slru or lfru, got '%s'\n", cmd, v);
+        if (strcmp(v, "lru") && strcmp(v, "slru") && strcmp(v, "lfru") && strcmp(v, "next")) {
+            fprintf(stderr, "v4fleet %s: --cache-policy wants lru, slru, lfru or next, got '%s'\n", cmd, v);
             return -1;
         }
         o->cache_policy = v;
