@@ -18,11 +18,19 @@
  * w3 [1024 x 4096], then w2 [4096 x 1024]; 2 threads; GB/s of expert weights.  The
  * experts (226 MB) do not fit a cache, like a real layer's.
  *
+ * --rate: the compute rate instead: one copy of each product (FP8 [1024 x 1024 / 4096 / 8192],
+ * FP4 [1024 x 1024 / 4096], BF16 R8 [1024 x 4096] as the head and wo_a run) repeated
+ * from the cache, n = 1, 6, 8, 64 vectors (6 and 8: a routed expert's rows in a 64-row
+ * prefill chunk and a batched step; 64: a trunk product of that chunk), 1 thread, both
+ * numerics modes: G multiply-adds/s and % of the measured FP32 FMA peak (fmapeak.h).
+ * This is the table behind the fast mode's prefill ceiling (docs/numerics.md).
+ *
  * Each set runs in both numerics modes (exact: the golden contract; fast: float
  * accumulation, kernels/cpu/linear_fast*.c; FP4 is the same kernel in both).
  *
  * Usage: bench_linear [isa ...]   (default: all supported; scalar is slow on the
  *        BF16 EXACT sets)
+ *        bench_linear --rate [isa|auto]
  *        bench_linear --moe [isa|auto [E]]  (default: the best ISA, E = 36; a small E
  *        keeps the experts in the cache: the kernel's compute rate)
  * Env: V4_BENCH_SAMPLES (default 5).
@@ -36,6 +44,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/weights.h"
+#include "fmapeak.h"
 #include "membw.h"
 
 /* xorshift64 on a caller-owned state */
@@ -69,6 +78,8 @@ static wset make_set(v4_wtype t, int rows, int cols, v4_layout layout, int min_c
     s.copies = (int)(((size_t)128 << 20) / wb);
     if (s.copies < min_copies)
         s.copies = min_copies;
+    if (min_copies < 0)         /* exactly -min_copies copies (--rate: one, kept in the cache) */
+        s.copies = -min_copies;
     s.m = calloc((size_t)s.copies, sizeof *s.m);
     for (int c = 0; c < s.copies; c++) {
         uint8_t *w = malloc(wb), *sc = malloc(sb);
@@ -188,6 +199,70 @@ static int moe_main(const char *isa, int E, int samples)
     return 0;
 }
 
+/* --rate (see the header): multiply-adds per second of each product in the cache */
+static int rate_main(const char *isa, int samples)
+{
+    enum { NS = 4, NSETS = 6, KMAX = 8192 };
+    static const int ns[NS] = {1, 6, 8, 64};
+    uint64_t seed = 0x13579bdf2468aceull, *rs = &seed;
+    const char *fisa = NULL;
+    double peak = v4_bench_fma_peak(1, samples, &fisa);
+    printf("FP32 multiply-add peak, 1 thread (%s, median of %d): %.1f G/s\n", fisa ? fisa : "?", samples, peak / 1e9);
+    struct { v4_wtype t; int rows, cols; v4_layout lay; v4_lin_mode fast_mode; } def[NSETS] = {
+        {V4_W_FP8, 1024, 1024, V4_LAYOUT_ROWMAJOR, V4_LIN_QUANT}, {V4_W_FP8, 1024, 4096, V4_LAYOUT_ROWMAJOR, V4_LIN_QUANT},
+        {V4_W_FP8, 1024, 8192, V4_LAYOUT_ROWMAJOR, V4_LIN_QUANT}, {V4_W_FP4, 1024, 1024, V4_LAYOUT_ROWMAJOR, V4_LIN_QUANT},
+        {V4_W_FP4, 1024, 4096, V4_LAYOUT_ROWMAJOR, V4_LIN_QUANT}, {V4_W_BF16, 1024, 4096, V4_LAYOUT_R8, V4_LIN_BF16}};
+    wset sets[NSETS];
+    for (int f = 0; f < NSETS; f++)
+        sets[f] = make_set(def[f].t, def[f].rows, def[f].cols, def[f].lay, -1, rs);
+    float *x = malloc(sizeof(float) * 64 * KMAX), *y = malloc(sizeof(float) * 64 * 1024);
+    for (int i = 0; i < 64 * KMAX; i++)
+        x[i] = (float)((double)(rnd(rs) >> 11) * 0x1p-53 - 0.5);
+    static const char *const modes[2] = {"exact", "fast"};
+    v4_backend *be[2] = {NULL, NULL};
+    for (int md = 0; md < 2; md++) {
+        v4_error err;
+        v4_err_clear(&err);
+        if (!(be[md] = v4_cpu_backend_create_ex(1, isa, modes[md], &err))) {
+            fprintf(stderr, "bench_linear: %s\n", err.msg);
+            return 1;
+        }
+    }
+    printf("products in the cache (one copy, repeated), 1 thread, %s, median of %d; G multiply-adds/s "
+           "(%% of the FP32 FMA peak; VDPBF16PS does two per lane: up to 200%%)\n\n", v4_cpu_backend_isa(be[0]), samples);
+    printf("| product | shape | n | exact | fast | fast / exact |\n|---|---|---|---|---|---|\n");
+    for (int f = 0; f < NSETS; f++)
+        for (int i = 0; i < NS; i++) {
+            const int n = ns[i];
+            double g[2];
+            for (int md = 0; md < 2; md++) {
+                wset s = sets[f];
+                s.mode = md ? def[f].fast_mode : s.mode;
+                int reps = 1 + (int)(2e8 / ((double)def[f].rows * def[f].cols * n));
+                double t[16];
+                for (int k = -1; k < samples; k++) {
+                    double t0 = v4_bench_now();
+                    for (int r = 0; r < reps; r++)
+                        v4_linear(be[md], &s.m[0], s.mode, n, x, def[f].cols, y, def[f].rows);
+                    if (k >= 0)
+                        t[k] = (v4_bench_now() - t0) / reps;
+                }
+                g[md] = (double)def[f].rows * def[f].cols * n / v4_bench_median(t, samples);
+            }
+            printf("| %s%s | %d x %d | %d | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2fx |\n", sets[f].name,
+                   def[f].t == V4_W_BF16 ? " (head, wo_a)" : "", def[f].rows, def[f].cols, n, g[0] / 1e9,
+                   100.0 * g[0] / peak, g[1] / 1e9, 100.0 * g[1] / peak, g[1] / g[0]);
+            fflush(stdout);
+        }
+    for (int md = 0; md < 2; md++)
+        be[md]->ops->destroy(be[md]);
+    free(x);
+    free(y);
+    for (int f = 0; f < NSETS; f++)
+        free_set(&sets[f]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *env = getenv("V4_BENCH_SAMPLES");
@@ -197,6 +272,8 @@ int main(int argc, char **argv)
     const char *all[4] = {"scalar", "avx2", "avx512", "avx512vnni"};
     const char *isas[8];
     int nisa = 0;
+    if (argc > 1 && !strcmp(argv[1], "--rate"))
+        return rate_main(argc > 2 ? argv[2] : "auto", samples);
     if (argc > 1 && !strcmp(argv[1], "--moe"))
         return moe_main(argc > 2 ? argv[2] : "auto", argc > 3 ? atoi(argv[3]) : 36, samples);
     if (argc > 1) {

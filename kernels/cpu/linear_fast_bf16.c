@@ -12,9 +12,12 @@
  * buffer; per tile of rows the weights are decoded once per 32 columns (e4m3 -> float
  * * s_w, exact, -> bf16 pairs) and used for every vector of the pass: tiles of 4 rows x
  * 1-2 vectors or 2 rows x 4 vectors, two chains per (row, vector) (even / odd chunks).
- * With many vectors (prefill chunks, n >= WIDE_N) a tile's 4 rows are decoded once into a
- * bf16 buffer and every vector reads them from there (4 rows x 3 vectors per pass): the
- * same operands and the same chains, so the same bits, without a decode per pass.
+ * From WIDE_N = 3 vectors on (prefill chunks, batched steps) a tile's 4 rows are decoded
+ * once into a bf16 buffer and every vector reads them from there (4 rows x 3 vectors per
+ * pass): the same operands and the same chains, so the same bits, without a decode per
+ * pass (`bench_linear --rate`, [1024 x 4096], 1 thread: n = 3 / 4 / 6 at 54 / 64 / 85 G
+ * multiply-adds/s, against 31 / 36 / 37 with the threshold at 8; n = 2 stays faster on
+ * the register path, 43 against 37).
  * Tiles with a NaN code or a scale byte outside [10, 135), and calls with a
  * non-finite activation scale, run the reference.
  */
@@ -30,7 +33,7 @@
 
 static inline int imin(int a, int b) { return a < b ? a : b; }
 
-enum { WIDE_N = 8 };   /* vectors from which a row tile is decoded once (see the header) */
+enum { WIDE_N = 3 };   /* vectors from which a row tile is decoded once (see the header) */
 
 /* Rows [r, r + 4) as the bf16 operands w' = bf16(e4m3 * s_w * 2^120), [4][K]. */
 static void decode4(const v4_mat *W, int K, int r, uint16_t *wd)
