@@ -24,7 +24,7 @@ typedef struct v4_engine_opts {
     /* paged experts (cache/expert_provider.h); host_cache_bytes 0 = all resident */
     long long host_cache_bytes;     /* --host-cache-bytes B (K/M/G suffixes) */
     const char *pack;               /* --pack DIR (else page from the safetensors) */
-    const char *cache_policy;       /* --cache-policy lru|slru|lfru */
+    const char *cache_policy;       /* --cache-policy lru|slru|lfru|next (NULL: next) */
     int io_threads;                 /* --io-threads N */
     /* --device cpu|cuda|cuda:N (NULL: the V4_DEVICE environment variable, else cpu).
      * cuda runs the weight products on the GPU ("hybrid" mode, kernels/cuda/). */

@@ -16,7 +16,7 @@
 
 /* The usage line of the paged-expert flags, for the commands' --help. */
 #define V4_EXPERT_FLAGS_USAGE \
-    "         [--host-cache-bytes B [--pack DIR] [--cache-policy lru|slru|lfru] [--io-threads N]]\n"
+    "         [--host-cache-bytes B [--pack DIR] [--cache-policy lru|slru|lfru|next] [--io-threads N]]\n"
 
 /* The usage line of --prefill-chunk (generate, batch). */
 #define V4_CHUNK_FLAG_USAGE "         [--prefill-chunk N]\n"
