@@ -20,7 +20,7 @@ python3 -c 'import json; print(json.dumps([(i * 37) % 900 + 3 for i in range(40)
 "$V4_BIN" generate --model "$M" --prompt-ids "$WORK/ids.json" --max-tokens 12 --greedy > "$WORK/ref.txt" 2> /dev/null
 for src in pack safetensors; do
     for budget in 400K 64M; do
-        for pol in lru lfru; do
+        for pol in lru lfru next; do
             extra=()
             [ "$src" = pack ] && extra=(--pack "$WORK/pack")
             "$V4_BIN" logits --model "$M" --tokens "$WORK/ids.json" --out "$WORK/p.bin" --host-cache-bytes "$budget" \
