@@ -225,6 +225,8 @@ static int rate_main(const char *isa, int samples)
         v4_err_clear(&err);
         if (!(be[md] = v4_cpu_backend_create_ex(1, isa, modes[md], &err))) {
             fprintf(stderr, "bench_linear: %s\n", err.msg);
+            if (md)
+                be[0]->ops->destroy(be[0]);
             return 1;
         }
     }

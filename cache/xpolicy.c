@@ -105,12 +105,18 @@ typedef struct heap_ref {
     int *h, *n;
 } heap_ref;
 
+/* NEXT: layer l's heap. */
+static heap_ref layer_heap(const v4_xpolicy *p, int l)
+{
+    return (heap_ref){p->lheap + (size_t)l * (size_t)p->per_layer, &p->lheap_n[l]};
+}
+
+/* The heap slot s is (or goes) in. */
 static heap_ref heap_of(v4_xpolicy *p, int s)
 {
     if (p->kind != V4_XPOL_NEXT)
         return (heap_ref){p->heap, &p->heap_n};
-    int l = p->slot_key[s] / p->per_layer;
-    return (heap_ref){p->lheap + (size_t)l * (size_t)p->per_layer, &p->lheap_n[l]};
+    return layer_heap(p, p->slot_key[s] / p->per_layer);
 }
 
 static void heap_set(v4_xpolicy *p, heap_ref H, int i, int s)
@@ -190,7 +196,7 @@ static void lfru_count(v4_xpolicy *p, int key)
         if (p->kind == V4_XPOL_NEXT) {
             for (int l = 0; l < p->n_layers; l++) {
                 p->visits[l] /= 2;
-                heap_rebuild(p, (heap_ref){p->lheap + (size_t)l * (size_t)p->per_layer, &p->lheap_n[l]});
+                heap_rebuild(p, layer_heap(p, l));
             }
         } else {
             heap_rebuild(p, (heap_ref){p->heap, &p->heap_n});
@@ -215,9 +221,10 @@ static int next_victim(const v4_xpolicy *p)
     int best = -1, best_d = 0;
     double best_e = -1.0;
     for (int l = 0; l < L; l++) {
-        if (!p->lheap_n[l])
+        const heap_ref H = layer_heap(p, l);
+        if (!*H.n)
             continue;
-        int s = p->lheap[(size_t)l * (size_t)p->per_layer];
+        int s = H.h[0];
         uint32_t c = p->count[p->slot_key[s]];
         int d = p->cur_layer < 0 ? L : (l - p->cur_layer + L) % L;
         if (d == 0)
@@ -249,6 +256,12 @@ v4_xpolicy *v4_xpolicy_create(v4_xpolicy_kind kind, int capacity, int n_keys,
                    (int)kind, capacity, n_keys);
         return NULL;
     }
+    const int n_layers = params && params->n_layers > 0 ? params->n_layers : 1;
+    if (kind == V4_XPOL_NEXT && n_keys % n_layers != 0) {
+        v4_err_set(err, V4_ERR_INVALID, "xpolicy", "next: %d keys are not a multiple of %d layers", n_keys,
+                   n_layers);
+        return NULL;
+    }
     v4_xpolicy *p = calloc(1, sizeof *p);
     size_t c = (size_t)capacity;
     if (p) {
@@ -267,19 +280,13 @@ v4_xpolicy *v4_xpolicy_create(v4_xpolicy_kind kind, int capacity, int n_keys,
         p->time = calloc(c, sizeof(uint64_t));
         p->heap = malloc(sizeof(int) * c);
         p->heap_pos = malloc(sizeof(int) * c);
-        p->n_layers = params && params->n_layers > 0 ? params->n_layers : 1;
-        if (kind == V4_XPOL_NEXT && n_keys % p->n_layers == 0) {
-            p->per_layer = n_keys / p->n_layers;
+        p->n_layers = n_layers;
+        p->per_layer = n_keys / n_layers;
+        if (kind == V4_XPOL_NEXT) {
             p->lheap = malloc(sizeof(int) * (size_t)n_keys);
-            p->lheap_n = calloc((size_t)p->n_layers, sizeof(int));
-            p->visits = calloc((size_t)p->n_layers, sizeof(uint32_t));
+            p->lheap_n = calloc((size_t)n_layers, sizeof(int));
+            p->visits = calloc((size_t)n_layers, sizeof(uint32_t));
         }
-    }
-    if (p && kind == V4_XPOL_NEXT && n_keys % p->n_layers != 0) {
-        v4_err_set(err, V4_ERR_INVALID, "xpolicy", "next: %d keys are not a multiple of %d layers", n_keys,
-                   p->n_layers);
-        v4_xpolicy_free(p);
-        return NULL;
     }
     if (!p || !p->key2slot || !p->slot_key || !p->pins || !p->free_stack || !p->prev || !p->next ||
         !p->in_list || !p->seg || !p->count || !p->time || !p->heap || !p->heap_pos ||

@@ -42,6 +42,9 @@ typedef struct v4_simtrace {
  * line.  n_experts > 0 fixes the key stride (ids must be below it); 0 = max id + 1. */
 int v4_simtrace_load(const char *path, int n_experts, v4_simtrace *t, v4_error *err);
 void v4_simtrace_free(v4_simtrace *t);
+/* Fill n_distinct, max_step_keys and max_step from keys and step_off (the loader and the
+ * synthetic generator both end with it).  0, or -1 + err when out of memory. */
+int v4_simtrace_count(v4_simtrace *t, v4_error *err);
 
 /* A synthetic trace (cachesim_synth.c has the routing model): steps of `batch` rows
  * through n_layers layers of n_experts, top_k per row and layer, Zipf(zipf) popularity

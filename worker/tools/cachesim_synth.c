@@ -59,12 +59,13 @@ int v4_simtrace_synth(const v4_synthspec *sp, v4_simtrace *t, v4_error *err)
                           (long long)n_acc, 64 << 20);
     double *cdf = malloc(sizeof(double) * (size_t)L * (size_t)E);
     int *perm = malloc(sizeof(int) * (size_t)L * (size_t)E);
-    int *stamp = malloc(sizeof(int) * (size_t)E), *seen = calloc((size_t)L * (size_t)E, sizeof(int));
+    int *stamp = malloc(sizeof(int) * (size_t)E);              /* expert -> group that has it */
+    int *drawn = calloc((size_t)E, sizeof(int));                /* rank -> token that drew it */
     t->keys = malloc(sizeof(int32_t) * (size_t)n_acc);
     t->step_off = malloc(sizeof(int) * (size_t)(n_groups + 1));
     t->step_line = malloc(sizeof(int) * (size_t)n_groups);
     int rc = -1;
-    if (!cdf || !perm || !stamp || !seen || !t->keys || !t->step_off || !t->step_line) {
+    if (!cdf || !perm || !stamp || !drawn || !t->keys || !t->step_off || !t->step_line) {
         v4_err_set(err, V4_ERR_NOMEM, "--synth", "out of memory for %lld accesses", (long long)n_acc);
         goto out;
     }
@@ -93,26 +94,20 @@ int v4_simtrace_synth(const v4_synthspec *sp, v4_simtrace *t, v4_error *err)
         for (int l = 0; l < L; l++, g++) {
             t->step_off[g] = n;
             t->step_line[g] = g + 1;
-            const int group = g, base = n;
             for (int b = 0; b < B; b++) {
-                int tok = ++stamp_id;   /* this token's picks, to draw without replacement */
-                int *mine = seen + (size_t)l * E;   /* reused as a per-token stamp */
+                const int tok = ++stamp_id;     /* draws without replacement within a token */
                 for (int k = 0; k < K; k++) {
                     int r;
                     do
                         r = pick(cdf + (size_t)l * E, E, unit(&rs));
-                    while (mine[r] == tok);
-                    mine[r] = tok;
+                    while (drawn[r] == tok);
+                    drawn[r] = tok;
                     int e = perm[(size_t)l * E + r];
-                    if (stamp[e] != group) {
-                        stamp[e] = group;
+                    if (stamp[e] != g) {
+                        stamp[e] = g;
                         t->keys[n++] = l * E + e;
                     }
                 }
-            }
-            if (n - base > t->max_step_keys) {
-                t->max_step_keys = n - base;
-                t->max_step = g;
             }
         }
     t->step_off[g] = n;
@@ -120,16 +115,12 @@ int v4_simtrace_synth(const v4_synthspec *sp, v4_simtrace *t, v4_error *err)
     t->n_steps = g;
     t->n_layers = L;
     t->n_experts = E;
-    memset(seen, 0, sizeof(int) * (size_t)L * (size_t)E);
-    for (int i = 0; i < n; i++)
-        if (!seen[t->keys[i]]++)
-            t->n_distinct++;
-    rc = 0;
+    rc = v4_simtrace_count(t, err);
 out:
     free(cdf);
     free(perm);
     free(stamp);
-    free(seen);
+    free(drawn);
     if (rc)
         v4_simtrace_free(t);
     return rc;

@@ -42,6 +42,35 @@ static const char *skip_ws(const char *s)
     return s;
 }
 
+int v4_simtrace_count(v4_simtrace *t, v4_error *err)
+{
+    int n_keys = t->n_layers * t->n_experts;
+    int *stamp = malloc(sizeof(int) * (size_t)n_keys);
+    if (!stamp)
+        return v4_err_set(err, V4_ERR_NOMEM, "cachesim", "out of memory for %d keys", n_keys);
+    for (int k = 0; k < n_keys; k++)
+        stamp[k] = -1;
+    t->n_distinct = t->max_step_keys = t->max_step = 0;
+    for (int s = 0; s < t->n_steps; s++) {
+        int d = 0;
+        for (int i = t->step_off[s]; i < t->step_off[s + 1]; i++) {
+            int k = t->keys[i];
+            if (stamp[k] == -1)
+                t->n_distinct++;
+            if (stamp[k] != s) {
+                stamp[k] = s;
+                d++;
+            }
+        }
+        if (d > t->max_step_keys) {
+            t->max_step_keys = d;
+            t->max_step = s;
+        }
+    }
+    free(stamp);
+    return 0;
+}
+
 void v4_simtrace_free(v4_simtrace *t)
 {
     free(t->keys);
@@ -193,10 +222,7 @@ int v4_simtrace_load(const char *path, int n_experts, v4_simtrace *t, v4_error *
     t->step_off = malloc(sizeof(int) * (steps.n + 1));
     t->step_line = lines.v;
     lines.v = NULL;
-    int n_keys = t->n_layers * t->n_experts;
-    int *stamp = malloc(sizeof(int) * (size_t)n_keys);
-    if (!t->keys || !t->step_off || !stamp) {
-        free(stamp);
+    if (!t->keys || !t->step_off) {
         v4_err_set(err, V4_ERR_NOMEM, path, "out of memory");
         goto out;
     }
@@ -204,25 +230,8 @@ int v4_simtrace_load(const char *path, int n_experts, v4_simtrace *t, v4_error *
         t->keys[i] = lay.v[i] * t->n_experts + exp.v[i];
     memcpy(t->step_off, steps.v, sizeof(int) * steps.n);
     t->step_off[steps.n] = (int)lay.n;
-    for (int k = 0; k < n_keys; k++)
-        stamp[k] = -1;
-    for (int s = 0; s < t->n_steps; s++) {
-        int d = 0;
-        for (int i = t->step_off[s]; i < t->step_off[s + 1]; i++) {
-            int k = t->keys[i];
-            if (stamp[k] == -1)
-                t->n_distinct++;
-            if (stamp[k] != s) {
-                stamp[k] = s;
-                d++;
-            }
-        }
-        if (d > t->max_step_keys) {
-            t->max_step_keys = d;
-            t->max_step = s;
-        }
-    }
-    free(stamp);
+    if (v4_simtrace_count(t, err))
+        goto out;
     rc = 0;
 out:
     free(line);

@@ -251,8 +251,6 @@ int v4_cmd_cachesim(int argc, char **argv)
                            (uint64_t)seed};
         long long all_keys = (long long)sp.n_layers * sp.n_experts;
         o.slots = pct >= 0 ? (int)(all_keys * pct / 100) : (int)(budget / (long long)o.slot);
-        if (pct < 0)
-            budget = (long long)o.slots * (long long)o.slot;
         int64_t (*m)[V4_XPOL_COUNT + 2] = calloc((size_t)nb, sizeof *m);
         int rc = m ? 0 : 1;
         for (int i = 0; i < nb && !rc; i++) {
