@@ -19,6 +19,7 @@ typedef struct binder {
     v4_error *err;
     char name[256];
     int failed;
+    int no_routed;              /* V4_BIND_NO_ROUTED */
 } binder;
 
 static void *own(binder *b, size_t bytes)
@@ -221,7 +222,14 @@ static void bind_layer(binder *b, const v4_config *cfg, int l)
         v4_err_set(b->err, V4_ERR_NOMEM, p, "out of memory");
         return;
     }
+    const v4_wtype xt = cfg->expert_fp4 ? V4_W_FP4 : V4_W_FP8;
     for (int e = 0; e < cfg->n_routed_experts && !b->failed; e++) {
+        if (b->no_routed) {     /* shape only: the provider delivers the bytes */
+            lw->experts[e].w1 = (v4_mat){xt, cfg->moe_inter, cfg->dim, NULL, NULL, V4_LAYOUT_ROWMAJOR};
+            lw->experts[e].w3 = (v4_mat){xt, cfg->moe_inter, cfg->dim, NULL, NULL, V4_LAYOUT_ROWMAJOR};
+            lw->experts[e].w2 = (v4_mat){xt, cfg->dim, cfg->moe_inter, NULL, NULL, V4_LAYOUT_ROWMAJOR};
+            continue;
+        }
         snprintf(n, sizeof n, "%s.ffn.experts.%d", p, e);
         bind_expert(b, cfg, &lw->experts[e], cfg->expert_fp4, n);
     }
@@ -229,9 +237,14 @@ static void bind_layer(binder *b, const v4_config *cfg, int l)
 
 int v4_weights_bind(const v4_config *cfg, const v4_ckpt *ck, v4_weights *w, v4_error *err)
 {
+    return v4_weights_bind_ex(cfg, ck, 0, w, err);
+}
+
+int v4_weights_bind_ex(const v4_config *cfg, const v4_ckpt *ck, int flags, v4_weights *w, v4_error *err)
+{
     memset(w, 0, sizeof *w);
     w->cfg = *cfg;
-    binder b = {ck, w, err, "", 0};
+    binder b = {.ck = ck, .w = w, .err = err, .no_routed = (flags & V4_BIND_NO_ROUTED) != 0};
     const int V = cfg->vocab_size, D = cfg->dim, hc = cfg->hc_mult;
     if (cfg->head_dim > 1024 || cfg->index_head_dim > 1024 || cfg->index_n_heads > 1024 ||
         cfg->n_routed_experts > 1024 || cfg->hc_mult > 16 || cfg->rope_head_dim > 128) {

@@ -17,4 +17,12 @@
 
 int v4_weights_bind(const v4_config *cfg, const v4_ckpt *ck, v4_weights *w, v4_error *err);
 
+/* flags of v4_weights_bind_ex.  V4_BIND_NO_ROUTED: the routed experts are not looked up
+ * (a model whose experts come from elsewhere, e.g. synthetic ones, expert_synth.h):
+ * every layer's experts[] gets matrices with their type and shape but NULL weight and
+ * scale pointers, so they can be counted and sized, never read - the decode path must
+ * get them from an expert provider. */
+enum { V4_BIND_NO_ROUTED = 1 };
+int v4_weights_bind_ex(const v4_config *cfg, const v4_ckpt *ck, int flags, v4_weights *w, v4_error *err);
+
 #endif

@@ -117,7 +117,7 @@ v4_xsource *v4_pack_source_open(const char *pack_dir, const v4_config *cfg, int 
 /* As above, and refuse the pack unless it was made from ck (v4_pack_model_id_of). */
 v4_xsource *v4_pack_source_open_model(const char *pack_dir, const v4_config *cfg, const v4_ckpt *ck, int io,
                                       v4_error *err);
-/* Counters of a "pack" or "safetensors" source (zeroed for other kinds). */
+/* Counters of a "pack", "safetensors" or "synthetic" source (zeroed for other kinds). */
 void v4_xsource_get_counters(const v4_xsource *s, v4_xsource_counters *out);
 
 /* ------------------------------------------------------------------ verifier */

@@ -414,7 +414,8 @@ v4_xsource *v4_pack_source_open_model(const char *pack_dir, const v4_config *cfg
     return open_impl(pack_dir, cfg, ck, io, err);
 }
 
-void v4_st_source_counters(const v4_xsource *s, v4_xsource_counters *out);   /* expert_source_st.c */
+void v4_st_source_counters(const v4_xsource *s, v4_xsource_counters *out);      /* expert_source_st.c */
+void v4_synth_source_counters(const v4_xsource *s, v4_xsource_counters *out);   /* expert_source_synth.c */
 
 void v4_xsource_get_counters(const v4_xsource *xs, v4_xsource_counters *out)
 {
@@ -422,7 +423,10 @@ void v4_xsource_get_counters(const v4_xsource *xs, v4_xsource_counters *out)
     if (!xs)
         return;
     if (xs->ops != &pack_ops) {
-        v4_st_source_counters(xs, out);
+        if (!strcmp(xs->kind, "synthetic"))
+            v4_synth_source_counters(xs, out);
+        else
+            v4_st_source_counters(xs, out);
         return;
     }
     pack_src *s = (pack_src *)xs;

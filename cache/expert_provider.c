@@ -7,6 +7,7 @@
 
 #include "expert_block.h"
 #include "expert_pack.h"
+#include "expert_synth.h"
 
 struct v4_xprov {
     v4_config cfg;
@@ -45,6 +46,31 @@ static void xp_prefetch(void *ud, int layer, const int *ids, int n)
     v4_xcache_prefetch(p->cache, layer, ids, n);
 }
 
+/* The source (see expert_provider.h): synthetic for a model with the marker, else the
+ * pack when one is given, else the checkpoint's safetensors. */
+static v4_xsource *open_source(const v4_config *cfg, const v4_ckpt *ck, const v4_xprov_opts *o, v4_error *err)
+{
+    const int pack = o->pack_dir && *o->pack_dir;
+    uint64_t seed = 0;
+    const int synth = o->model_dir ? v4_synth_marker_load(o->model_dir, &seed, err) : 0;
+    if (synth < 0)
+        return NULL;
+    if (synth && pack) {
+        v4_err_set(err, V4_ERR_CONFIG, o->pack_dir,
+                   "the routed experts of %s are synthetic (" V4_SYNTH_MARKER "): they are generated, not read from a "
+                   "pack, and a pack cannot be checked against a model without expert tensors; drop --pack",
+                   o->model_dir);
+        return NULL;
+    }
+    if (synth) {
+        const double rate = v4_synth_rate_from_env(err);
+        return rate < 0 ? NULL : v4_synth_source_open(cfg, seed, rate, err);
+    }
+    if (pack)
+        return v4_pack_source_open_model(o->pack_dir, cfg, ck, o->io_mode, err);
+    return v4_st_source_open(o->model_dir, err);
+}
+
 v4_xprov *v4_xprov_open(const v4_config *cfg, const v4_ckpt *ck, const v4_xprov_opts *o, v4_error *err)
 {
     v4_xprov *p = calloc(1, sizeof *p);
@@ -60,11 +86,9 @@ v4_xprov *v4_xprov_open(const v4_config *cfg, const v4_ckpt *ck, const v4_xprov_
         v4_err_set(err, V4_ERR_CONFIG, "cache policy", "'%s' is not lru, slru, lfru or next", o->policy);
         goto fail;
     }
-    if (o->pack_dir && *o->pack_dir)
-        p->src = v4_pack_source_open_model(o->pack_dir, cfg, ck, o->io_mode, err);
-    else
-        p->src = v4_st_source_open(o->model_dir, err);
-    if (!p->src || !(p->cache = v4_xcache_create(p->src, &co, err)))
+    if (!(p->src = open_source(cfg, ck, o, err)))
+        goto fail;
+    if (!(p->cache = v4_xcache_create(p->src, &co, err)))
         goto fail;
     if (!(p->outcomes = calloc((size_t)cfg->n_layers * (size_t)cfg->n_routed_experts, 1))) {
         v4_err_set(err, V4_ERR_NOMEM, "expert cache", "out of memory");

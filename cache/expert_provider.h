@@ -8,6 +8,12 @@
  * experts at the start of a step.  With any budget the decode path's outputs are those
  * of the all-resident run (the same bytes, the same kernels).
  *
+ * The source: for a model with synthetic experts (DIR/synthetic_experts.json, written
+ * by `mkmodel --no-experts`, expert_synth.h) the "synthetic" source, which generates
+ * each block (throttled to V4_SYNTH_EXPERT_MBPS MB/s per I/O thread when that is set);
+ * a pack_dir with such a model is an error (nothing to check the pack against).
+ * Otherwise the pack when pack_dir is given, else the checkpoint ("safetensors").
+ *
  * Outcomes: every acquire records, per (layer, expert) it acquired, what the cache did
  * (V4_XOUT_HIT / _MISS / _PREFETCHED, expert_cache.h) in a map [n_layers][n_routed]
  * that v4_xprov_outcomes_reset clears; a batching caller clears it before a step and
@@ -31,7 +37,8 @@
 #include "expert_cache.h"
 
 typedef struct v4_xprov_opts {
-    const char *model_dir;      /* the checkpoint (source "safetensors", and the pack's model check) */
+    const char *model_dir;      /* the checkpoint (source "safetensors", the pack's model check, the
+                                   synthetic-experts marker) */
     const char *pack_dir;       /* NULL or "": page experts from the safetensors */
     size_t budget_bytes;        /* host cache bytes (>= one step's experts) */
     const char *policy;         /* "lru" | "slru" | "lfru" | "next" (NULL = "next") */
@@ -49,7 +56,7 @@ void v4_xprov_stats(v4_xprov *p, v4_xcache_stats *st);
  * since the last reset.  The caller may overwrite entries (e.g. mark them charged). */
 unsigned char *v4_xprov_outcomes(v4_xprov *p);
 void v4_xprov_outcomes_reset(v4_xprov *p);
-/* "pack" or "safetensors" */
+/* "pack", "safetensors" or "synthetic" */
 const char *v4_xprov_source_kind(const v4_xprov *p);
 void v4_xprov_close(v4_xprov *p);
 

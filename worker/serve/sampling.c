@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "rng.h"
+#include "config/rng.h"
 #include "sampling.h"
 
 struct v4_sampler {

@@ -67,7 +67,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
                          .cuda_mode = ex ? ex->cuda_mode : NULL,
                          .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL,
                          .numerics = ex ? ex->numerics : NULL};
-    if (v4_model_open(model_dir, &r->m, &err))
+    if (v4_model_open_paged(model_dir, &r->m, ex && ex->host_cache_bytes > 0, &err))
         goto fail;
     r->m_open = 1;
     r->context = (long)r->m.cfg.max_position;

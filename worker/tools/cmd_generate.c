@@ -150,7 +150,7 @@ int v4_cmd_generate(int argc, char **argv)
     v4_ctx *ctx = NULL;
     v4_xprov *xp = NULL;
     v4_gen_result res = {0};
-    if (v4_model_open(o.eo.model, &m, &err)) {
+    if (v4_model_open_paged(o.eo.model, &m, o.eo.host_cache_bytes > 0, &err)) {
         v4_print_error(PROG, &err);
         return 1;
     }

@@ -81,7 +81,7 @@ int v4_cmd_logits(int argc, char **argv)
     }
     v4_error err = {0};
     v4_model_files m;
-    if (v4_model_open(eo.model, &m, &err)) {
+    if (v4_model_open_paged(eo.model, &m, eo.host_cache_bytes > 0, &err)) {
         v4_print_error("logits", &err);
         return 1;
     }

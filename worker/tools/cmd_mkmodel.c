@@ -1,7 +1,7 @@
 /* cmd_mkmodel.c - `v4fleet mkmodel`: write a synthetic DeepSeek-V4 checkpoint.
  *
  *   v4fleet mkmodel --out DIR [--preset tiny|small|flash] [--layers L] [--seed S]
- *                   [--threads N] [--force] [--no-sync]
+ *                   [--threads N] [--force] [--no-sync] [--no-experts]
  *   v4fleet mkmodel --dry-run [--preset ...] [--layers L]     (plan only, writes nothing)
  *
  * Output (the real V4-Flash naming, dtypes and shard layout, spec v4-decode.md §3):
@@ -13,6 +13,11 @@
  *   DIR/model.safetensors.index.json     weight_map (sorted) + metadata.total_size
  *   DIR/tokenizer.json, tokenizer_config.json  a small byte-level BPE tokenizer with
  *                                        exactly vocab_size ids, BOS 0 / EOS 1 (mktokenizer.h)
+ * With --no-experts the layer shards lack every layers.L.ffn.experts.E.* tensor (the
+ * index and total_size too) and DIR/synthetic_experts.json records the seed
+ * (cache/expert_synth.h): the model then runs only with paged experts
+ * (--host-cache-bytes), which the synthetic expert source generates - the very bytes a
+ * full mkmodel of the same preset and seed writes (the flash trunk is ~9 GB of ~156).
  * For the tiny preset the shard headers, the index and the config are the same as
  * those of tests/data/golden/tiny/model (only the weight values differ).  The presets
  * (mkmodel_presets.c): tiny (golden shape), small (half-width Flash), flash (the real
@@ -24,7 +29,7 @@
  * there).  The shards are then written by mkmodel_gen.c, several at once (--threads,
  * default: the number of CPUs).  The index is written after the shards and
  * config.json last, so a directory with a config.json (what scripts test for) or an
- * index is complete; with --force the old config.json and index are deleted before
+ * index is complete (the marker of --no-experts is written before the index); with --force the old config.json and index are deleted before
  * anything else is touched (mkmodel_dir.c).  The preset is checked with
  * v4_config_validate() and the written config.json is parsed back before writing.
  * Progress goes to stderr every 5% for checkpoints of 64 MiB or more.  The output
@@ -39,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/expert_synth.h"
 #include "cache/st_writer.h"
 #include "cli_util.h"
 #include "commands.h"
@@ -82,14 +88,14 @@ static int write_tokenizer(const char *dir, const v4_config *c, int sync, v4_err
 typedef struct opts {
     const char *out, *preset;
     uint64_t seed;
-    int force, sync, layers, threads, dry_run;
+    int force, sync, layers, threads, dry_run, no_experts;
 } opts;
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: v4fleet mkmodel --out DIR [--preset tiny|small|flash] [--layers L] [--seed S]\n"
-            "                       [--threads N] [--force] [--no-sync]\n"
+            "                       [--threads N] [--force] [--no-sync] [--no-experts]\n"
             "       v4fleet mkmodel --dry-run [--preset tiny|small|flash] [--layers L]\n\n"
             "Write a synthetic DeepSeek-V4 checkpoint (V4-Flash naming, dtypes, shard layout)\n"
             "with deterministic random weights.\n\n"
@@ -103,6 +109,11 @@ static void usage(FILE *f)
             "  --threads N      shards written at once (default: the number of CPUs)\n"
             "  --force          overwrite a checkpoint in a non-empty DIR\n"
             "  --no-sync        skip fsync before each rename (faster, less durable)\n"
+            "  --no-experts     write no routed-expert tensors; " V4_SYNTH_MARKER " marks them\n"
+            "                   synthetic (this seed): run the model with --host-cache-bytes B\n"
+            "                   and they are generated on demand, the same bytes as without\n"
+            "                   this flag (V4_SYNTH_EXPERT_MBPS=R throttles that to R MB/s per\n"
+            "                   I/O thread)\n"
             "  --dry-run        print the plan (tensors, bytes, bytes per token) and exit\n");
 }
 
@@ -133,7 +144,7 @@ static int parse_int(const char *s, int lo, int hi, int *out)
 /* Returns 0 ok, 1 = --help printed, -1 = usage error (message printed). */
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){NULL, "tiny", 1, 0, 1, 0, 0, 0};
+    *o = (opts){.preset = "tiny", .seed = 1, .sync = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -143,6 +154,8 @@ static int parse_args(int argc, char **argv, opts *o)
             o->force = 1;
         } else if (!strcmp(a, "--no-sync")) {
             o->sync = 0;
+        } else if (!strcmp(a, "--no-experts")) {
+            o->no_experts = 1;
         } else if (!strcmp(a, "--dry-run")) {
             o->dry_run = 1;
         } else if (!strcmp(a, "--out") && v) {
@@ -193,6 +206,8 @@ static void print_summary(const v4mk_plan *p, const v4_config *c, const char *pr
     printf("mkmodel: read per decode token %llu bytes (%.3f GB): trunk %.3f GB + routed "
            "experts %.3f GB\n",
            (unsigned long long)tb.total, tb.total / 1e9, tb.trunk / 1e9, tb.experts / 1e9);
+    if (p->no_experts)
+        printf("mkmodel: routed experts not written (--no-experts): synthetic, generated when paged\n");
     fflush(stdout);
 }
 
@@ -225,6 +240,8 @@ static int generate(const opts *o, const v4mk_plan *p, const v4_config *c, v4_er
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int threads = o->threads ? o->threads : default_threads();
     int rc = v4mk_write_shards(p, o->out, o->seed, o->sync, threads, err);
+    if (!rc && o->no_experts)
+        rc = v4mk_write_text(o->out, V4_SYNTH_MARKER, v4_synth_marker_json(o->seed), o->sync, err);
     if (!rc)
         rc = v4mk_write_text(o->out, "model.safetensors.index.json", v4mk_index_json(p), o->sync, err);
     if (!rc)
@@ -252,7 +269,7 @@ int v4_cmd_mkmodel(int argc, char **argv)
         return 2;
     }
     v4mk_plan p;
-    if (v4_config_validate(&cfg, o.preset, &err) || v4mk_plan_build(&p, &cfg, &err)) {
+    if (v4_config_validate(&cfg, o.preset, &err) || v4mk_plan_build(&p, &cfg, o.no_experts, &err)) {
         v4_print_error("mkmodel", &err);
         return 1;
     }

@@ -57,6 +57,7 @@ typedef struct v4mk_shard {
 typedef struct v4mk_plan {
     v4mk_shard *s;
     int n;
+    int no_experts;             /* the routed experts are left out (mkmodel --no-experts) */
     uint64_t total_file_bytes;  /* shards only */
     uint64_t total_size;        /* sum of tensor bytes (index metadata.total_size) */
     size_t n_tensors;
@@ -76,7 +77,9 @@ int v4mk_preset(const char *name, int layers, v4_config *c, v4_error *err);
 const char *v4mk_preset_names(void);   /* "tiny|small|flash" */
 
 /* ---- plan (mkmodel_plan.c) */
-int v4mk_plan_build(v4mk_plan *p, const v4_config *c, v4_error *err);
+/* no_experts: leave out every layers.L.ffn.experts.E.* tensor (the synthetic expert
+ * source, cache/expert_synth.h, generates them); the per-token figures still count them. */
+int v4mk_plan_build(v4mk_plan *p, const v4_config *c, int no_experts, v4_error *err);
 void v4mk_plan_free(v4mk_plan *p);
 uint64_t v4mk_tensor_bytes(const v4mk_tensor *t);
 v4mk_token_bytes v4mk_per_token_bytes(const v4mk_plan *p, const v4_config *c);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cache/expert_synth.h"
 #include "cache/st_writer.h"
 #include "mkmodel.h"
 
@@ -42,7 +43,8 @@ int v4mk_write_text(const char *dir, const char *name, char *text, int sync, v4_
 
 /* Names mkmodel may create (and, with --force, delete): model-*.safetensors,
  * model.safetensors.index.json, config.json, tokenizer.json,
- * tokenizer_config.json and their ".NAME.tmp" files. */
+ * tokenizer_config.json, synthetic_experts.json (--no-experts) and their ".NAME.tmp"
+ * files. */
 static int is_ours(const char *name)
 {
     const char *n = name;
@@ -52,7 +54,8 @@ static int is_ours(const char *name)
     if ((len == 11 && !strncmp(n, "config.json", 11)) ||
         (len == 28 && !strncmp(n, "model.safetensors.index.json", 28)) ||
         (len == 14 && !strncmp(n, "tokenizer.json", 14)) ||
-        (len == 21 && !strncmp(n, "tokenizer_config.json", 21)))
+        (len == 21 && !strncmp(n, "tokenizer_config.json", 21)) ||
+        (len == strlen(V4_SYNTH_MARKER) && !strncmp(n, V4_SYNTH_MARKER, len)))
         return 1;
     return len > 18 && !strncmp(n, "model-", 6) && !strncmp(n + len - 12, ".safetensors", 12);
 }
@@ -83,13 +86,15 @@ static int remove_if_there(const char *dir, const char *name, v4_error *err)
     return 0;
 }
 
-/* Count entries (other than . and ..); with del, unlink ours, the config.json and
- * the index first (so that the directory stops looking like a checkpoint). */
+/* Count entries (other than . and ..); with del, unlink ours, the config.json, the
+ * index and the synthetic-experts marker first (so that the directory stops looking
+ * like a checkpoint, and a full one written next is not taken for a trunk). */
 static int scan_dir(const char *dir, int del, int *count, v4_error *err)
 {
     char path[4096];
     if (del && (remove_if_there(dir, "config.json", err) ||
-                remove_if_there(dir, "model.safetensors.index.json", err)))
+                remove_if_there(dir, "model.safetensors.index.json", err) ||
+                remove_if_there(dir, V4_SYNTH_MARKER, err)))
         return -1;
     DIR *d = opendir(dir);
     if (!d)

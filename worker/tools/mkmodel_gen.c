@@ -47,31 +47,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/expert_synth.h"
 #include "cache/st_writer.h"
 #include "kernels/codec.h"
 #include "mkmodel.h"
-#include "worker/serve/rng.h"
 
 /* ------------------------------------------------------------------ PRNG */
 
+/* The seeding, the byte fill and the FP4 expert contents are cache/expert_synth.h's, so
+ * the synthetic expert source generates the very bytes written here. */
 typedef v4_rng rng;
-
-/* Stateless 64-bit hash of two words. */
-static uint64_t mix64(uint64_t a, uint64_t b)
-{
-    uint64_t x = a ^ (b * 0xd1b54a32d192ed03ull);
-    return v4_splitmix64(&x);
-}
-
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
-#define rng_seed v4_rng_seed
 #define rng_next v4_rng_next
 
 /* Approximately N(0,1): Irwin-Hall sum of four 16-bit uniforms (bounded at 3.46). */
@@ -125,14 +110,6 @@ static int ceil_log2(double x)
     return m == 0.5 ? k - 1 : k;
 }
 
-/* log2(x) rounded to the nearest integer (in the log domain), exact. */
-static int round_log2(double x)
-{
-    int k;
-    double m = frexp(x, &k);
-    return m >= 0.70710678118654752 ? k : k - 1;
-}
-
 /* FP8 blocks: scale exponent of class 0, and the code tables of the 3 classes. */
 static int fp8_exp(double std) { return ceil_log2(std / 128.0); }
 
@@ -151,23 +128,7 @@ static void fp8_luts(double std, uint8_t lut[FP8_CLASSES][256])
 
 static int fp8_block_class(uint64_t seed, int64_t bi, int64_t bj)
 {
-    return (int)(mix64(seed, ((uint64_t)bi << 32) ^ (uint64_t)bj) % FP8_CLASSES);
-}
-
-/* FP4: uniform codes have rms sqrt(68.5/8) = 2.926; the {-1,0,0,+1} jitter of the
- * exponent multiplies the rms by sqrt(mean(4^j)) = 1.25. */
-static int fp4_exp(double std) { return round_log2(std / (2.926 * 1.25)); }
-
-static int fp4_jitter(uint64_t seed, int64_t row, int64_t grp)
-{
-    static const int j[4] = {-1, 0, 0, 1};
-    return j[mix64(seed, ((uint64_t)row << 32) ^ (uint64_t)grp) & 3];
-}
-
-static uint8_t e8m0_byte(int e)
-{
-    int b = 127 + e;
-    return (uint8_t)(b < 0 ? 0 : b > 254 ? 254 : b);
+    return (int)(v4_synth_mix64(seed, ((uint64_t)bi << 32) ^ (uint64_t)bj) % FP8_CLASSES);
 }
 
 /* ------------------------------------------------------------------ progress */
@@ -273,19 +234,6 @@ static int gen_elementwise(gen *g, const v4mk_tensor *t, rng *r, v4_error *err)
     return 0;
 }
 
-/* Fill n bytes with codes: lut[random byte] (lut NULL = raw random bytes). */
-static void fill_bytes(unsigned char *p, size_t n, rng *r, const uint8_t *lut)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint64_t x = rng_next(r);
-        for (int k = 0; k < 8 && i < n; k++, i++) {
-            uint8_t byte = (uint8_t)(x >> (8 * k));
-            p[i] = lut ? lut[byte] : byte;
-        }
-    }
-}
-
 /* Row-major [rows][cols] of one-byte elements, whole rows per chunk. */
 static int gen_rows(gen *g, const v4mk_tensor *t, rng *r, const uint8_t lut[FP8_CLASSES][256],
                     uint64_t seed, v4_error *err)
@@ -297,13 +245,13 @@ static int gen_rows(gen *g, const v4mk_tensor *t, rng *r, const uint8_t lut[FP8_
         for (int64_t i = 0; i < nr; i++) {
             unsigned char *row = g->buf + i * cols;
             if (!lut) {
-                fill_bytes(row, (size_t)cols, r, NULL);
+                v4_synth_fp4_weight_rows(r, 1, cols, row);
                 continue;
             }
             for (int64_t j0 = 0; j0 < cols; j0 += 128) {
                 int cls = fp8_block_class(seed, (r0 + i) / 128, j0 / 128);
                 int64_t n = cols - j0 < 128 ? cols - j0 : 128;
-                fill_bytes(row + j0, (size_t)n, r, lut[cls]);
+                v4_synth_fill_bytes(row + j0, (size_t)n, r, lut[cls]);
             }
         }
         if (emit(g, (size_t)(nr * cols), err))
@@ -317,15 +265,15 @@ static int gen_scales(gen *g, const v4mk_tensor *t, uint64_t seed, v4_error *err
 {
     int64_t rows = t->shape[0], cols = t->shape[1];
     int64_t per = (int64_t)g->cap / (cols ? cols : 1);
-    int e = t->kind == V4MK_FP8_S ? fp8_exp(t->std) : fp4_exp(t->std);
+    int e = fp8_exp(t->std);
     for (int64_t r0 = 0; r0 < rows; r0 += per) {
         int64_t nr = rows - r0 < per ? rows - r0 : per;
-        for (int64_t i = 0; i < nr; i++)
-            for (int64_t j = 0; j < cols; j++) {
-                int d = t->kind == V4MK_FP8_S ? fp8_block_class(seed, r0 + i, j)
-                                           : fp4_jitter(seed, r0 + i, j);
-                g->buf[i * cols + j] = e8m0_byte(e + d);
-            }
+        if (t->kind == V4MK_FP4_S)
+            v4_synth_fp4_scale_rows(seed, t->std, r0, nr, cols, g->buf);
+        else
+            for (int64_t i = 0; i < nr; i++)
+                for (int64_t j = 0; j < cols; j++)
+                    g->buf[i * cols + j] = v4_synth_e8m0(e + fp8_block_class(seed, r0 + i, j));
         if (emit(g, (size_t)(nr * cols), err))
             return -1;
     }
@@ -375,9 +323,9 @@ static int gen_tid2eid(gen *g, const v4mk_tensor *t, rng *r, v4_error *err)
 
 static int gen_tensor(gen *g, const v4mk_tensor *t, v4_error *err)
 {
-    uint64_t seed = mix64(g->seed, fnv1a(t->base));
+    uint64_t seed = v4_synth_tensor_seed(g->seed, t->base);
     rng r;
-    rng_seed(&r, mix64(seed, fnv1a(t->name)));
+    v4_synth_stream(&r, seed, t->name);
     switch (t->kind) {
     case V4MK_NORMAL:
     case V4MK_HC_BASE:

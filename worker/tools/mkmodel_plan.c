@@ -22,6 +22,7 @@ typedef struct builder {
     v4mk_shard *sh;
     char prefix[32];
     int failed;
+    int no_experts;
 } builder;
 
 static v4mk_tensor *spec_push(builder *b, const char *name, const char *base, v4_dtype dt,
@@ -165,13 +166,13 @@ static void add_ffn(builder *b, const v4_config *c, int layer)
     add_fp8(b, "ffn.shared_experts.w1", c->moe_inter, c->dim);
     add_fp8(b, "ffn.shared_experts.w3", c->moe_inter, c->dim);
     add_fp8(b, "ffn.shared_experts.w2", c->dim, c->moe_inter);
-    for (int e = 0; e < c->n_routed_experts; e++) {
+    for (int e = 0; e < c->n_routed_experts && !b->no_experts; e++) {
         snprintf(n, sizeof n, "ffn.experts.%d.w1", e);
         add_fp4(b, n, c->moe_inter, c->dim);
         snprintf(n, sizeof n, "ffn.experts.%d.w3", e);
         add_fp4(b, n, c->moe_inter, c->dim);
     }
-    for (int e = 0; e < c->n_routed_experts; e++) {
+    for (int e = 0; e < c->n_routed_experts && !b->no_experts; e++) {
         snprintf(n, sizeof n, "ffn.experts.%d.w2", e);
         add_fp4(b, n, c->dim, c->moe_inter);
     }
@@ -257,14 +258,15 @@ static int plan_sizes(v4mk_plan *p, v4_error *err)
     return 0;
 }
 
-int v4mk_plan_build(v4mk_plan *p, const v4_config *c, v4_error *err)
+int v4mk_plan_build(v4mk_plan *p, const v4_config *c, int no_experts, v4_error *err)
 {
     memset(p, 0, sizeof *p);
     p->n = c->n_layers + 2;
+    p->no_experts = no_experts != 0;
     p->s = calloc((size_t)p->n, sizeof *p->s);
     if (!p->s)
         return v4_err_set(err, V4_ERR_NOMEM, "mkmodel", "out of memory");
-    builder b = {0};
+    builder b = {.no_experts = p->no_experts};
     for (int i = 0; i < p->n && !b.failed; i++) {
         b.sh = &p->s[i];
         snprintf(b.sh->file, sizeof b.sh->file, "model-%05d-of-%05d.safetensors", i + 1, p->n);
@@ -315,6 +317,10 @@ v4mk_token_bytes v4mk_per_token_bytes(const v4mk_plan *p, const v4_config *c)
         if (c->n_routed_experts > 0)
             tb.experts += expert_bytes / (uint64_t)c->n_routed_experts *
                           (uint64_t)c->n_act_experts;
+    }
+    if (p->no_experts) {    /* not in the plan, read all the same (generated) */
+        const uint64_t I = (uint64_t)c->moe_inter, D = (uint64_t)c->dim;
+        tb.experts = (uint64_t)c->n_layers * (uint64_t)c->n_act_experts * 3 * (I * D / 2 + I * D / 32);
     }
     tb.total = tb.trunk + tb.experts;
     return tb;
