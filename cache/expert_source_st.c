@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "expert_block.h"
 #include "expert_pack.h"
+#include "expert_pack_util.h"
 #include "model_files.h"
 
 typedef struct st_src {
@@ -32,13 +32,6 @@ typedef struct st_src {
     v4_xblock_layout lo;
     atomic_uint_fast64_t reads, bytes, read_ns, errors;
 } st_src;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void drop_range(const void *p, size_t len)
 {
@@ -61,7 +54,7 @@ static int st_read(v4_xsource *xs, int l, int e, void *dst, v4_error *err)
         return v4_err_set(err, V4_ERR_INVALID, v4_ckpt_dir(s->m.ck), "layer %d expert %d: destination buffer not %d-byte aligned",
                           l, e, V4_XBLOCK_ALIGN);
     }
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = v4_xp_now_ns();
     const v4_expert_w *x = &s->m.w.layers[l].experts[e];
     v4_xblock_fill(&s->m.cfg, &s->lo, x, dst);
     const v4_mat *mm[3] = {&x->w1, &x->w3, &x->w2};
@@ -71,7 +64,7 @@ static int st_read(v4_xsource *xs, int l, int e, void *dst, v4_error *err)
     }
     atomic_fetch_add(&s->reads, 1);
     atomic_fetch_add(&s->bytes, s->lo.bytes);
-    atomic_fetch_add(&s->read_ns, now_ns() - t0);
+    atomic_fetch_add(&s->read_ns, v4_xp_now_ns() - t0);
     return 0;
 }
 

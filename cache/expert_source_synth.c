@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "expert_pack.h"
+#include "expert_pack_util.h"
 #include "expert_synth.h"
 
 typedef struct synth_src {
@@ -29,13 +30,6 @@ typedef struct synth_src {
     uint64_t min_ns;            /* per read (0 = unthrottled) */
     atomic_uint_fast64_t reads, bytes, read_ns, errors;
 } synth_src;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_until(uint64_t t_ns)
 {
@@ -52,7 +46,7 @@ static int synth_read(v4_xsource *xs, int l, int e, void *dst, v4_error *err)
         return v4_err_set(err, V4_ERR_INVALID, "synthetic experts", "layer %d expert %d: destination buffer not %d-byte aligned",
                           l, e, V4_XBLOCK_ALIGN);
     }
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = v4_xp_now_ns();
     if (v4_synth_expert_block(&s->cfg, &s->lo, s->seed, l, e, dst, err)) {
         atomic_fetch_add(&s->errors, 1);
         return -1;
@@ -61,7 +55,7 @@ static int synth_read(v4_xsource *xs, int l, int e, void *dst, v4_error *err)
         sleep_until(t0 + s->min_ns);
     atomic_fetch_add(&s->reads, 1);
     atomic_fetch_add(&s->bytes, s->lo.bytes);
-    atomic_fetch_add(&s->read_ns, now_ns() - t0);
+    atomic_fetch_add(&s->read_ns, v4_xp_now_ns() - t0);
     return 0;
 }
 

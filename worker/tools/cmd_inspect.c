@@ -5,7 +5,9 @@
  * and bytes per dtype, routed-expert bytes (names layers.L.ffn.experts.E.*) versus
  * trunk bytes (everything else), and the size of one routed expert.  The lookup
  * table is sorted by name, so all tensors of one expert are adjacent and are summed
- * in one pass.  Nothing is read from the tensor data (headers only).
+ * in one pass.  Nothing is read from the tensor data (headers only).  A model whose
+ * experts are synthetic (DIR/synthetic_experts.json, mkmodel --no-experts) gets a line
+ * saying so (seed, count, bytes per expert) instead of the per-expert sizes.
  *
  * Ownership: everything is local to v4_cmd_inspect and released before it returns.
  * Exit status: 0 ok, 1 load/validation error (one line "v4fleet inspect: <where>:
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cache/expert_synth.h"
 #include "cache/safetensors.h"
 #include "config/model_config.h"
 
@@ -256,7 +259,8 @@ static void print_expert_size(const v4_ckpt *ck, const v4_config *c, const summa
                s->n_experts, want, c->n_layers, c->n_routed_experts);
 }
 
-static void print_checkpoint(const v4_ckpt *ck, const v4_config *c)
+/* synth: the model's routed experts are synthetic (mkmodel --no-experts), seed. */
+static void print_checkpoint(const v4_ckpt *ck, const v4_config *c, int synth, uint64_t seed)
 {
     summary s;
     summarize(ck, &s);
@@ -279,6 +283,17 @@ static void print_checkpoint(const v4_ckpt *ck, const v4_config *c)
     fmt_bytes(h, sizeof h, s.total - s.expert_bytes);
     printf("trunk: %zu tensors, %llu bytes (%s)\n", s.n_tensors - s.expert_tensors,
            (unsigned long long)(s.total - s.expert_bytes), h);
+    if (synth) {
+        v4_xblock_layout lo;
+        v4_xblock_layout_of(c, &lo);
+        size_t per = 0;
+        for (int i = 0; i < V4_XBLOCK_NPART; i++)
+            per += lo.len[i];
+        printf("routed experts are synthetic (" V4_SYNTH_MARKER ", seed %llu): %d x %d experts of %zu bytes, "
+               "generated when paged (run with --host-cache-bytes B)\n",
+               (unsigned long long)seed, c->n_layers, c->n_routed_experts, per);
+        return;
+    }
     print_expert_size(ck, c, &s);
 }
 
@@ -330,12 +345,16 @@ int v4_cmd_inspect(int argc, char **argv)
         fprintf(stderr, PROG ": %s: num_hidden_layers %d out of range\n", model, cfg.n_layers);
         return 1;
     }
+    uint64_t seed = 0;
+    const int synth = v4_synth_marker_load(model, &seed, &err);
+    if (synth < 0)
+        return report(&err, model);
     v4_ckpt *ck;
     if (v4_ckpt_open(model, &ck, &err))
         return report(&err, model);
     printf("model: %s\n", model);
     print_config(&cfg);
-    print_checkpoint(ck, &cfg);
+    print_checkpoint(ck, &cfg, synth, seed);
     v4_ckpt_close(ck);
     return 0;
 }
