@@ -3,7 +3,8 @@
 # cache/expert_synth.h): the trunk-only checkpoint (no expert tensors, the marker
 # synthetic_experts.json) paged through --host-cache-bytes gives the logits file and
 # the generated ids of the full checkpoint of the same seed with every expert resident
-# (tiny: an evicting and a roomy budget; small, 1 layer: a budget below all experts);
+# (tiny: an evicting and a roomy budget; small, 1 layer: a budget below all experts;
+# `batch` through the runner);
 # the throttled source (V4_SYNTH_EXPERT_MBPS) gives the same ids and takes at least
 # the time its rate implies for the loads that must happen (a lower bound only); the
 # same model without paging, with --pack, or with a bad rate is a clear error (exit 1,
@@ -35,6 +36,17 @@ for budget in 400K 64M; do
         --host-cache-bytes "$budget" > "$WORK/p.txt" 2> "$WORK/err" || fail "generate $budget: $(cat "$WORK/err")"
     cmp -s "$WORK/ref.txt" "$WORK/p.txt" || fail "generated ids differ: synthetic, $budget"
 done
+# the runner (batch, the worker's engine) too
+echo '{"id": "t", "input_ids": [0, 2, 10, 3, 5], "max_tokens": 8, "temperature": 0}' > "$WORK/in.jsonl"
+"$V4_BIN" batch "$WORK/in.jsonl" -o "$WORK/b1.jsonl" --model "$M" 2> /dev/null || fail "batch resident"
+"$V4_BIN" batch "$WORK/in.jsonl" -o "$WORK/b2.jsonl" --model "$NX" --host-cache-bytes 400K 2> "$WORK/err" ||
+    fail "batch synthetic: $(cat "$WORK/err")"
+ids() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["output"]["token_ids"])' "$1"; }
+[ "$(ids "$WORK/b1.jsonl")" = "$(ids "$WORK/b2.jsonl")" ] || fail "batch ids differ: $(ids "$WORK/b1.jsonl") vs $(ids "$WORK/b2.jsonl")"
+rc=0
+"$V4_BIN" batch "$WORK/in.jsonl" -o "$WORK/b3.jsonl" --model "$NX" > /dev/null 2> "$WORK/err" || rc=$?
+[ "$rc" -ne 0 ] && grep -q "synthetic" "$WORK/err" && grep -q -- "--host-cache-bytes" "$WORK/err" ||
+    fail "batch without paging: rc $rc, $(cat "$WORK/err")"
 # throttled: one I/O thread at 2 MB/s; the prompt's first step loads >= n_act distinct
 # experts in each of the 4 layers, 53248 bytes each, so >= 16 x 26.6 ms
 "$V4_BIN" generate --model "$M" --prompt-ids "$WORK/ids.json" --max-tokens 2 --greedy > "$WORK/ref2.txt" 2> /dev/null
