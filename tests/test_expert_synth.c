@@ -267,7 +267,7 @@ int main(void)
         CHECK(run(cmd) == 0, "mkmodel small failed: %s", cmd);
         CHECK(compare("small (2 layers)", small, 5, 0) == 0, "small blocks differ");
     } else {
-        printf("small preset skipped (V4_SYNTH_SKIP_SMALL)\n");
+        printf("SKIP: the small preset (V4_SYNTH_SKIP_SMALL is set)\n");
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     run(cmd);

@@ -99,6 +99,8 @@ if [ -z "${V4_SYNTH_SKIP_SMALL:-}" ]; then
         > "$WORK/sp.txt" 2> "$WORK/err" || fail "small synthetic: $(cat "$WORK/err")"
     cmp -s "$WORK/sref.txt" "$WORK/sp.txt" || fail "small: ids differ ($(cat "$WORK/sref.txt") vs $(cat "$WORK/sp.txt"))"
     echo "  small (1 layer): $(cat "$WORK/sp.txt")"
+else
+    echo "SKIP: the small preset (V4_SYNTH_SKIP_SMALL is set)"
 fi
 [ "$status" -eq 0 ] && echo "ok: synthetic experts paged = the full checkpoint resident (tiny, small); throttle; errors"
 exit "$status"
