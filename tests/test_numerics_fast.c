@@ -266,14 +266,20 @@ static void env_choice(void)
  * kernel (VDPBF16PS) give the same bytes; each SIMD kernel is run only where the CPU
  * has it (reported as skipped otherwise).  Cases: ordinary, stress scales (bytes
  * routed to the reference), products below FLT_MIN (scale bytes 10-14 with tiny
- * activations: the flush-to-zero path, every output 0) and around it. */
+ * activations: the flush-to-zero path, every output 0) and around it, and every e4m3
+ * code in every row under every scale byte the SIMD decode takes (10 .. 134). */
 static void fp8_direct(rng *r, int R, int K, int kind)
 {
     uint8_t *w = malloc((size_t)R * K), *s = malloc((size_t)((R + 127) / 128) * ((K + 127) / 128));
-    for (size_t i = 0; i < (size_t)R * K; i++)
-        w[i] = rand_e4m3(r);
+    for (size_t i = 0; i < (size_t)R * K; i++) {
+        const uint8_t c = (uint8_t)(i % (size_t)K + 7 * (i / (size_t)K));   /* kind 4: a row holds every code */
+        w[i] = kind == 4 ? ((c & 0x7f) == 0x7f ? 0 : c) : rand_e4m3(r);
+    }
     for (int i = 0; i < ((R + 127) / 128) * ((K + 127) / 128); i++)
-        s[i] = kind == 1 ? rand_e8m0(r) : kind >= 2 ? (uint8_t)rint_(r, 10, 14) : (uint8_t)rint_(r, 115, 123);
+        s[i] = kind == 4   ? (uint8_t)(10 + i % 125)   /* every scale byte the decode takes */
+               : kind == 1 ? rand_e8m0(r)
+               : kind >= 2 ? (uint8_t)rint_(r, 10, 14)
+                           : (uint8_t)rint_(r, 115, 123);
     v4_mat W = {V4_W_FP8, R, K, w, s, V4_LAYOUT_ROWMAJOR};
     const int n = 9;
     float *x = malloc(sizeof(float) * n * K), *xq = malloc(sizeof(float) * n * K), *xs = malloc(sizeof(float) * n * K);
@@ -281,7 +287,7 @@ static void fp8_direct(rng *r, int R, int K, int kind)
     for (int k = 0; k < 3; k++)
         y[k] = malloc(sizeof(float) * n * R);
     for (int b = 0; b < n; b++) {
-        if (kind >= 2)   /* 2: every product below FLT_MIN; 3: products around it */
+        if (kind == 2 || kind == 3)   /* 2: every product below FLT_MIN; 3: products around it */
             for (int j = 0; j < K; j++)
                 x[(size_t)b * K + j] = v4_bf16(rval(r, kind == 2 ? -100 - rint_(r, 0, 25) : -5 - rint_(r, 0, 20)));
         else if (kind == 1)
@@ -292,7 +298,8 @@ static void fp8_direct(rng *r, int R, int K, int kind)
     }
     static const char *names[3] = {"reference", "avx512 (emulated dot)", "avx512bf16 (vdpbf16ps)"};
     const int have[3] = {1, v4_cpu_isa_supported("avx512"),
-                         v4_cpu_isa_supported("avx512") && __builtin_cpu_supports("avx512bf16")};
+                         v4_cpu_isa_supported("avx512") && __builtin_cpu_supports("avx512bf16") &&
+                             __builtin_cpu_supports("avx512vbmi")};
     static const int ns[] = {1, 2, 3, 4, 5, 8, 9};
     long zeros = 0, nonzero = 0;
     for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
@@ -354,6 +361,7 @@ int main(void)
     fp8_direct(&r, 128, 512, 1);
     fp8_direct(&r, 128, 512, 2);
     fp8_direct(&r, 128, 512, 3);
+    fp8_direct(&r, 63 * 128, 256, 4);   /* every e4m3 code under every scale byte in [10, 135) */
     fp4_unchanged(&r, fb, nfb, exact);
     env_choice();
     for (int k = 0; k < nfb; k++)

@@ -343,7 +343,7 @@ static void select_fast(cpu_impl *c)
 #if V4_CPU_X86
     if (strncmp(c->isa, "avx512", 6) == 0) {
         __builtin_cpu_init();
-        c->fp8 = __builtin_cpu_supports("avx512bf16") ? v4_rows_fp8_fast_bf16 : v4_rows_fp8_fast_avx512;
+        c->fp8 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi") ? v4_rows_fp8_fast_bf16 : v4_rows_fp8_fast_avx512;
         c->bf16 = v4_rows_exact_fast_avx512;
     }
 #endif
