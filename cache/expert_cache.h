@@ -60,7 +60,7 @@
 
 #include "../config/error.h"
 #include "expert_source.h"
-#include "xpolicy.h"
+#include "../kernels/xpolicy.h"
 
 #define V4_XCACHE_DEFAULT_IO_THREADS 4
 

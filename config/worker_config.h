@@ -20,7 +20,10 @@
  * explicit one as an error), V4_HTTP_ADDR (its
  * listen address, default 0.0.0.0), V4_LOG_FORMAT (json | text | auto = JSON unless
  * stderr is a terminal), V4_DEVICE (cpu | cuda | cuda:N), V4_CUDA_MODE (auto | resident |
- * hybrid), V4_GPU_EXPERT_MEM (GPU budget of routed experts: bytes or P%), V4_NUMERICS
+ * hybrid), V4_GPU_EXPERT_MEM (GPU budget of routed experts: bytes or P%),
+ * V4_GPU_CACHE_POLICY (the GPU expert slots' eviction: lru | slru | lfru | next, default
+ * next), V4_GPU_WEIGHT_MEM (the hybrid mode's GPU weight-copy budget: bytes or P% of the
+ * device's memory; unset: its free memory less 1 GiB), V4_NUMERICS
  * (exact | fast, default exact; docs/numerics.md), and the test
  * hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
@@ -85,6 +88,8 @@ typedef struct v4_worker_config {
     char device[16];                /* V4_DEVICE: cpu | cuda | cuda:N */
     char cuda_mode[16];             /* V4_CUDA_MODE: auto | resident | hybrid */
     char gpu_expert_mem[32];        /* V4_GPU_EXPERT_MEM: "" (all resident) | bytes | P% */
+    char gpu_cache_policy[8];       /* V4_GPU_CACHE_POLICY: lru | slru | lfru | next */
+    char gpu_weight_mem[32];        /* V4_GPU_WEIGHT_MEM: "" (free memory - 1 GiB) | bytes | P% */
     char numerics[8];               /* V4_NUMERICS: exact | fast (config/numerics_setting.h) */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */

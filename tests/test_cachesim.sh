@@ -96,7 +96,7 @@ def belady():
         res.add(k)
     return hits
 def nextpol():
-    # NEXT (cache/xpolicy.h): the replay touches/inserts each access, the step's keys
+    # NEXT (kernels/xpolicy.h): the replay touches/inserts each access, the step's keys
     # pinned; victim = max expected next use E, ties: larger d, lower count, older time
     L, E_ = 3, 9
     period = 16 * L * E_

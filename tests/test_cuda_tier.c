@@ -102,13 +102,13 @@ int main(void)
     /* the slot size, from an attach with room for every expert */
     be = cuda();
     const v4_expert_provider *xp_gpu = NULL;
-    CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)1 << 40, &xp_gpu, &err) == 0, "attach: %s", err.msg);
+    CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)1 << 40, V4_XPOL_NEXT, &xp_gpu, &err) == 0, "attach: %s", err.msg);
     v4_gpu_experts_stats st;
     CHECK(v4_gpu_experts_stats_get(be, &st) == 0 && st.slots == L * E && st.slot_bytes >= xbytes &&
               st.slot_bytes % 256 == 0, "one slot per expert (%d), slot %zu bytes", st.slots, st.slot_bytes);
     const size_t slot = st.slot_bytes;
     /* misuse: a second cache on the same backend */
-    CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)1 << 30, &xp_gpu, &err) == -1 &&
+    CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)1 << 30, V4_XPOL_NEXT, &xp_gpu, &err) == -1 &&
               strstr(err.msg, "already"), "second attach refused: %s", err.msg);
     /* a device matrix that is not in the cache: NaN, not a crash */
     {
@@ -149,7 +149,7 @@ int main(void)
             be = cuda();
             c = v4_ctx_create(&m.w, be, 3, &err);
             const v4_expert_provider *p = NULL;
-            if (v4_gpu_experts_attach(be, &m.w, hx ? v4_xprov_provider(hx) : NULL, budgets[bi], &p, &err)) {
+            if (v4_gpu_experts_attach(be, &m.w, hx ? v4_xprov_provider(hx) : NULL, budgets[bi], V4_XPOL_NEXT, &p, &err)) {
                 CHECK(0, "%s: attach: %s", what, err.msg);
             } else {
                 v4_ctx_set_expert_provider(c, p);
@@ -196,7 +196,7 @@ int main(void)
     be = cuda();
     c = v4_ctx_create(&m.w, be, 3, &err);
     const v4_expert_provider *p = NULL;
-    CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)(K - 1) * slot, &p, &err) == 0, "attach small: %s", err.msg);
+    CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)(K - 1) * slot, V4_XPOL_LRU, &p, &err) == 0, "attach small: %s", err.msg);
     if (p) {
         v4_ctx_set_expert_provider(c, p);
         v4_seq *s = v4_seq_create(&m.w, P, &err);
@@ -211,7 +211,7 @@ int main(void)
         v4_ctx_set_expert_provider(c, NULL);
         v4_gpu_experts_detach(be);
         p = NULL;
-        CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)3 * K * slot, &p, &err) == 0, "re-attach: %s", err.msg);
+        CHECK(v4_gpu_experts_attach(be, &m.w, NULL, (size_t)3 * K * slot, V4_XPOL_SLRU, &p, &err) == 0, "re-attach: %s", err.msg);
         v4_ctx_set_expert_provider(c, p);
         run_both(&m, c, "after raising the budget");
         v4_seq_free(s);

@@ -1,12 +1,17 @@
 /* test_gpu_slot_pool.c - the GPU expert cache's bookkeeping (kernels/cuda/slot_pool.h),
  * on the CPU (no CUDA needed): slot count from the budget (never above it), hits and
- * misses, LRU eviction order, pinned slots never evicted, the all-or-nothing failure
- * when everything is pinned (pool unchanged, precise message), forgotten slots, the
- * counters, a randomized run against a reference model of an LRU cache, and the
- * V4_GPU_EXPERT_MEM syntax.  Also the CPU side of device matrices (backend.h
+ * misses, LRU eviction order (policy lru), pinned slots never evicted, the
+ * all-or-nothing failure when everything is pinned (pool unchanged, precise message),
+ * forgotten slots, the counters, a randomized run against a reference model of an LRU
+ * cache; under every policy (lru, slru, lfru, next) the pin / refusal / forget
+ * semantics and a randomized run checked against the pool's invariants; the cyclic
+ * layer scan (every expert of each layer, layers 0..L-1 repeatedly, capacity below the
+ * total) where next misses what Belady's MIN misses (an independent model here) and
+ * lru misses everything; and the V4_GPU_EXPERT_MEM syntax.  Also the CPU side of device matrices (backend.h
  * V4_MAT_CUDA): the CPU backend answers one with NaN outputs without reading it, and
  * the routed-expert byte count behind a percentage budget (gpu_experts.h) matches the
  * weights' on the golden tiny model. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,7 +35,7 @@ static void test_basic(void)
 {
     v4_error err = {0};
     /* 4 layers x 8 experts, 1000-byte slots, a 3500-byte budget: 3 slots */
-    v4_slot_pool *p = v4_slot_pool_create(4, 8, 1000, 3500, &err);
+    v4_slot_pool *p = v4_slot_pool_create(4, 8, 1000, 3500, V4_XPOL_LRU, &err);
     CHECK(p != NULL, "create: %s", err.msg);
     if (!p)
         return;
@@ -124,9 +129,9 @@ static void test_basic(void)
     v4_slot_pool_free(p);
 
     /* budgets: below one slot fails; more than all experts is capped at one slot each */
-    CHECK(v4_slot_pool_create(4, 8, 1000, 999, &err) == NULL && err.code == V4_ERR_INVALID &&
+    CHECK(v4_slot_pool_create(4, 8, 1000, 999, V4_XPOL_NEXT, &err) == NULL && err.code == V4_ERR_INVALID &&
               strstr(err.msg, "999"), "budget below one slot: %s", err.msg);
-    p = v4_slot_pool_create(2, 2, 1000, 1 << 20, &err);
+    p = v4_slot_pool_create(2, 2, 1000, 1 << 20, V4_XPOL_NEXT, &err);
     CHECK(p && v4_slot_pool_slots(p) == 4, "capped at 4 slots");
     v4_slot_pool_free(p);
 }
@@ -138,7 +143,7 @@ static void test_random(void)
 {
     enum { L = 5, E = 12, SLOTS = 9, STEPS = 3000 };
     v4_error err = {0};
-    v4_slot_pool *p = v4_slot_pool_create(L, E, 4096, SLOTS * 4096 + 4095, &err);
+    v4_slot_pool *p = v4_slot_pool_create(L, E, 4096, SLOTS * 4096 + 4095, V4_XPOL_LRU, &err);
     CHECK(p && v4_slot_pool_slots(p) == SLOTS, "create: %s", err.msg);
     if (!p)
         return;
@@ -255,6 +260,214 @@ static void test_random(void)
     v4_slot_pool_free(p);
 }
 
+/* Pins, the refusal that changes nothing, forget and release under a policy. */
+static void test_semantics(v4_xpolicy_kind kind)
+{
+    const char *name = v4_xpolicy_name(kind);
+    v4_error err = {0};
+    v4_slot_pool *p = v4_slot_pool_create(3, 4, 100, 450, kind, &err);     /* 4 slots */
+    CHECK(p && v4_slot_pool_slots(p) == 4 && v4_slot_pool_policy(p) == kind, "%s: create: %s", name, err.msg);
+    if (!p)
+        return;
+    int slot[4];
+    unsigned char load[4];
+    const int a[3] = {0, 1, 2}, b[1] = {3}, c[2] = {1, 2};
+    acq(p, 0, a, 3, slot, load);            /* layer 0: 0 1 2 pinned */
+    CHECK(load[0] && load[1] && load[2], "%s: three misses", name);
+    acq(p, 1, b, 1, slot, load);            /* layer 1: 3, into the last free slot */
+    /* 4 slots, all pinned: layer 2 needs 2 more: refused, nothing changes */
+    v4_slot_pool_stats before, after;
+    v4_slot_pool_stats_get(p, &before);
+    CHECK(before.pinned == 4 && before.resident == 4, "%s: all 4 pinned (%d)", name, before.pinned);
+    err = (v4_error){0};
+    CHECK(v4_slot_pool_acquire(p, 2, c, 2, slot, load, &err) == -1 && err.code == V4_ERR_NOMEM &&
+              strstr(err.msg, "layer 2") && strstr(err.msg, "V4_GPU_EXPERT_MEM"),
+          "%s: refused with every slot pinned: %s", name, err.msg);
+    v4_slot_pool_stats_get(p, &after);
+    CHECK(after.pinned == 4 && after.resident == 4 && after.hits == before.hits && after.misses == before.misses &&
+              after.evictions == before.evictions && after.failed_acquires == before.failed_acquires + 1,
+          "%s: a refused acquire changes nothing", name);
+    for (int i = 0; i < 3; i++)
+        CHECK(v4_slot_pool_pins(p, v4_slot_pool_lookup(p, 0, a[i])) == 1, "%s: (0,%d) still pinned once", name, a[i]);
+    /* release layer 0: its slots are evictable, the pinned layer-1 ones are not */
+    v4_slot_pool_release(p, 0, a, 3);
+    const int s13 = v4_slot_pool_lookup(p, 1, 3);
+    const int d[3] = {0, 1, 2};
+    acq(p, 2, d, 3, slot, load);            /* 3 misses: must evict exactly layer 0's 3 */
+    CHECK(load[0] && load[1] && load[2] && v4_slot_pool_lookup(p, 0, 0) < 0 && v4_slot_pool_lookup(p, 0, 1) < 0 &&
+              v4_slot_pool_lookup(p, 0, 2) < 0,
+          "%s: layer 0 evicted", name);
+    CHECK(v4_slot_pool_lookup(p, 1, 3) == s13 && v4_slot_pool_pins(p, s13) == 1,
+          "%s: the pinned layer-1 expert is never evicted", name);
+    /* every slot pinned again (layer 2's 3, layer 1's 1): two new experts are refused */
+    err = (v4_error){0};
+    CHECK(v4_slot_pool_acquire(p, 0, c, 2, slot, load, &err) == -1 && err.code == V4_ERR_NOMEM,
+          "%s: refused again: %s", name, err.msg);
+    /* forget a pinned slot: it is freed at release, and is a miss again */
+    const int s22 = v4_slot_pool_lookup(p, 2, 2);
+    v4_slot_pool_forget(p, s22);
+    v4_slot_pool_release(p, 2, d, 3);
+    CHECK(v4_slot_pool_lookup(p, 2, 2) == -1 && v4_slot_pool_lookup(p, 2, 1) >= 0, "%s: forgotten slot freed", name);
+    v4_slot_pool_stats_get(p, &after);
+    CHECK(after.resident == 3 && after.pinned == 1, "%s: resident %d pinned %d", name, after.resident, after.pinned);
+    const int e2[1] = {2};
+    acq(p, 2, e2, 1, slot, load);
+    CHECK(load[0] == 1 && slot[0] == s22, "%s: re-acquired into the freed slot %d (got %d)", name, s22, slot[0]);
+    CHECK(v4_slot_pool_acquire(p, 3, e2, 1, slot, load, &err) == -1 && err.code == V4_ERR_RANGE, "%s: layer 3 refused",
+          name);
+    v4_slot_pool_release(p, 2, e2, 1);
+    v4_slot_pool_release(p, 1, b, 1);
+    v4_slot_pool_release(p, 1, b, 1);       /* not pinned any more: ignored */
+    v4_slot_pool_stats_get(p, &after);
+    CHECK(after.pinned == 0 && after.resident == 4 && after.misses == after.evictions + (uint64_t)after.resident + 1,
+          "%s: pinned %d resident %d misses %llu evictions %llu (one forgotten)", name, after.pinned, after.resident,
+          (unsigned long long)after.misses, (unsigned long long)after.evictions);
+    v4_slot_pool_free(p);
+}
+
+/* Random steps under a policy: every acquire succeeds while it fits, slots never shared,
+ * pins dropped at release, counters consistent (misses = evictions + resident). */
+static void test_random_policy(v4_xpolicy_kind kind)
+{
+    enum { L = 6, E = 10, SLOTS = 17, STEPS = 4000 };
+    v4_error err = {0};
+    v4_slot_pool *p = v4_slot_pool_create(L, E, 64, SLOTS * 64, kind, &err);
+    CHECK(p != NULL, "create: %s", err.msg);
+    if (!p)
+        return;
+    uint64_t rnd = 777 + (uint64_t)kind;
+    int bad = 0;
+    for (int step = 0; step < STEPS; step++) {
+        const int layer = step % L;
+        rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+        int n = 1 + (int)((rnd >> 33) % 8), ids[8], slot[8];
+        unsigned char load[8], used[E] = {0};
+        for (int i = 0; i < n;) {
+            rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+            const int id = (int)((rnd >> 35) % E);
+            if (!used[id]) {
+                used[id] = 1;
+                ids[i++] = id;
+            }
+        }
+        if (acq(p, layer, ids, n, slot, load)) {
+            bad++;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            bad += v4_slot_pool_lookup(p, layer, ids[i]) != slot[i] || v4_slot_pool_pins(p, slot[i]) != 1;
+            for (int j = 0; j < i; j++)
+                bad += slot[j] == slot[i];
+        }
+        v4_slot_pool_release(p, layer, ids, n);
+    }
+    v4_slot_pool_stats st;
+    v4_slot_pool_stats_get(p, &st);
+    CHECK(bad == 0 && st.pinned == 0 && st.failed_acquires == 0 &&
+              st.misses == st.evictions + (uint64_t)st.resident && st.resident == SLOTS,
+          "%s: random: %d bad, pinned %d, misses %llu = evictions %llu + resident %d", v4_xpolicy_name(kind), bad,
+          st.pinned, (unsigned long long)st.misses, (unsigned long long)st.evictions, st.resident);
+    v4_slot_pool_free(p);
+}
+
+/* Belady's MIN for whole-layer steps (independent of the pool): cycles x (layers
+ * 0..L-1, each acquiring all E experts).  A miss takes a free slot, else evicts the
+ * resident key (not of the current step) whose next use is farthest. */
+static long belady_cyclic(int L, int E, int cap, int cycles)
+{
+    const int n_keys = L * E, steps = L * cycles;
+    unsigned char *res = calloc((size_t)n_keys, 1);
+    long misses = 0;
+    int size = 0;
+    for (int t = 0; t < steps; t++) {
+        const int l = t % L;
+        for (int e = 0; e < E; e++) {
+            const int key = l * E + e;
+            if (res[key])
+                continue;
+            misses++;
+            if (size < cap) {
+                res[key] = 1;
+                size++;
+                continue;
+            }
+            int victim = -1;
+            long far = -1;
+            for (int k = 0; k < n_keys; k++) {
+                if (!res[k] || k / E == l)
+                    continue;
+                long next = LONG_MAX;       /* the next step using k's layer */
+                for (int u = t + 1; u < steps; u++)
+                    if (u % L == k / E) {
+                        next = u;
+                        break;
+                    }
+                if (next > far) {
+                    far = next;
+                    victim = k;
+                }
+            }
+            res[victim] = 0;
+            res[key] = 1;
+        }
+    }
+    free(res);
+    return misses;
+}
+
+/* The engine's access order at a large batch: every expert of every layer, layers in a
+ * cycle, capacity below the total.  lru evicts exactly the experts needed next (every
+ * access misses: cycles x L x E); next evicts the layer needed last (as MIN). */
+static long cyclic_misses(v4_xpolicy_kind kind, int L, int E, int cap, int cycles)
+{
+    v4_error err = {0};
+    v4_slot_pool *p = v4_slot_pool_create(L, E, 1000, (size_t)cap * 1000, kind, &err);
+    CHECK(p != NULL, "create: %s", err.msg);
+    if (!p)
+        return -1;
+    int ids[64], slot[64];
+    unsigned char load[64];
+    for (int e = 0; e < E; e++)
+        ids[e] = e;
+    for (int c = 0; c < cycles; c++)
+        for (int l = 0; l < L; l++) {
+            if (acq(p, l, ids, E, slot, load))
+                break;
+            v4_slot_pool_release(p, l, ids, E);
+        }
+    v4_slot_pool_stats st;
+    v4_slot_pool_stats_get(p, &st);
+    v4_slot_pool_free(p);
+    return (long)st.misses;
+}
+
+static void test_cyclic_scan(void)
+{
+    /* 4 layers x 4 experts, 12 slots (3 layers), 10 cycles = 40 layer visits.  By hand
+     * (MIN): visits 1-4 miss (3 cold, then layer 3 evicts layer 2, the one needed last);
+     * from then on the evicted layer is needed after the two others, so every third
+     * visit misses one whole layer: visits 7, 10, ..., 40 = 12 layers; 16 + 4 x 12 = 64.
+     * lru evicts the layer needed next every time: all 160 miss. */
+    enum { L = 4, E = 4, CAP = 12, CYC = 10 };
+    const long lru = cyclic_misses(V4_XPOL_LRU, L, E, CAP, CYC), next = cyclic_misses(V4_XPOL_NEXT, L, E, CAP, CYC);
+    const long min = belady_cyclic(L, E, CAP, CYC);
+    CHECK(lru == (long)L * E * CYC, "cyclic lru: %ld misses, expected all %d", lru, L * E * CYC);
+    CHECK(min == 16 + 4 * 12, "Belady's MIN: %ld misses, by hand %d", min, 16 + 4 * 12);
+    CHECK(next == min, "cyclic next: %ld misses = MIN's %ld (lru %ld)", next, min, lru);
+    /* a shape nearer the model: 8 layers x 16 experts, 100 slots (6.25 layers), 30
+     * cycles (several halvings of next's counts); next within 10% of MIN, lru all */
+    const long lru2 = cyclic_misses(V4_XPOL_LRU, 8, 16, 100, 30), next2 = cyclic_misses(V4_XPOL_NEXT, 8, 16, 100, 30);
+    const long min2 = belady_cyclic(8, 16, 100, 30);
+    CHECK(lru2 == 8L * 16 * 30, "cyclic lru (8x16, 100 slots): %ld misses", lru2);
+    CHECK(next2 * 10 <= min2 * 11 && next2 * 2 < lru2, "cyclic next (8x16, 100 slots): %ld misses, MIN %ld, lru %ld",
+          next2, min2, lru2);
+    printf("cyclic scan: 4x4/12 slots: lru %ld, next %ld, MIN %ld; 8x16/100 slots: lru %ld, next %ld, MIN %ld\n", lru,
+           next, min, lru2, next2, min2);
+    for (int k = 0; k < V4_XPOL_COUNT; k++)
+        printf("  %s: %ld misses (4x4/12 slots, 10 cycles)\n", v4_xpolicy_name((v4_xpolicy_kind)k),
+               cyclic_misses((v4_xpolicy_kind)k, L, E, CAP, CYC));
+}
+
 static void test_parse(void)
 {
     v4_error err = {0};
@@ -333,6 +546,14 @@ int main(void)
     test_device_matrix_on_cpu();
     test_basic();
     test_random();
+    for (int k = 0; k < V4_XPOL_COUNT; k++) {
+        test_semantics((v4_xpolicy_kind)k);
+        test_random_policy((v4_xpolicy_kind)k);
+    }
+    test_cyclic_scan();
+    v4_error err = {0};
+    CHECK(!v4_slot_pool_create(2, 2, 10, 100, V4_XPOL_COUNT, &err) && err.code == V4_ERR_INVALID,
+          "unknown policy refused: %s", err.msg);
     test_parse();
     TEST_DONE();
 }

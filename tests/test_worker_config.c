@@ -167,7 +167,19 @@ int main(void)
 
     /* GPU settings: defaults, good values (env and file), precise errors */
     CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.device, "cpu") && !strcmp(c.cuda_mode, "auto") &&
-              !c.gpu_expert_mem[0], "gpu defaults: %s %s '%s'", c.device, c.cuda_mode, c.gpu_expert_mem);
+              !c.gpu_expert_mem[0] && !strcmp(c.gpu_cache_policy, "next") && !c.gpu_weight_mem[0],
+          "gpu defaults: %s %s '%s' %s '%s'", c.device, c.cuda_mode, c.gpu_expert_mem, c.gpu_cache_policy,
+          c.gpu_weight_mem);
+    static const char *const goodpol[] = {"lru", "slru", "lfru", "next"};
+    for (size_t i = 0; i < sizeof goodpol / sizeof goodpol[0]; i++) {
+        setenv("V4_GPU_CACHE_POLICY", goodpol[i], 1);
+        setenv("V4_GPU_WEIGHT_MEM", i % 2 ? "40G" : "90%", 1);
+        CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.gpu_cache_policy, goodpol[i]) &&
+                  !strcmp(c.gpu_weight_mem, i % 2 ? "40G" : "90%"),
+              "V4_GPU_CACHE_POLICY=%s: %s", goodpol[i], err.msg);
+    }
+    unsetenv("V4_GPU_CACHE_POLICY");
+    unsetenv("V4_GPU_WEIGHT_MEM");
     static const char *const goodgpu[][3] = {{"cuda", "resident", "85%"}, {"cuda:3", "hybrid", "12G"},
                                              {"cpu", "auto", "100%"}, {"cuda:255", "auto", "512M"}};
     for (size_t i = 0; i < sizeof goodgpu / sizeof goodgpu[0]; i++) {
@@ -185,7 +197,9 @@ int main(void)
         {"V4_DEVICE", "gpu"},         {"V4_DEVICE", "cuda:"},      {"V4_DEVICE", "cuda:256"},
         {"V4_DEVICE", "cuda:1x"},     {"V4_DEVICE", "cuda:-1"},    {"V4_CUDA_MODE", "fastest"},
         {"V4_CUDA_MODE", "Resident"}, {"V4_GPU_EXPERT_MEM", "0%"}, {"V4_GPU_EXPERT_MEM", "101%"},
-        {"V4_GPU_EXPERT_MEM", "12Q"}, {"V4_GPU_EXPERT_MEM", "0"},  {"V4_GPU_EXPERT_MEM", "x%"}};
+        {"V4_GPU_EXPERT_MEM", "12Q"}, {"V4_GPU_EXPERT_MEM", "0"},  {"V4_GPU_EXPERT_MEM", "x%"},
+        {"V4_GPU_CACHE_POLICY", "fifo"}, {"V4_GPU_CACHE_POLICY", "LRU"}, {"V4_GPU_WEIGHT_MEM", "0"},
+        {"V4_GPU_WEIGHT_MEM", "150%"}, {"V4_GPU_WEIGHT_MEM", "7Z"}};
     for (size_t i = 0; i < sizeof badgpu / sizeof badgpu[0]; i++) {
         setenv(badgpu[i][0], badgpu[i][1], 1);
         CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, badgpu[i][0]) &&
@@ -193,11 +207,12 @@ int main(void)
         unsetenv(badgpu[i][0]);
     }
     f = fopen(path, "w");
-    fputs("V4_DEVICE=cuda:1\nV4_CUDA_MODE=hybrid\nV4_GPU_EXPERT_MEM=85%\n", f);
+    fputs("V4_DEVICE=cuda:1\nV4_CUDA_MODE=hybrid\nV4_GPU_EXPERT_MEM=85%\nV4_GPU_CACHE_POLICY=lfru\n", f);
     fclose(f);
     setenv("V4_CONFIG_FILE", path, 1);
     CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.device, "cuda:1") && !strcmp(c.cuda_mode, "hybrid") &&
-              !strcmp(c.gpu_expert_mem, "85%"), "gpu settings from the config file: %s", err.msg);
+              !strcmp(c.gpu_expert_mem, "85%") && !strcmp(c.gpu_cache_policy, "lfru"),
+          "gpu settings from the config file: %s", err.msg);
     unsetenv("V4_CONFIG_FILE");
     remove(path);
 

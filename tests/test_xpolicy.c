@@ -1,11 +1,11 @@
-/* test_xpolicy.c - the exact eviction order of LRU, SLRU and LFRU (cache/xpolicy.h) on
+/* test_xpolicy.c - the exact eviction order of LRU, SLRU and LFRU (kernels/xpolicy.h) on
  * small hand traces; pinning (a pinned key is never a victim, unpin re-enters as most
  * recent), the all-pinned insert error, remove (quarantine), slot reuse, and a random
  * stress run checked against a brute-force LRU model.
  * Thread: main only. */
 #include <string.h>
 
-#include "../cache/xpolicy.h"
+#include "../kernels/xpolicy.h"
 #include "testutil.h"
 
 static v4_xpolicy *mk(v4_xpolicy_kind k, int cap, int n_keys, int prot, int64_t age)

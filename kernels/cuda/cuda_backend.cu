@@ -14,7 +14,11 @@
  * and re-uploads the entry when it differs (a reused host buffer).  Uploads go through one pinned
  * staging buffer (16 MiB) chunk by chunk (memcpy into it, cudaMemcpyAsync, wait);
  * without pinned memory they fall back to pageable cudaMemcpy.  Entries live until
- * v4_cuda_backend_drop_weights or destroy.
+ * evicted, v4_cuda_backend_drop_weights or destroy.  Budget (wbudget, 0 = none): each
+ * entry has a use tick and the number of the linear call that used it last; a miss
+ * that would pass the budget (or whose cudaMalloc fails) evicts the entry with the
+ * smallest tick among those not used by the current call, one at a time, with the
+ * bf16 forms decoded from it (a linear scan: entries are matrices, a few thousand).
  *
  * Device matrices (V4_MAT_CUDA) come from the backend's GPU expert cache
  * (gpu_experts.cu, owned through impl->tier): linear waits for the slot's ready event
@@ -52,6 +56,8 @@ struct wentry {
     uintptr_t h0, h1;
     void *d;
     uint64_t fp;    /* fingerprint of the host bytes at upload time */
+    uint64_t used;  /* use tick (LRU) */
+    uint64_t call;  /* the linear call that used it last (never evicted during it) */
 };
 
 /* The fast mode's bf16 form of a V4_LIN_BF16 weight (FP8, or BF16 in R8), keyed by the
@@ -73,6 +79,9 @@ struct cuda_impl {
     double *dxq;
     size_t cap_dx, cap_dxq, cap_dxs, cap_dy;
     size_t reuploads;   /* entries refreshed because their host bytes changed */
+    size_t wbudget;     /* bound of wbytes, 0 = none */
+    size_t wevictions;
+    uint64_t wtick, wcall;
     v4cu_tier *tier;    /* GPU expert cache (gpu_experts.h), NULL = none */
     const v4cu_tier_ops *tier_ops;   /* its calls (set with it) */
     v4_cuda_engine *engine;   /* device-resident step (cuda_step.h) owned for its user, NULL = none */
@@ -159,6 +168,37 @@ void drop_all(cuda_impl *c)
     drop_bf16(c);       /* decoded from the copies just freed */
 }
 
+/* Evict the least recently used entry not used by the current call, with the bf16 forms
+ * decoded from it.  0, or -1 when every entry belongs to the current call. */
+int evict_one(cuda_impl *c)
+{
+    size_t v = c->n_ents;
+    for (size_t i = 0; i < c->n_ents; i++)
+        if (c->ents[i].call != c->wcall && (v == c->n_ents || c->ents[i].used < c->ents[v].used))
+            v = i;
+    if (v == c->n_ents)
+        return -1;
+    const wentry e = c->ents[v];
+    const uintptr_t d0 = (uintptr_t)e.d, d1 = d0 + (e.h1 - e.h0);
+    size_t k = 0;
+    for (size_t i = 0; i < c->n_bents; i++) {
+        const uintptr_t s = (uintptr_t)c->bents[i].src;
+        if (s >= d0 && s < d1) {
+            cudaFree(c->bents[i].wb);
+            c->bbytes -= sizeof(uint16_t) * (size_t)c->bents[i].rows * (size_t)c->bents[i].cols;
+        } else {
+            c->bents[k++] = c->bents[i];
+        }
+    }
+    c->n_bents = k;
+    cudaFree(e.d);
+    memmove(&c->ents[v], &c->ents[v + 1], (c->n_ents - v - 1) * sizeof c->ents[0]);
+    c->n_ents--;
+    c->wbytes -= e.h1 - e.h0;
+    c->wevictions++;
+    return 0;
+}
+
 /* first index with h0 > p */
 size_t upper(const cuda_impl *c, uintptr_t p)
 {
@@ -231,14 +271,28 @@ const void *dev_of(cuda_impl *c, const void *h, size_t bytes)
                 c->reuploads++;
                 drop_bf16(c);   /* a form decoded from the old bytes may exist */
             }
+            e->used = ++c->wtick;
+            e->call = c->wcall;
             return (const uint8_t *)e->d + (p - e->h0);
+        }
+    }
+    if (c->wbudget) {
+        while (c->wbytes + bytes > c->wbudget && evict_one(c) == 0) {
+        }
+        if (c->wbytes + bytes > c->wbudget) {
+            char why[200];
+            snprintf(why, sizeof why, "the budget of %zu bytes (V4_GPU_WEIGHT_MEM) cannot hold one product's weights "
+                     "(%zu bytes held by this call, %zu more needed)", c->wbudget, c->wbytes, bytes);
+            fail_why(c, 0, "weight upload", why, NULL);
+            return NULL;
         }
     }
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, bytes ? bytes : 1);
-    if (e != cudaSuccess && c->n_ents > 0) {
+    while (e != cudaSuccess) {      /* make room: the least recently used copies go first */
         (void)cudaGetLastError();
-        drop_all(c);        /* make room: everything is re-uploaded on demand */
+        if (evict_one(c))
+            break;
         e = cudaMalloc(&d, bytes ? bytes : 1);
     }
     if (e != cudaSuccess) {
@@ -265,7 +319,7 @@ const void *dev_of(cuda_impl *c, const void *h, size_t bytes)
     }
     const size_t at = upper(c, p);
     memmove(&c->ents[at + 1], &c->ents[at], (c->n_ents - at) * sizeof c->ents[0]);
-    c->ents[at] = wentry{p, q, d, fingerprint(h, bytes)};
+    c->ents[at] = wentry{p, q, d, fingerprint(h, bytes), ++c->wtick, c->wcall};
     c->n_ents++;
     c->wbytes += bytes;
     return d;
@@ -375,6 +429,7 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
         fill_nan(n, rows, y, ldy);
         return;
     }
+    c->wcall++;     /* this call's weight copies are not evicted while it runs */
     const void *dw;
     const size_t sb = sbytes_of(W);
     const uint8_t *ds;
@@ -664,6 +719,16 @@ extern "C" int v4_cuda_backend_mem_info(const v4_backend *be, size_t *free_b, si
 {
     const cuda_impl *c = (const cuda_impl *)be->impl;
     return cudaSetDevice(c->device) == cudaSuccess && cudaMemGetInfo(free_b, total_b) == cudaSuccess ? 0 : -1;
+}
+
+extern "C" void v4_cuda_backend_set_weight_budget(v4_backend *be, size_t bytes)
+{
+    ((cuda_impl *)be->impl)->wbudget = bytes;
+}
+
+extern "C" size_t v4_cuda_backend_weight_evictions(const v4_backend *be)
+{
+    return ((const cuda_impl *)be->impl)->wevictions;
 }
 
 extern "C" void v4_cuda_backend_drop_weights(v4_backend *be)

@@ -18,8 +18,12 @@
  * buffer; a row view (v4_mat_rows) inside an uploaded matrix reuses its copy.  Device
  * memory used = the bytes of every distinct weight matrix (and scale grid) ever passed
  * (v4_cuda_backend_weight_bytes), plus per-call scratch (x, quantized x, y: a few MiB).
- * When cudaMalloc fails the cache is emptied once and the upload retried (correct, but
- * it thrashes if the working set does not fit).  Every use of a cached copy first
+ * The copies are bounded by a byte budget (v4_cuda_backend_set_weight_budget; the
+ * engine sets V4_GPU_WEIGHT_MEM or the free memory less 1 GiB; 0 = unbounded, the
+ * default of a bare backend): an upload that would exceed it, or whose cudaMalloc
+ * fails, first evicts the least recently used copies not used by the current call,
+ * one at a time (never the whole cache); when the current call's own weights do not
+ * fit, the call fails (NaN outputs, not sticky) with a message naming the budget.  Every use of a cached copy first
  * compares a fingerprint of 32 words sampled across the host range with the one taken
  * at upload and re-uploads on a difference, so a host buffer refilled with other
  * weights (a paged-expert slot) is noticed in practice; this is a heuristic (a change
@@ -96,6 +100,10 @@ const struct v4_cuda_engine *v4_cuda_backend_engine(const v4_backend *be);
 int v4_cuda_backend_mem_info(const v4_backend *be, size_t *free_b, size_t *total_b);
 /* Forget (and free) every cached device copy of weights. */
 void v4_cuda_backend_drop_weights(v4_backend *be);
+/* The weight copies' byte budget (0 = unbounded); copies above a smaller new budget are
+ * evicted at the next upload.  Evictions so far (v4_cuda_backend_weight_evictions). */
+void v4_cuda_backend_set_weight_budget(v4_backend *be, size_t bytes);
+size_t v4_cuda_backend_weight_evictions(const v4_backend *be);
 
 #ifdef __cplusplus
 }

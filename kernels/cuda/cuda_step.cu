@@ -130,6 +130,7 @@ static int row_at(const rowmap *rm, int b, int k) { return rm->seqrow[rm->off[rm
 
 struct v4_cuda_engine {
     const v4_weights *w;
+    int device;                     /* the device current at create: set again on every entry */
     cudaStream_t st;
     int max_batch, max_seqs;
     size_t bytes;
@@ -141,7 +142,7 @@ struct v4_cuda_engine {
 
     dlayer *L;
     /* paged experts (expert_budget > 0): device slots with uploads on a copy stream
-     * (xslots.h; LRU bookkeeping in slot_pool.c) */
+     * (xslots.h; bookkeeping and eviction policy in slot_pool.c) */
     int paged;
     v4cu_xslots *xsl;
     size_t xoff[6];                 /* slot layout: w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale */
@@ -964,11 +965,15 @@ static int map_rows(v4_cuda_engine *e, const v4_seq_view *views, int n, rowmap *
     return 0;
 }
 
+static int use_device(const v4_cuda_engine *e);
+
 static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens, int n, float *logits,
                        const int *want, v4_trace *const *tr, v4_error *err)
 {
     v4_cuda_engine *e = (v4_cuda_engine *)ud;
     const v4_config *cfg = &e->w->cfg;
+    if (use_device(e))
+        return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "cudaSetDevice(%d) failed on the step thread", e->device);
     if (e->fail != cudaSuccess)
         return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "an earlier CUDA failure (%s: %s) left the engine unusable",
                           e->fail_where, cudaGetErrorString(e->fail));
@@ -1046,9 +1051,22 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
 
 /* ------------------------------------------------------------ create/free */
 
+/* Make e's device current on the calling thread: the step runs on the runner's step
+ * thread, which may never have called cudaSetDevice (cuda:N with N > 0). */
+static int use_device(const v4_cuda_engine *e)
+{
+#ifndef V4CU_HOST_EMULATION
+    return cudaSetDevice(e->device) == cudaSuccess ? 0 : -1;
+#else
+    (void)e;
+    return 0;
+#endif
+}
+
 /* Paged experts (budget > 0): device slots, copy stream and staging (xslots.h), the
  * misses coming from inner (the host expert cache) or, inner NULL, the weights. */
-static int setup_paging(v4_cuda_engine *e, size_t budget, const v4_expert_provider *inner, v4_error *err)
+static int setup_paging(v4_cuda_engine *e, size_t budget, const v4_expert_provider *inner, v4_xpolicy_kind policy,
+                        v4_error *err)
 {
     const v4_config *c = &e->w->cfg;
     const size_t slot_bytes = v4cu_xslots_layout(c, e->xoff, NULL);
@@ -1056,11 +1074,7 @@ static int setup_paging(v4_cuda_engine *e, size_t budget, const v4_expert_provid
     e->bytes += (size_t)v4cu_xslots_count(c, budget) * slot_bytes;
     if (e->count_only)
         return 0;
-    int device = 0;
-#ifndef V4CU_HOST_EMULATION
-    cudaGetDevice(&device);
-#endif
-    if (!(e->xsl = v4cu_xslots_create(e->w, inner, budget, e->st, device, "cuda step", err)))
+    if (!(e->xsl = v4cu_xslots_create(e->w, inner, budget, policy, e->st, e->device, "cuda step", err)))
         return -1;
     const size_t E = (size_t)c->n_routed_experts;
     e->x_miss = (unsigned char *)calloc(E, 1);
@@ -1246,6 +1260,7 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
 {
     if (!e)
         return;
+    use_device(e);
     if (e->st)
         cudaStreamSynchronize(e->st);
     v4cu_xslots_free(e->xsl);   /* waits for its copies */
@@ -1288,12 +1303,12 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
 extern "C" v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs,
                                                  size_t expert_budget, v4_error *err)
 {
-    return v4_cuda_engine_create_paged(w, max_batch, max_seqs, expert_budget, NULL, err);
+    return v4_cuda_engine_create_paged(w, max_batch, max_seqs, expert_budget, NULL, V4_XPOL_NEXT, err);
 }
 
 extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int max_batch, int max_seqs,
                                                        size_t expert_budget, const v4_expert_provider *inner,
-                                                       v4_error *err)
+                                                       v4_xpolicy_kind policy, v4_error *err)
 {
     if (max_batch < 1 || max_batch > 256 || max_seqs < 1) {
         v4_err_set(err, V4_ERR_INVALID, "cuda engine", "max_batch %d (rows, 1..256) and max_seqs %d (>= 1)",
@@ -1313,13 +1328,14 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int 
     e->max_batch = max_batch;
     e->max_seqs = max_seqs;
 #ifndef V4CU_HOST_EMULATION
+    cudaGetDevice(&e->device);      /* the creator made the backend's device current */
     if (ck(e, cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking), "cudaStreamCreate")) {
         v4_err_set(err, V4_ERR_INVALID, "cuda engine", "no CUDA stream: %s", cudaGetErrorString(e->fail));
         v4_cuda_engine_free(e);
         return NULL;
     }
 #endif
-    if (expert_budget && setup_paging(e, expert_budget, inner, err)) {
+    if (expert_budget && setup_paging(e, expert_budget, inner, policy, err)) {
         v4_cuda_engine_free(e);
         return NULL;
     }
@@ -1353,6 +1369,8 @@ extern "C" int v4_cuda_engine_use_fast(v4_cuda_engine *e, void *lt, v4_error *er
 {
     if (!lt)
         return v4_err_set(err, V4_ERR_INVALID, "cuda engine", "fast mode without a cuBLASLt context");
+    if (use_device(e))
+        return v4_err_set(err, V4_ERR_INTERNAL, "cuda engine", "cudaSetDevice(%d) failed", e->device);
     bf16_form(e, &e->head);
     for (int l = 0; l < e->w->cfg.n_layers; l++)
         bf16_form(e, &e->L[l].wo_a);
@@ -1384,7 +1402,7 @@ extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t
     e->count_only = 1;
     v4_error ignore = {};
     if (expert_budget)
-        setup_paging(e, expert_budget, NULL, &ignore);
+        setup_paging(e, expert_budget, NULL, V4_XPOL_NEXT, &ignore);
     upload_weights(e);
     alloc_scratch(e);
     const size_t need = e->bytes;

@@ -24,8 +24,8 @@
  * stepped slot that is not in the current step; stepping an evicted sequence at a
  * position > 0 fails with a clear error).
  * Experts: all resident (expert_budget 0), or paged within expert_budget bytes of
- * device slots (xslots.h, slot_pool.h: LRU over the experts not pinned by the current
- * layer).  A layer's missing experts come from the mapped checkpoint or, with
+ * device slots (xslots.h, slot_pool.h: the eviction policy over the experts not pinned by
+ * the current layer).  A layer's missing experts come from the mapped checkpoint or, with
  * v4_cuda_engine_create_paged, from an inner provider (the host expert cache); they
  * are staged through pinned host buffers and copied on a copy stream while the step's
  * stream computes the layer's resident experts; each expert waits for its slot's copy
@@ -51,6 +51,7 @@ extern "C" {
 
 #include "../../config/error.h"
 #include "../v4/model.h"
+#include "../xpolicy.h"
 
 typedef struct v4_cuda_engine v4_cuda_engine;
 
@@ -62,9 +63,11 @@ typedef struct v4_cuda_engine v4_cuda_engine;
 v4_cuda_engine *v4_cuda_engine_create(const v4_weights *w, int max_batch, int max_seqs, size_t expert_budget,
                                       v4_error *err);
 /* The same, the paged experts' bytes coming from inner (acquired per layer for the
- * misses only, released once staged; NULL: the weights' own experts, as create). */
+ * misses only, released once staged; NULL: the weights' own experts, as create), the
+ * slots evicting by policy (slot_pool.h; create uses V4_XPOL_NEXT). */
 v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int max_batch, int max_seqs, size_t expert_budget,
-                                            const v4_expert_provider *inner, v4_error *err);
+                                            const v4_expert_provider *inner, v4_xpolicy_kind policy,
+                                            v4_error *err);
 void v4_cuda_engine_free(v4_cuda_engine *e);
 /* Device bytes v4_cuda_engine_create would allocate for w (weights + scratch; the
  * sequences' state comes on top, per sequence); nothing is allocated. */

@@ -118,7 +118,8 @@ const v4cu_tier_ops tier_ops = {v4cu_tier_ready, v4cu_tier_free};
 } /* namespace */
 
 extern "C" int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const v4_expert_provider *inner,
-                                     size_t budget_bytes, const v4_expert_provider **out, v4_error *err)
+                                     size_t budget_bytes, v4_xpolicy_kind policy, const v4_expert_provider **out,
+                                     v4_error *err)
 {
     const char *where = "GPU expert cache";
     if (!v4cu_is_cuda(be))
@@ -144,7 +145,7 @@ extern "C" int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const 
         return v4_err_set(err, V4_ERR_INVALID, where, "device %d: cudaSetDevice: %s (%s)", v4cu_device(be),
                           cudaGetErrorString(e), cudaGetErrorName(e));
     }
-    if (!(t->xs = v4cu_xslots_create(w, inner, budget_bytes, t->compute, t->device, where, err))) {
+    if (!(t->xs = v4cu_xslots_create(w, inner, budget_bytes, policy, t->compute, t->device, where, err))) {
         v4cu_tier_free(t);
         return -1;
     }

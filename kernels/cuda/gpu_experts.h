@@ -9,7 +9,7 @@
  *
  * Design: ONE device pool of `slots` fixed-size slots, slots = floor(budget /
  * slot_bytes) (the budget is never exceeded; the bookkeeping is kernels/cuda/slot_pool.h:
- * LRU over unpinned slots, pin counts).  A slot holds one expert's six tensors (w1, w1
+ * the eviction policy over unpinned slots, pin counts).  A slot holds one expert's six tensors (w1, w1
  * scale, w3, w3 scale, w2, w2 scale) at 256-byte aligned offsets.  acquire(layer, ids)
  * pins all ids (all or nothing), asks the inner provider only for the misses, copies
  * each miss into a pinned host staging buffer (a ring of 4, each reused once the event
@@ -45,6 +45,7 @@
 #include "../../config/error.h"
 #include "../../config/model_config.h"
 #include "../backend.h"
+#include "../xpolicy.h"
 #include "../v4/model.h"
 
 #ifdef __cplusplus
@@ -74,12 +75,13 @@ static inline uint64_t v4_gpu_expert_bytes(const v4_config *cfg)
 }
 
 /* Attach a GPU expert cache of budget_bytes to the CUDA backend be for the model of w
- * (inner NULL: the weights' own experts).  *out = the provider to set on the context.
+ * (inner NULL: the weights' own experts), evicting by policy (slot_pool.h).  *out = the provider to set on the context.
  * Fails (V4_ERR_INVALID) when be is not a CUDA backend or already has a cache, when the
  * budget holds no slot (the message gives the slot size), or on a CUDA failure
  * (allocation of the pool, of the staging buffers, stream or events). */
 int v4_gpu_experts_attach(v4_backend *be, const v4_weights *w, const v4_expert_provider *inner,
-                          size_t budget_bytes, const v4_expert_provider **out, v4_error *err);
+                          size_t budget_bytes, v4_xpolicy_kind policy, const v4_expert_provider **out,
+                          v4_error *err);
 /* Counters; -1 (st zeroed) when be has no GPU expert cache. */
 int v4_gpu_experts_stats_get(const v4_backend *be, v4_gpu_experts_stats *st);
 /* Free the cache (waits for its copies); no step may be running, and the context must

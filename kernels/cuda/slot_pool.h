@@ -7,12 +7,17 @@
  * the pool (slots * slot_bytes) never exceeds the byte budget.  A slot holds one
  * (layer, expert) or nothing.  acquire pins the experts a layer needs for a step (pin
  * counts), reusing resident ones (hits) and assigning slots to the others (misses):
- * free slots first, then the least recently used unpinned resident slot (eviction).
+ * free slots first, then the unpinned resident slot the eviction policy chooses.  The
+ * policy is the host expert cache's (kernels/xpolicy.h, the same code): lru | slru |
+ * lfru | next (the default, V4_GPU_CACHE_POLICY; the pool's keys are layer-major with
+ * n_layers given, so NEXT knows each key's layer: on the engine's cyclic visit of the
+ * layers it evicts from the layer needed last, where LRU evicts the next ones needed).
+ * A hit counts as a use for the policy (touch), a miss as an insert.
  * Pinned slots are never evicted.  acquire is all or nothing: when the misses do not
  * fit in the free + unpinned slots, nothing changes and err says by how much the
- * budget falls short.  release unpins; a slot whose pin count drops to 0 becomes the
- * most recently used.  A slot whose upload failed is forgotten (v4_slot_pool_forget):
- * it returns to the free list at its release, and an acquire meanwhile treats it as a
+ * budget falls short.  release unpins; a slot whose pin count drops to 0 re-enters the
+ * policy's order (LRU: as the most recently used).  A slot whose upload failed is
+ * forgotten (v4_slot_pool_forget): it returns to the free list at its release, and an acquire meanwhile treats it as a
  * miss.  The caller moves the bytes (device copies) and reports them
  * (v4_slot_pool_add_uploaded) so that one stats record has every counter.
  *
@@ -29,6 +34,7 @@
 #include <stdint.h>
 
 #include "../../config/error.h"
+#include "../xpolicy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,12 +57,15 @@ typedef struct v4_slot_pool_stats {
     int high_water_pinned;      /* most slots pinned at once */
 } v4_slot_pool_stats;
 
-/* A pool for n_layers x n_experts experts with slot_bytes per slot in budget_bytes.
- * Fails (V4_ERR_INVALID) when the budget holds no slot or the sizes are not positive. */
+/* A pool for n_layers x n_experts experts with slot_bytes per slot in budget_bytes,
+ * evicting by policy (V4_XPOL_NEXT is the default of the settings).  Fails
+ * (V4_ERR_INVALID) when the budget holds no slot, the sizes are not positive or the
+ * policy is unknown. */
 v4_slot_pool *v4_slot_pool_create(int n_layers, int n_experts, size_t slot_bytes, size_t budget_bytes,
-                                  v4_error *err);
+                                  v4_xpolicy_kind policy, v4_error *err);
 void v4_slot_pool_free(v4_slot_pool *p);
 int v4_slot_pool_slots(const v4_slot_pool *p);
+v4_xpolicy_kind v4_slot_pool_policy(const v4_slot_pool *p);
 
 /* Pin experts ids[0..n) of layer (distinct ids expected; a repeated id is pinned twice
  * and shares its slot).  slot[i] = the slot of ids[i]; load[i] = 1 when its bytes must
@@ -69,7 +78,7 @@ int v4_slot_pool_acquire(v4_slot_pool *p, int layer, const int *ids, int n, int 
 void v4_slot_pool_release(v4_slot_pool *p, int layer, const int *ids, int n);
 /* The contents of slot (pinned by an acquire) are not valid (its upload failed). */
 void v4_slot_pool_forget(v4_slot_pool *p, int slot);
-/* The slot holding (layer, id), or -1; touches neither the LRU order nor the counters. */
+/* The slot holding (layer, id), or -1; touches neither the policy's order nor the counters. */
 int v4_slot_pool_lookup(const v4_slot_pool *p, int layer, int id);
 /* Pin count of a slot (tests). */
 int v4_slot_pool_pins(const v4_slot_pool *p, int slot);

@@ -139,7 +139,8 @@ V4CU_XS_API void v4cu_xslots_free(v4cu_xslots *x)
 }
 
 V4CU_XS_API v4cu_xslots *v4cu_xslots_create(const v4_weights *w, const v4_expert_provider *inner, size_t budget,
-                                            cudaStream_t compute, int device, const char *where, v4_error *err)
+                                            v4_xpolicy_kind policy, cudaStream_t compute, int device,
+                                            const char *where, v4_error *err)
 {
     const v4_config *cfg = &w->cfg;
     if (cfg->n_layers <= 0 || cfg->n_routed_experts <= 0 || cfg->dim <= 0 || cfg->moe_inter <= 0) {
@@ -168,7 +169,7 @@ V4CU_XS_API v4cu_xslots *v4cu_xslots_create(const v4_weights *w, const v4_expert
     x->n_experts = cfg->n_routed_experts;
     x->slot_bytes = v4cu_xslots_layout(cfg, x->off, x->len);
     x->used = x->off[XS_NPART - 1] + x->len[XS_NPART - 1];
-    if (!(x->pool = v4_slot_pool_create(cfg->n_layers, x->n_experts, x->slot_bytes, budget, err))) {
+    if (!(x->pool = v4_slot_pool_create(cfg->n_layers, x->n_experts, x->slot_bytes, budget, policy, err))) {
         v4cu_xslots_free(x);
         return NULL;
     }

@@ -3,8 +3,8 @@
  * (gpu_experts.cu) and the resident step's paged experts (cuda_step.cu).
  *
  * What it holds: ONE device pool of fixed-size slots (slots = floor(budget /
- * slot_bytes), at most one per expert of the model; bookkeeping in slot_pool.h: LRU
- * over unpinned slots, pin counts), a non-blocking copy stream, a ring of 4 pinned host
+ * slot_bytes), at most one per expert of the model; bookkeeping in slot_pool.h: the
+ * eviction policy over unpinned slots, pin counts), a non-blocking copy stream, a ring of 4 pinned host
  * staging buffers, and per slot a `ready` event (recorded on the copy stream after the
  * slot's last upload) and a `used` event (recorded on the compute stream when the
  * slot's experts are released).  A slot holds one expert's six tensors (w1, w1 scale,
@@ -68,13 +68,14 @@ V4CU_XS_API size_t v4cu_xslots_layout(const v4_config *cfg, size_t *off, size_t 
 /* Slots a budget gives (0 when it holds none), without allocating anything. */
 V4CU_XS_API int v4cu_xslots_count(const v4_config *cfg, size_t budget);
 
-/* A pool of slots for w's routed experts in budget bytes; copies wait for and signal
- * the compute stream `compute`; inner NULL (or without acquire): the misses come from
+/* A pool of slots for w's routed experts in budget bytes, evicting by policy
+ * (slot_pool.h); copies wait for and signal the compute stream `compute`; inner NULL (or without acquire): the misses come from
  * w's own experts.  `where` names the owner in errors; device only for messages.
  * NULL + err (V4_ERR_INVALID: a budget below one slot; a CUDA allocation failure with
  * the slots and bytes asked for). */
 V4CU_XS_API v4cu_xslots *v4cu_xslots_create(const v4_weights *w, const v4_expert_provider *inner, size_t budget,
-                                            cudaStream_t compute, int device, const char *where, v4_error *err);
+                                            v4_xpolicy_kind policy, cudaStream_t compute, int device,
+                                            const char *where, v4_error *err);
 V4CU_XS_API void v4cu_xslots_free(v4cu_xslots *x);
 
 V4CU_XS_API int v4cu_xslots_begin(v4cu_xslots *x, int layer, const int *ids, int n, v4_error *err);

@@ -121,7 +121,7 @@ static v4_cuda_engine *run_paged(v4_backend *be, const v4_weights *w, size_t bud
 {
     v4_error err = {};
     *ctx = v4_ctx_create(w, be, 3, &err);
-    v4_cuda_engine *eng = *ctx ? v4_cuda_engine_create_paged(w, 3, 3, budget, inner, &err) : NULL;
+    v4_cuda_engine *eng = *ctx ? v4_cuda_engine_create_paged(w, 3, 3, budget, inner, V4_XPOL_NEXT, &err) : NULL;
     if (!eng) {
         printf("%s engine: %s: %s\n", what, err.where, err.msg);
         return NULL;

@@ -19,9 +19,10 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
     v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, c->threads, NULL,
                          c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem,
                          c->numerics, c->prefill_chunk};
+    const v4_runner_gpu_opts gx = {.cache_policy = c->gpu_cache_policy, .weight_mem = c->gpu_weight_mem};
     double t0 = v4_now_ms();
     *out = NULL;
-    v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
+    v4_runner *r = v4_runner_open_gpu(c->model_dir, c->model_names, &rx, &gx, &te);
     if (!r) {
         v4w_log(w, 0, NULL, "%s: %s", te.where, te.message);
         return -1;
@@ -147,6 +148,8 @@ static void reload(worker *w, const char *why)
     memcpy(w->cfg.device, nc.device, sizeof nc.device);
     memcpy(w->cfg.cuda_mode, nc.cuda_mode, sizeof nc.cuda_mode);
     memcpy(w->cfg.gpu_expert_mem, nc.gpu_expert_mem, sizeof nc.gpu_expert_mem);
+    memcpy(w->cfg.gpu_cache_policy, nc.gpu_cache_policy, sizeof nc.gpu_cache_policy);
+    memcpy(w->cfg.gpu_weight_mem, nc.gpu_weight_mem, sizeof nc.gpu_weight_mem);
     w->cfg.max_context = nc.max_context;
     w->cfg.prefill_chunk = nc.prefill_chunk;
     w->cfg.deadline_ms = nc.deadline_ms;

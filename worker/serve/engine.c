@@ -4,10 +4,14 @@
  * on a CUDA backend the decode mode: "resident" runs the whole step on the GPU
  * (kernels/cuda/cuda_step.h: weights uploaded once, sequence state on the device);
  * "hybrid" keeps the step on the CPU and runs only the weight products on the GPU
- * (kernels/cuda/cuda_backend.h).  With a GPU expert budget (V4_GPU_EXPERT_MEM) the
- * resident step pages routed experts within it, from the mapped checkpoint or from
- * the host expert cache; with the host cache and no budget, the budget is what the
- * device has free after the trunk and 1 GiB of headroom.  The choice is logged.
+ * (kernels/cuda/cuda_backend.h).  auto follows kernels/cuda/cuda_plan.h: every
+ * expert resident when the model fits; otherwise the resident step paging routed
+ * experts (from the mapped checkpoint or the host expert cache) within
+ * V4_GPU_EXPERT_MEM or, unset, what the device has free after the trunk and 1 GiB of
+ * headroom; hybrid only when not even that fits.  The slots evict by
+ * V4_GPU_CACHE_POLICY (default next); the hybrid mode's weight copies are bounded by
+ * V4_GPU_WEIGHT_MEM (default: free memory less 1 GiB).  The choice and the memory split
+ * are logged.
  * v4_gpu_cache_figs_get reads either mode's expert counters for /metrics.
  * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
  */
@@ -17,9 +21,11 @@
 
 #include "cache/expert_provider.h"
 #include "cache/model_files.h"
+#include "config/byte_suffix.h"
 #include "config/device_setting.h"
 #include "engine.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_plan.h"
 #include "task_run.h"
 #ifdef V4_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -80,27 +86,53 @@ const char *v4_backend_numerics(const v4_backend *be)
     return v4_numerics_name(v4_cpu_backend_numerics(be));
 }
 
+static v4_gpu_opts gpu_opts_of(const v4_engine_opts *o)
+{
+    return (v4_gpu_opts){.cuda_mode = o->cuda_mode,
+                         .expert_mem = o->gpu_expert_mem,
+                         .cache_policy = o->gpu_cache_policy,
+                         .weight_mem = o->gpu_weight_mem};
+}
+
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
                       struct v4_xprov **out, v4_error *err)
 {
     *out = NULL;
+    const v4_gpu_opts g = gpu_opts_of(o);
     if (o->host_cache_bytes <= 0) {
         if (o->pack || o->cache_policy || o->io_threads)
             return v4_err_set(err, V4_ERR_INVALID, "--host-cache-bytes",
                               "--pack, --cache-policy and --io-threads need --host-cache-bytes");
-        return v4_attach_gpu(be, m, ctx, 1, NULL, o->cuda_mode, o->gpu_expert_mem, err);
+        return v4_attach_gpu(be, m, ctx, 1, NULL, &g, err);
     }
     v4_xprov_opts xo = {o->model, o->pack, (size_t)o->host_cache_bytes, o->cache_policy, o->io_threads, 0};
     if (!(*out = v4_xprov_open(&m->cfg, m->ck, &xo, err)))
         return -1;
     v4_ctx_set_expert_provider(ctx, v4_xprov_provider(*out));
-    return v4_attach_gpu(be, m, ctx, 1, *out, o->cuda_mode, o->gpu_expert_mem, err);
+    return v4_attach_gpu(be, m, ctx, 1, *out, &g, err);
+}
+
+static const char *g_str(const v4_gpu_opts *g, int which)
+{
+    static const char *const env[4] = {"V4_CUDA_MODE", "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM"};
+    const char *v = !g ? NULL : which == 0 ? g->cuda_mode : which == 1 ? g->expert_mem : which == 2 ? g->cache_policy
+                                                                                                   : g->weight_mem;
+    return v4_opt_or_env(v, env[which]);
+}
+
+int v4_gpu_cache_policy(const v4_gpu_opts *g, v4_xpolicy_kind *kind, v4_error *err)
+{
+    const char *s = g_str(g, 2);
+    *kind = V4_XPOL_NEXT;
+    if (*s && v4_xpolicy_parse(s, kind))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_CACHE_POLICY", "'%s' is not lru, slru, lfru or next", s);
+    return 0;
 }
 
 int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
-                          const char *gpu_mem, v4_error *err)
+                          const v4_gpu_opts *g, v4_error *err)
 {
-    const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
+    const char *spec = g_str(g, 1);
     if (!*spec)
         return 0;
     if (strcmp(be->ops->name, "cuda")) {
@@ -112,19 +144,21 @@ int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ct
     const v4_config *cfg = &m->cfg;
     const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * v4_gpu_expert_bytes(cfg);
     size_t budget;
+    v4_xpolicy_kind pol;
     const v4_expert_provider *p;
     if (v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err) ||
-        v4_gpu_experts_attach(be, &m->w, xp ? v4_xprov_provider(xp) : NULL, budget, &p, err))
+        v4_gpu_cache_policy(g, &pol, err) ||
+        v4_gpu_experts_attach(be, &m->w, xp ? v4_xprov_provider(xp) : NULL, budget, pol, &p, err))
         return -1;
     v4_ctx_set_expert_provider(ctx, p);
     v4_gpu_experts_stats st;
     v4_gpu_experts_stats_get(be, &st);
     fprintf(stderr, "v4fleet: GPU expert cache on %s: budget %zu bytes (%.2f MiB from V4_GPU_EXPERT_MEM=%s; the "
                     "routed experts are %.2f MiB), %d slots of %zu bytes = %zu bytes (%.1f%% of the %d experts), "
-                    "experts from the %s\n",
+                    "%s eviction, experts from the %s\n",
             v4_cuda_backend_device_name(be), budget, budget / 1048576.0, spec, total / 1048576.0, st.slots,
             st.slot_bytes, st.pool_bytes, 100.0 * st.slots / ((double)cfg->n_layers * cfg->n_routed_experts),
-            cfg->n_layers * cfg->n_routed_experts, xp ? "host expert cache" : "mapped checkpoint");
+            cfg->n_layers * cfg->n_routed_experts, v4_xpolicy_name(pol), xp ? "host expert cache" : "mapped checkpoint");
     return 0;
 #else
     (void)m;
@@ -137,18 +171,48 @@ int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ct
 #define HEADROOM ((size_t)1 << 30)      /* device bytes left for sequences and the runtime */
 #define GIB(x) ((double)(x) / 1073741824.0)
 
-int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
-                          struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err)
+#ifdef V4_HAVE_CUDA
+/* The hybrid mode's weight copies: a byte budget (V4_GPU_WEIGHT_MEM: bytes or P% of the
+ * device's memory; unset: what is free now less the headroom), logged. */
+static int hybrid_weight_budget(v4_backend *be, const v4_gpu_opts *g, v4_error *err)
 {
-    const char *mode = v4_opt_or_env(cuda_mode, "V4_CUDA_MODE");
-    if (!v4_cuda_mode_ok(mode))
+    const char *spec = g_str(g, 3);
+    size_t free_b = 0, total_b = 0;
+    if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
+        return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", v4_cuda_backend_device_name(be));
+    size_t budget = free_b > 2 * HEADROOM ? free_b - HEADROOM : free_b / 2;
+    double bytes = 0;
+    if (*spec) {
+        if (v4_parse_budget(spec, total_b, &bytes) || !(bytes >= 1.0))
+            return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_WEIGHT_MEM",
+                              "'%s' is not a byte count (40G, 512M) or a percentage of the device's memory (90%%)",
+                              spec);
+        budget = (size_t)bytes;
+    }
+    v4_cuda_backend_set_weight_budget(be, budget);
+    fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: weight copies within %.2f GiB (%s; %.2f GiB free of %.2f), "
+                    "least recently used evicted first\n",
+            v4_cuda_backend_device_name(be), GIB(budget), *spec ? spec : "free memory less 1 GiB", GIB(free_b),
+            GIB(total_b));
+    return 0;
+}
+#endif
+
+int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
+                          struct v4_xprov *xp, const v4_gpu_opts *g, v4_error *err)
+{
+    const char *mode = g_str(g, 0);
+    v4_cuda_mode_req req;
+    if (!v4_cuda_mode_ok(mode) || v4_cuda_mode_req_parse(mode, &req))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", mode);
     if (strcmp(be->ops->name, "cuda"))
         return 0;   /* the CPU path: nothing to choose */
 #ifdef V4_HAVE_CUDA
-    const int want_resident = !strcmp(mode, "resident");
     const char *dev = v4_cuda_backend_device_name(be);
-    if (!strcmp(mode, "hybrid")) {
+    v4_xpolicy_kind pol;
+    if (v4_gpu_cache_policy(g, &pol, err))
+        return -1;
+    if (req == V4_CUDA_REQ_HYBRID) {
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (V4_CUDA_MODE=hybrid): weight products on the GPU\n", dev);
         return 0;
     }
@@ -160,7 +224,7 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         rows = max_batch;
     void *lt = v4_cuda_backend_lt(be);   /* fast numerics: tensor-core products, bf16 forms */
     const size_t fast_b = lt ? v4_cuda_engine_fast_need(&m->w) : 0;
-    const char *spec = v4_opt_or_env(gpu_mem, "V4_GPU_EXPERT_MEM");
+    const char *spec = g_str(g, 1);
     const size_t xbytes = v4_expert_bytes(&m->w.layers[0].experts[0]);
     const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * xbytes;
     size_t budget = 0;
@@ -169,33 +233,33 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     size_t free_b = 0, total_b = 0;
     if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
-    if (xp && !budget) {
-        /* host cache, no budget given: page within what the device has free */
-        const size_t base = v4_cuda_engine_need(&m->w, rows, 1) + fast_b;   /* trunk + scratch, no slot */
-        const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
-                                                                                  : cfg->n_routed_experts;
-        budget = free_b > base + HEADROOM ? free_b - base - HEADROOM : 0;
-        if (budget > total)
-            budget = (size_t)total;
-        if (budget < (size_t)step_x * (xbytes + 6 * 256)) {
-            if (want_resident)
-                return v4_err_set(err, V4_ERR_NOMEM, "V4_CUDA_MODE",
-                                  "resident: %s has %.2f GiB free, the trunk needs %.2f GiB and one step's experts "
-                                  "%.2f GiB more (with 1 GiB headroom): use hybrid",
-                                  dev, GIB(free_b), GIB(base), GIB((size_t)step_x * xbytes));
-            fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: no room for the resident step with paged experts "
-                            "(%.2f GiB free, trunk %.2f GiB)\n", dev, GIB(free_b), GIB(base));
-            return 0;
-        }
+    const size_t trunk = v4_cuda_engine_need(&m->w, rows, 1) + fast_b;     /* trunk + scratch, no slot */
+    const size_t all = v4_cuda_engine_need(&m->w, rows, 0) + fast_b;       /* every expert resident */
+    const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
+                                                                              : cfg->n_routed_experts;
+    const v4_cuda_plan_in in = {.mode = req,
+                                .free_bytes = free_b,
+                                .trunk_bytes = trunk,
+                                .experts_bytes = all > trunk ? all - trunk : 0,
+                                .slot_bytes = xbytes + 6 * 256,
+                                .step_experts = step_x,
+                                .headroom = HEADROOM,
+                                .budget = budget};
+    v4_cuda_plan plan;
+    if (v4_cuda_auto_plan(&in, &plan, err)) {
+        snprintf(err->where, sizeof err->where, "V4_CUDA_MODE (%s)", dev);
+        return -1;
     }
-    const size_t need = v4_cuda_engine_need(&m->w, rows, budget) + fast_b;
-    if (!want_resident && need + HEADROOM > free_b) {
-        fprintf(stderr, "v4fleet: CUDA hybrid mode on %s: the resident step needs %.2f GiB, %.2f GiB free "
-                        "(set V4_GPU_EXPERT_MEM to page experts on the GPU)\n", dev, GIB(need), GIB(free_b));
+    fprintf(stderr, "v4fleet: CUDA %s: %s mode (%s): trunk %.2f GiB, experts %.2f GiB (%s), headroom %.2f GiB; "
+                    "%.2f GiB free of %.2f\n",
+            dev, plan.resident ? "resident" : "hybrid", plan.why, GIB(plan.trunk_bytes), GIB(plan.pool_bytes),
+            !plan.resident ? "not on the device step" : plan.expert_budget ? "paged" : "all resident",
+            GIB(plan.headroom), GIB(free_b), GIB(total_b));
+    if (!plan.resident)
         return 0;
-    }
+    budget = plan.expert_budget;
     v4_cuda_engine *e = v4_cuda_engine_create_paged(&m->w, rows, 2 * max_batch + 2, budget,
-                                                    xp ? v4_xprov_provider(xp) : NULL, err);
+                                                    xp ? v4_xprov_provider(xp) : NULL, pol, err);
     if (!e)
         return -1;
     if (lt && v4_cuda_engine_use_fast(e, lt, err)) {
@@ -209,8 +273,8 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     v4_cuda_engine_expert_stats(e, &xs);
     char paged[240] = "every expert resident";
     if (budget)
-        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (%s) from the %s", xs.slots,
-                 xs.slot_bytes / 1048576.0, *spec ? spec : "the free device memory",
+        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (%s, %s eviction) from the %s", xs.slots,
+                 xs.slot_bytes / 1048576.0, *spec ? spec : "the free device memory", v4_xpolicy_name(pol),
                  xp ? "host expert cache" : "mapped checkpoint");
     fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %s, %s numerics; %.2f "
                     "GiB held (%.2f GiB free of %.2f)\n",
@@ -221,16 +285,24 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     (void)ctx;
     (void)max_batch;
     (void)xp;
-    (void)gpu_mem;
+    (void)req;
     return v4_err_set(err, V4_ERR_INTERNAL, "cuda", "a CUDA device in a build without CUDA");
 #endif
 }
 
 int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, struct v4_xprov *xp,
-                  const char *cuda_mode, const char *gpu_mem, v4_error *err)
+                  const v4_gpu_opts *g, v4_error *err)
 {
-    const int r = v4_attach_device_step(be, m, ctx, max_batch, xp, cuda_mode, gpu_mem, err);
-    return r < 0 ? -1 : r ? 0 : v4_attach_gpu_experts(be, m, ctx, xp, gpu_mem, err);
+    const int r = v4_attach_device_step(be, m, ctx, max_batch, xp, g, err);
+    if (r != 0)
+        return r < 0 ? -1 : 0;
+    if (v4_attach_gpu_experts(be, m, ctx, xp, g, err))
+        return -1;
+#ifdef V4_HAVE_CUDA
+    if (!strcmp(be->ops->name, "cuda"))     /* hybrid: bound the weight copies (after the expert pool) */
+        return hybrid_weight_budget(be, g, err);
+#endif
+    return 0;
 }
 
 int v4_gpu_cache_figs_get(const v4_backend *be, v4_runner_cache_figs *f)

@@ -16,6 +16,7 @@
 
 #include "config/error.h"
 #include "kernels/backend.h"
+#include "kernels/xpolicy.h"
 
 typedef struct v4_engine_opts {
     const char *model;      /* --model DIR */
@@ -33,6 +34,11 @@ typedef struct v4_engine_opts {
      * NULL or "": the V4_CUDA_MODE / V4_GPU_EXPERT_MEM environment variables. */
     const char *cuda_mode;
     const char *gpu_expert_mem;
+    /* The GPU expert slots' eviction policy (lru|slru|lfru|next) and the hybrid mode's
+     * weight-copy budget (bytes or P% of the device); NULL or "": V4_GPU_CACHE_POLICY
+     * (else next) / V4_GPU_WEIGHT_MEM (else the free memory less 1 GiB). */
+    const char *gpu_cache_policy;
+    const char *gpu_weight_mem;
     /* --numerics exact|fast (NULL or "": the V4_NUMERICS environment variable, else
      * exact on the CPU and fast on CUDA).  CPU: kernels/cpu/cpu_backend.h; CUDA:
      * kernels/cuda/cuda_backend.h (tensor cores through cuBLASLt; exact products when
@@ -42,6 +48,16 @@ typedef struct v4_engine_opts {
      * worker/serve/step_rows.h); only the commands that prefill (generate, batch). */
     int prefill_chunk;
 } v4_engine_opts;
+
+/* The GPU settings of one engine; each NULL or "": its environment variable
+ * (V4_CUDA_MODE, V4_GPU_EXPERT_MEM, V4_GPU_CACHE_POLICY, V4_GPU_WEIGHT_MEM).  A NULL
+ * v4_gpu_opts pointer reads all four from the environment.  Borrowed strings. */
+typedef struct v4_gpu_opts {
+    const char *cuda_mode;      /* auto | resident | hybrid */
+    const char *expert_mem;     /* GPU expert budget: bytes or P% of the routed experts */
+    const char *cache_policy;   /* lru | slru | lfru | next (default next) */
+    const char *weight_mem;     /* hybrid weight copies: bytes or P% of the device */
+} v4_gpu_opts;
 
 /* v when set (non-NULL, non-empty), else the environment variable name, else "". */
 const char *v4_opt_or_env(const char *v, const char *name);
@@ -62,31 +78,36 @@ struct v4_xprov;
  * mode and GPU expert budget).  0 or -1 with err. */
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
                       struct v4_xprov **out, v4_error *err);
-/* The GPU expert cache of the hybrid mode (kernels/cuda/gpu_experts.h) when gpu_mem
- * (NULL or "": the environment variable V4_GPU_EXPERT_MEM) is set (bytes with a
+/* The GPU expert cache of the hybrid mode (kernels/cuda/gpu_experts.h) when g's
+ * expert_mem (NULL or "": the environment variable V4_GPU_EXPERT_MEM) is set (bytes with a
  * K/M/G/T suffix, or a percentage of the model's routed-expert bytes) and be is the
  * CUDA backend: attached to be (which owns it: freed with be), between ctx and its
  * experts (the host cache xp, or with xp NULL the weights' own); logs one line (budget,
- * slot size, slots) on stderr.  Unset: no-op; set with a CPU backend: ignored with a
+ * slot size, slots, policy) on stderr; the slots evict by g's cache_policy.  Unset: no-op; set with a CPU backend: ignored with a
  * notice.  0 or -1 with err (bad value, budget below one slot, CUDA failure). */
 int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, struct v4_xprov *xp,
-                          const char *gpu_mem, v4_error *err);
+                          const v4_gpu_opts *g, v4_error *err);
+/* g's GPU cache policy (default next); 0, or -1 with err (V4_ERR_CONFIG naming
+ * V4_GPU_CACHE_POLICY) on an unknown name. */
+int v4_gpu_cache_policy(const v4_gpu_opts *g, v4_xpolicy_kind *kind, v4_error *err);
 
-/* For a CUDA backend: the decode mode (engine.c), from cuda_mode (NULL or
+/* For a CUDA backend: the decode mode (engine.c), from g's cuda_mode (NULL or
  * "": V4_CUDA_MODE) = auto (default) | resident | hybrid.  resident: the whole step on
  * the GPU (kernels/cuda/cuda_step.h, owned by be), set as ctx's step implementation for
  * up to max_batch sequences per step and ctx's rows (v4_ctx_max_rows, at most 256: with
- * every expert resident a prefill chunk fills the spare rows), every expert resident or paged within the GPU
- * expert budget gpu_mem (NULL or "": V4_GPU_EXPERT_MEM), the misses coming from the
- * host expert cache xp (its provider is ctx's already) or, with xp NULL, from the
- * mapped checkpoint; with xp and no budget, the budget is the device's free memory
- * after the trunk and 1 GiB.  hybrid: only the weight products on the GPU (the GPU
- * expert cache of v4_attach_gpu_experts serves that mode).  auto picks resident unless
- * the step does not fit the device's free memory with 1 GiB to spare.  Logs the choice
- * on stderr.  Returns 1 (resident), 0 (hybrid, or a CPU backend: a bad mode is still an
+ * every expert resident a prefill chunk fills the spare rows), every expert resident or
+ * paged within the GPU expert budget (g's expert_mem, else V4_GPU_EXPERT_MEM; unset and
+ * the experts do not fit: the device's free memory after the trunk and 1 GiB), evicting
+ * by g's cache_policy, the misses coming from the host expert cache xp (its provider is
+ * ctx's already) or, with xp NULL, from the mapped checkpoint.  hybrid: only the weight
+ * products on the GPU (the GPU expert cache of v4_attach_gpu_experts serves that mode).
+ * auto decides by kernels/cuda/cuda_plan.h: resident with every expert when it fits,
+ * else resident with paged experts, hybrid only when not even one step's experts fit
+ * next to the trunk.  Logs the choice and the split (trunk, experts, headroom) on
+ * stderr.  Returns 1 (resident), 0 (hybrid, or a CPU backend: a bad mode is still an
  * error), -1 with err. */
 int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
-                          struct v4_xprov *xp, const char *cuda_mode, const char *gpu_mem, v4_error *err);
+                          struct v4_xprov *xp, const v4_gpu_opts *g, v4_error *err);
 /* The GPU expert cache's cumulative figures, whichever mode runs it (the hybrid
  * cache of v4_attach_gpu_experts or the resident step's paged experts): hits,
  * misses, bytes_read = bytes uploaded host -> device, in_use_bytes = budget_bytes =
@@ -95,8 +116,11 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
  * Thread: the thread that runs the steps (the counters are not locked). */
 struct v4_runner_cache_figs;
 int v4_gpu_cache_figs_get(const v4_backend *be, struct v4_runner_cache_figs *f);
-/* v4_attach_device_step, then v4_attach_gpu_experts when it chose hybrid.  0 or -1. */
+/* v4_attach_device_step, then when it chose hybrid v4_attach_gpu_experts and the
+ * weight-copy budget of the hybrid backend (g's weight_mem, else the device's free
+ * memory after the expert pool less 1 GiB; v4_cuda_backend_set_weight_budget).  0 or
+ * -1. */
 int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch, struct v4_xprov *xp,
-                  const char *cuda_mode, const char *gpu_mem, v4_error *err);
+                  const v4_gpu_opts *g, v4_error *err);
 
 #endif

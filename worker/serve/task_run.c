@@ -51,6 +51,12 @@ static void describe_names(v4_runner *r)
 v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e)
 {
+    return v4_runner_open_gpu(model_dir, model_names, ex, NULL, e);
+}
+
+v4_runner *v4_runner_open_gpu(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
+                              const v4_runner_gpu_opts *gx, v4_task_error *e)
+{
     v4_runner *r = calloc(1, sizeof *r);
     v4_error err = {0};
     if (!r) {
@@ -66,6 +72,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
                          .device = ex ? ex->device : NULL,
                          .cuda_mode = ex ? ex->cuda_mode : NULL,
                          .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL,
+                         .gpu_cache_policy = gx ? gx->cache_policy : NULL,
+                         .gpu_weight_mem = gx ? gx->weight_mem : NULL,
                          .numerics = ex ? ex->numerics : NULL};
     if (v4_model_open_paged(model_dir, &r->m, ex && ex->host_cache_bytes > 0, &err))
         goto fail;
@@ -86,7 +94,11 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
             goto fail;
         v4_ctx_set_expert_provider(r->ctx, v4_xprov_provider(r->xp));
     }
-    if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, eo.cuda_mode, eo.gpu_expert_mem, &err))
+    const v4_gpu_opts go = {.cuda_mode = eo.cuda_mode,
+                            .expert_mem = eo.gpu_expert_mem,
+                            .cache_policy = eo.gpu_cache_policy,
+                            .weight_mem = eo.gpu_weight_mem};
+    if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, &go, &err))
         goto fail;
     /* one row per sequence plus a prefill chunk's spare rows, as worker/serve/step_rows.h
      * decides (fewer with paged experts; on CUDA the resident step with every expert

@@ -75,11 +75,22 @@ typedef struct v4_runner_opts {
     int prefill_chunk;              /* prompt positions per step (0: the backend's default, step_rows.h) */
 } v4_runner_opts;
 
+/* The GPU settings added after v4_runner_opts (a separate struct, so that the positional
+ * initializers of v4_runner_opts elsewhere stay complete): V4_GPU_CACHE_POLICY and
+ * V4_GPU_WEIGHT_MEM (NULL or "": the environment variable, engine.h). */
+typedef struct v4_runner_gpu_opts {
+    const char *cache_policy;       /* lru | slru | lfru | next */
+    const char *weight_mem;         /* hybrid weight copies: bytes or P% of the device */
+} v4_runner_gpu_opts;
+
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
  * are refused with model_not_available, the message lists the names); results carry
  * the first name.  ex may be NULL (defaults: experts resident, all cores). */
 v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e);
+/* The same with the GPU settings of gx (NULL: from the environment). */
+v4_runner *v4_runner_open_gpu(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
+                              const v4_runner_gpu_opts *gx, v4_task_error *e);
 /* One line describing how experts are served (for the worker's start-up log). */
 void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n);
 void v4_runner_free(v4_runner *r);

@@ -1,5 +1,5 @@
 /* cachesim_lib.h - the pieces of `v4fleet cachesim`: a routing trace in memory, its
- * replay through an xpolicy (cache/xpolicy.h) and Belady's offline MIN.
+ * replay through an xpolicy (kernels/xpolicy.h) and Belady's offline MIN.
  *
  * A trace is a sequence of steps (one token each); a step is a list of accesses,
  * key = layer * n_experts + expert.  Replay rule (policies and MIN alike): the keys
@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "cache/xpolicy.h"
+#include "kernels/xpolicy.h"
 #include "config/error.h"
 
 typedef struct v4_simtrace {

@@ -1,5 +1,5 @@
 /* cmd_cachesim.c - `v4fleet cachesim`: replay a routing trace through the expert cache
- * policies (cache/xpolicy.h; no I/O) and Belady's offline MIN at one byte budget,
+ * policies (kernels/xpolicy.h; no I/O) and Belady's offline MIN at one byte budget,
  * and print hit rate, misses, evictions and bytes read per token for each.
  *
  * Design: the trace is loaded once (worker/tools/cachesim_trace.c) or made per batch size

@@ -22,11 +22,12 @@
  *    are halved (integer division), so old popularity fades.  Victim = the unpinned resident key
  *    with the lowest count; ties go to the least recent (smallest touch/unpin time).
  *    A min-heap over (count, time) of the unpinned resident keys: O(log n) per op.
- *  - NEXT (predicted next use; the default of the host cache): made for the engine's access
- *    order, the layers of a model visited in a cycle (0, 1, ..., L-1, 0, ...), one group
- *    of a layer's experts per step.  Keys are layer-major (n_layers from the params;
- *    key / (n_keys / n_layers) = layer).  Counts as in LFRU (+1 per touch or insert,
- *    halved every lfru_age_period accesses), plus a visit count per layer (+1 when an
+ *  - NEXT (predicted next use; the default of the host cache and of the GPU slot
+ *    pool): made for the engine's access order, the layers of a model visited in a
+ *    cycle (0, 1, ..., L-1, 0, ...), one group of a layer's experts per step.  Keys
+ *    are layer-major (n_layers from the params; key / (n_keys / n_layers) = layer).
+ *    Counts as in LFRU (+1 per touch or insert, halved every lfru_age_period
+ *    accesses), plus a visit count per layer (+1 when an
  *    access's layer differs from the previous access's layer; halved with the counts).
  *    The current layer is the layer of the latest access.  A resident key k of layer l
  *    with count c is expected to be needed again after
@@ -52,6 +53,8 @@
  * Costs: O(1) per op for LRU/SLRU, O(log capacity) for LFRU; every array is
  * allocated at create (capacity and n_keys sized), nothing is allocated per op.
  *
+ * Users: the host expert cache (cache/expert_cache.c), the GPU slot pool
+ * (kernels/cuda/slot_pool.c) and `v4fleet cachesim` (worker/tools/cachesim_replay.c).
  * Ownership: the creator frees with v4_xpolicy_free.
  * Thread: none - a pure single-threaded data structure; callers (the cache) lock.
  */
@@ -61,6 +64,10 @@
 #include <stdint.h>
 
 #include "../config/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum v4_xpolicy_kind {
     V4_XPOL_LRU = 0,
@@ -112,5 +119,9 @@ int v4_xpolicy_key_of(const v4_xpolicy *p, int slot);   /* -1 if the slot is fre
 /* The victim insert would choose now (-1 if a slot is free or none is evictable);
  * no side effect (tests, cachesim diagnostics). */
 int v4_xpolicy_peek_victim(const v4_xpolicy *p);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,60 @@
+/* cuda_plan.h - the CUDA decode mode's choice (auto | resident | hybrid) and its device
+ * memory split, as a pure function of (device memory, model sizes, settings), in plain
+ * C so that a CPU test can call it (tests/test_cuda_plan.c); worker/serve/engine.c
+ * measures the inputs and follows the plan.
+ *
+ * Rules (V4_CUDA_MODE, V4_GPU_EXPERT_MEM):
+ *  - hybrid: the hybrid mode (weight products on the GPU), whatever the sizes.
+ *  - an explicit expert budget B: the resident step paging experts in B (capped at the
+ *    routed-expert bytes).  auto falls back to hybrid when trunk + B + headroom does
+ *    not fit the free memory; resident tries anyway (the engine's allocation says why
+ *    when it fails).
+ *  - no budget, and trunk + every expert + headroom fits: the resident step with every
+ *    expert resident (budget 0).
+ *  - no budget, and it does not fit (the full V4-Flash on one H200): the resident step
+ *    with paged experts, budget = free - trunk - headroom (capped at the routed-expert
+ *    bytes), when that holds one step's experts (step_experts slots); else auto picks
+ *    hybrid and resident is an error (V4_ERR_NOMEM, with the sizes).
+ * Ownership: plain values.  Thread: any (pure).
+ */
+#ifndef V4_CUDA_PLAN_H
+#define V4_CUDA_PLAN_H
+
+#include <stddef.h>
+
+#include "../../config/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum v4_cuda_mode_req { V4_CUDA_REQ_AUTO = 0, V4_CUDA_REQ_RESIDENT, V4_CUDA_REQ_HYBRID } v4_cuda_mode_req;
+
+typedef struct v4_cuda_plan_in {
+    v4_cuda_mode_req mode;
+    size_t free_bytes;          /* device memory free now */
+    size_t trunk_bytes;         /* the resident step without routed experts (weights, scratch, fast forms) */
+    size_t experts_bytes;       /* every routed expert resident (the step's own layout) */
+    size_t slot_bytes;          /* one paged expert slot (an upper bound is fine) */
+    int step_experts;           /* slots one step pins at most (one layer's experts for the batch) */
+    size_t headroom;            /* left free for sequences and the runtime */
+    size_t budget;              /* explicit V4_GPU_EXPERT_MEM in bytes, 0 = none */
+} v4_cuda_plan_in;
+
+typedef struct v4_cuda_plan {
+    int resident;               /* 1 = the resident step, 0 = hybrid */
+    size_t expert_budget;       /* resident: 0 = every expert resident, else the slot pool's budget */
+    size_t trunk_bytes, pool_bytes, headroom;   /* the split (pool: experts resident or paged) */
+    const char *why;            /* one phrase for the log */
+} v4_cuda_plan;
+
+/* "auto" | "resident" | "hybrid" ("" = auto); 0 or -1 (unknown). */
+int v4_cuda_mode_req_parse(const char *s, v4_cuda_mode_req *out);
+/* The plan for in; 0, or -1 with err (V4_ERR_NOMEM: resident asked and impossible). */
+int v4_cuda_auto_plan(const v4_cuda_plan_in *in, v4_cuda_plan *out, v4_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
