@@ -372,8 +372,12 @@ int main(int argc, char **argv)
         v4_task_error e = {0};
         const int rows = o.prefill > 0 && o.prefill_rows > maxn ? o.prefill_rows : maxn;
         /* the prefill row's chunk: --prefill-rows positions per step */
-        v4_runner_opts ro = {NULL, 0, NULL, 0, o.threads, o.isa, rows, 0, o.device, NULL, NULL, modes[mi],
-                             o.prefill > 0 ? o.prefill_rows : 0};
+        const v4_runner_opts ro = {.threads = o.threads,
+                                   .isa = o.isa,
+                                   .max_batch = rows,
+                                   .device = o.device,
+                                   .numerics = modes[mi],
+                                   .prefill_chunk = o.prefill > 0 ? o.prefill_rows : 0};
         v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
         if (!r) {
             fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);

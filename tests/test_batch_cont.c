@@ -192,7 +192,7 @@ int main(void)
         return 1;
     }
     v4_task_error e = {0};
-    v4_runner_opts ro = {NULL, 0, NULL, 0, 2, NULL, 8, 0, NULL, NULL, NULL, NULL, 0};
+    v4_runner_opts ro = {.threads = 2, .max_batch = 8};
     v4_runner *r = v4_runner_open(dir, "tiny", &ro, &e);
     CHECK(r != NULL, "runner: %s: %s", e.where, e.message);
     if (!r)
@@ -348,7 +348,7 @@ int main(void)
     v4_xblock_layout lo;
     v4_xblock_layout_of(c, &lo);
     long long all = (long long)c->n_layers * c->n_routed_experts * (long long)lo.bytes;
-    v4_runner_opts po = {NULL, all / 2, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL, 0};
+    v4_runner_opts po = {.host_cache_bytes = all / 2, .policy = "lru", .io_threads = 2, .threads = 2, .max_batch = 8};
     /* pass 0 as the others; passes 1 and 2 without the 1 ms deadline (whether it runs
      * at all depends on timing, and with it the steps the other jobs share) */
     long long figs1[NJ][3];
@@ -409,7 +409,8 @@ int main(void)
     }
     if (pf)
         fclose(pf);
-    v4_runner_opts co = {pack, all, "lru", 2, 2, NULL, 8, 0, NULL, NULL, NULL, NULL, 0};
+    v4_runner_opts co = {.pack_dir = pack, .host_cache_bytes = all, .policy = "lru", .io_threads = 2, .threads = 2,
+                         .max_batch = 8};
     v4_runner *rp = v4_runner_open(dir, "tiny", &co, &e);
     CHECK(rp != NULL, "runner on the corrupted pack: %s", e.message);
     if (rp) {

@@ -119,7 +119,7 @@ int main(void)
     v4_xblock_layout lo;
     v4_xblock_layout_of(c, &lo);
     long long all = (long long)c->n_layers * c->n_routed_experts * (long long)lo.bytes;
-    v4_runner_opts px = {NULL, all / 8, "lru", 2, 1, NULL, 1, 0, NULL, NULL, NULL, NULL, 0};
+    v4_runner_opts px = {.host_cache_bytes = all / 8, .policy = "lru", .io_threads = 2, .threads = 1, .max_batch = 1};
     long long fig1[3] = {-1, -1, -1};
     for (int pass = 0; pass < 2; pass++) {
     v4_runner *rp = v4_runner_open(dir, "flash", &px, &e);
@@ -154,7 +154,8 @@ int main(void)
     snprintf(cmd2, sizeof cmd2, "rm -rf '%s' && '%s' pack --model '%s' --out '%s' >/dev/null 2>&1", pack,
              t_env("V4_BIN", "build/v4fleet"), dir, pack);
     CHECK(system(cmd2) == 0, "pack: %s", cmd2);
-    v4_runner_opts cx = {pack, all, "lru", 2, 1, NULL, 1, 0, NULL, NULL, NULL, NULL, 0};
+    v4_runner_opts cx = {.pack_dir = pack, .host_cache_bytes = all, .policy = "lru", .io_threads = 2, .threads = 1,
+                         .max_batch = 1};
     snprintf(cmd2, sizeof cmd2, "%s/experts.bin", pack);
     FILE *pf = fopen(cmd2, "r+b");
     CHECK(pf != NULL, "open the pack data");

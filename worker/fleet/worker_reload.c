@@ -16,13 +16,23 @@
 int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner **out)
 {
     v4_task_error te = {0};
-    v4_runner_opts rx = {c->expert_pack, c->host_cache_bytes, c->cache_policy, c->io_threads, c->threads, NULL,
-                         c->concurrency, c->max_context, c->device, c->cuda_mode, c->gpu_expert_mem,
-                         c->numerics, c->prefill_chunk};
-    const v4_runner_gpu_opts gx = {.cache_policy = c->gpu_cache_policy, .weight_mem = c->gpu_weight_mem};
+    const v4_runner_opts rx = {.pack_dir = c->expert_pack,
+                               .host_cache_bytes = c->host_cache_bytes,
+                               .policy = c->cache_policy,
+                               .io_threads = c->io_threads,
+                               .threads = c->threads,
+                               .max_batch = c->concurrency,
+                               .max_context = c->max_context,
+                               .device = c->device,
+                               .cuda_mode = c->cuda_mode,
+                               .gpu_expert_mem = c->gpu_expert_mem,
+                               .numerics = c->numerics,
+                               .prefill_chunk = c->prefill_chunk,
+                               .gpu_cache_policy = c->gpu_cache_policy,
+                               .gpu_weight_mem = c->gpu_weight_mem};
     double t0 = v4_now_ms();
     *out = NULL;
-    v4_runner *r = v4_runner_open_gpu(c->model_dir, c->model_names, &rx, &gx, &te);
+    v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
     if (!r) {
         v4w_log(w, 0, NULL, "%s: %s", te.where, te.message);
         return -1;

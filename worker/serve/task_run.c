@@ -51,12 +51,6 @@ static void describe_names(v4_runner *r)
 v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e)
 {
-    return v4_runner_open_gpu(model_dir, model_names, ex, NULL, e);
-}
-
-v4_runner *v4_runner_open_gpu(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
-                              const v4_runner_gpu_opts *gx, v4_task_error *e)
-{
     v4_runner *r = calloc(1, sizeof *r);
     v4_error err = {0};
     if (!r) {
@@ -72,8 +66,8 @@ v4_runner *v4_runner_open_gpu(const char *model_dir, const char *model_names, co
                          .device = ex ? ex->device : NULL,
                          .cuda_mode = ex ? ex->cuda_mode : NULL,
                          .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL,
-                         .gpu_cache_policy = gx ? gx->cache_policy : NULL,
-                         .gpu_weight_mem = gx ? gx->weight_mem : NULL,
+                         .gpu_cache_policy = ex ? ex->gpu_cache_policy : NULL,
+                         .gpu_weight_mem = ex ? ex->gpu_weight_mem : NULL,
                          .numerics = ex ? ex->numerics : NULL};
     if (v4_model_open_paged(model_dir, &r->m, ex && ex->host_cache_bytes > 0, &err))
         goto fail;

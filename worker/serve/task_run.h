@@ -62,7 +62,7 @@ typedef struct v4_run_output {
 typedef struct v4_runner_opts {
     const char *pack_dir;
     long long host_cache_bytes;
-    const char *policy;             /* lru | slru | lfru (NULL: lfru) */
+    const char *policy;             /* lru | slru | lfru | next (NULL: next) */
     int io_threads;                 /* 0: default */
     int threads;
     const char *isa;
@@ -73,24 +73,16 @@ typedef struct v4_runner_opts {
     const char *gpu_expert_mem;     /* GPU expert budget: bytes or P% */
     const char *numerics;           /* exact | fast (NULL: V4_NUMERICS, else exact) */
     int prefill_chunk;              /* prompt positions per step (0: the backend's default, step_rows.h) */
+    /* V4_GPU_CACHE_POLICY and V4_GPU_WEIGHT_MEM (NULL or "": the environment, engine.h) */
+    const char *gpu_cache_policy;   /* GPU expert slots: lru | slru | lfru | next */
+    const char *gpu_weight_mem;     /* hybrid weight copies: bytes or P% of the device */
 } v4_runner_opts;
-
-/* The GPU settings added after v4_runner_opts (a separate struct, so that the positional
- * initializers of v4_runner_opts elsewhere stay complete): V4_GPU_CACHE_POLICY and
- * V4_GPU_WEIGHT_MEM (NULL or "": the environment variable, engine.h). */
-typedef struct v4_runner_gpu_opts {
-    const char *cache_policy;       /* lru | slru | lfru | next */
-    const char *weight_mem;         /* hybrid weight copies: bytes or P% of the device */
-} v4_runner_gpu_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
  * are refused with model_not_available, the message lists the names); results carry
  * the first name.  ex may be NULL (defaults: experts resident, all cores). */
 v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e);
-/* The same with the GPU settings of gx (NULL: from the environment). */
-v4_runner *v4_runner_open_gpu(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
-                              const v4_runner_gpu_opts *gx, v4_task_error *e);
 /* One line describing how experts are served (for the worker's start-up log). */
 void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n);
 void v4_runner_free(v4_runner *r);

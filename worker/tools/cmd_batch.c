@@ -490,9 +490,21 @@ int v4_cmd_batch(int argc, char **argv)
     long to_run = (long)b.n_plan - b.n_skip;
     if (to_run > 0) {
         v4_task_error te = {0};
-        v4_runner_opts rx = {b.eo.pack, b.eo.host_cache_bytes, b.eo.cache_policy, b.eo.io_threads, b.eo.threads, b.eo.isa,
-                             b.concurrency, b.max_context, b.eo.device, b.eo.cuda_mode, b.eo.gpu_expert_mem,
-                             b.eo.numerics, b.eo.prefill_chunk};
+        const v4_runner_opts rx = {.pack_dir = b.eo.pack,
+                                   .host_cache_bytes = b.eo.host_cache_bytes,
+                                   .policy = b.eo.cache_policy,
+                                   .io_threads = b.eo.io_threads,
+                                   .threads = b.eo.threads,
+                                   .isa = b.eo.isa,
+                                   .max_batch = b.concurrency,
+                                   .max_context = b.max_context,
+                                   .device = b.eo.device,
+                                   .cuda_mode = b.eo.cuda_mode,
+                                   .gpu_expert_mem = b.eo.gpu_expert_mem,
+                                   .numerics = b.eo.numerics,
+                                   .prefill_chunk = b.eo.prefill_chunk,
+                                   .gpu_cache_policy = b.eo.gpu_cache_policy,
+                                   .gpu_weight_mem = b.eo.gpu_weight_mem};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;
