@@ -21,7 +21,9 @@
  * fresh continuous executor of capacity N, driven as cmd_batch.c drives it (submit
  * while a slot is free, step until one frees, drain).  Decode-dominated by design.
  * Printed: machine, config, N, aggregate generated tokens/s (median of R, and the
- * range: the machine may be shared), speed-up
+ * range: the machine may be shared), tokens per CPU-second of this process (user +
+ * system time of every thread during the run, median of R: time slices that other
+ * processes of a busy host get do not count, the pool's short spin waits do), speed-up
  * vs N = 1, mean rows per step, weight bytes read per position (per step: trunk + the
  * union of the rows' routed experts, divided by the rows), the achieved GB/s of weight
  * reads and that as a % of the measured bandwidth, the multiply-adds of the weight
@@ -47,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "bench/fmapeak.h"
@@ -87,6 +90,14 @@ static int ensure_model(const char *dir)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* CPU seconds used by this process so far (user + system, every thread). */
+static double cpu_now(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 /* Read one byte per page of every file of the model so timed runs do not fault. */
 static void page_in(const char *dir)
 {
@@ -98,6 +109,7 @@ static void page_in(const char *dir)
 
 typedef struct run_figs {
     double tps, rows_per_step, bytes_per_row, gbs, macs_per_row, bytes, macs, tokens, ebytes, emacs, seconds;
+    double cpu_s;   /* CPU seconds of this process during the run (user + system, all threads) */
 } run_figs;
 
 /* n slots, k tasks per slot of `prompt` random ids and `tokens` generated tokens each. */
@@ -113,7 +125,7 @@ static int run_once(v4_runner *r, int n, int k_per_slot, int prompt, int gen, un
     long long tokens = 0;
     int failed = 0, submitted = 0;
     v4_job *fin[64];
-    double t0 = v4_bench_now();
+    double t0 = v4_bench_now(), c0 = cpu_now();
     while (submitted < jobs || x->ops->in_flight(x) > 0) {
         if (submitted < jobs && x->ops->in_flight(x) < x->ops->capacity(x)) {
             /* an id takes at most 11 bytes with its comma */
@@ -156,6 +168,7 @@ static int run_once(v4_runner *r, int n, int k_per_slot, int prompt, int gen, un
         }
     }
     double dt = v4_bench_now() - t0;
+    rf->cpu_s = cpu_now() - c0;
     v4_exec_figs f;
     v4_exec_figs_get(x, &f);
     x->ops->destroy(x);
@@ -192,9 +205,10 @@ typedef struct mach {
     int gpu;
 } mach;
 
-/* One mode's decode table rows (one per N); fills x8 with the N = 8 / N = 1 speed-up. */
+/* One mode's decode table rows (one per N); fills tps_out and cpu_tps (tokens per CPU
+ * second, median of the runs) per N. */
 static int decode_rows(v4_runner *r, const opts *o, const mach *mc, const char *mode, const int *ns, int nn,
-                       double *tps_out)
+                       double *tps_out, double *cpu_tps)
 {
     const v4_config *cfg = v4_runner_config(r);
     unsigned rng = 12345;
@@ -211,6 +225,9 @@ static int decode_rows(v4_runner *r, const opts *o, const mach *mc, const char *
             rc = 1;
             continue;
         }
+        for (int k = 0; k < o->runs; k++)
+            v[k] = rf[k].cpu_s > 0 ? rf[k].tokens / rf[k].cpu_s : 0;
+        cpu_tps[t] = median(v, o->runs);
         for (int k = 0; k < o->runs; k++)
             v[k] = rf[k].tps;
         med.tps = median(v, o->runs);
@@ -240,10 +257,10 @@ static int decode_rows(v4_runner *r, const opts *o, const mach *mc, const char *
                      100.0 * med.tps / xroof, xroof_base ? "" : "n/a ", xroof_base ? xroof / xroof_base : 0);
         }
         const char *mname = strrchr(o->model, '/') && strrchr(o->model, '/')[1] ? strrchr(o->model, '/') + 1 : o->model;
-        printf("| %s | %s (%d layers, dim %d, %d experts top-%d), %d thr, %s | %s | %d | %.2f | %.2f-%.2f | %s%.2fx "
+        printf("| %s | %s (%d layers, dim %d, %d experts top-%d), %d thr, %s | %s | %d | %.2f | %.2f-%.2f | %.2f | %s%.2fx "
                "| %.2f | %.3e | %.2f | %.1f%% | %.3e | %s |\n",
                mc->cpu, mname, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o->threads,
-               mc->gpu ? o->device : o->isa, mode, ns[t], med.tps, v[0], v[o->runs - 1], base ? "" : "n/a ",
+               mc->gpu ? o->device : o->isa, mode, ns[t], med.tps, v[0], v[o->runs - 1], cpu_tps[t], base ? "" : "n/a ",
                base ? med.tps / base : 0, med.rows_per_step, med.bytes_per_row, med.gbs, 100.0 * med.gbs / mc->bw,
                med.macs_per_row, rcell);
         fflush(stdout);
@@ -253,19 +270,21 @@ static int decode_rows(v4_runner *r, const opts *o, const mach *mc, const char *
 
 /* Prefill of one --prefill-token prompt (one task, 1 generated token), R runs:
  * prompt tokens per second (median), filled into *tps. */
-static int prefill_row(v4_runner *r, const opts *o, const mach *mc, const char *mode, double *tps)
+static int prefill_row(v4_runner *r, const opts *o, const mach *mc, const char *mode, double *tps, double *cpu_tps)
 {
     unsigned rng = 777;
-    double v[32];
+    double v[32], c[32];
     run_figs rf;
     for (int k = 0; k < o->runs; k++) {
         if (run_once(r, 1, 1, o->prefill, 1, &rng, &rf))
             return -1;
         v[k] = o->prefill / rf.seconds;
+        c[k] = rf.cpu_s > 0 ? o->prefill / rf.cpu_s : 0;
     }
     *tps = median(v, o->runs);
-    printf("| %s | %s | %d rows/step | %d | %.1f | %.1f-%.1f |\n", mc->cpu, mode, o->prefill_rows, o->prefill, *tps,
-           v[0], v[o->runs - 1]);
+    *cpu_tps = median(c, o->runs);
+    printf("| %s | %s | %d rows/step | %d | %.1f | %.1f-%.1f | %.1f |\n", mc->cpu, mode, o->prefill_rows, o->prefill,
+           *tps, v[0], v[o->runs - 1], *cpu_tps);
     fflush(stdout);
     return 0;
 }
@@ -366,7 +385,7 @@ int main(int argc, char **argv)
     printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy, ignore_eos); median of %d runs\n",
            o.k, o.prompt, o.tokens, o.runs);
     printf("(the exact roof columns assume the exact arithmetic's rates in both modes)\n\n");
-    double tps[2][16] = {{0}}, pre[2] = {0};
+    double tps[2][16] = {{0}}, pre[2] = {0}, ctps[2][16] = {{0}}, cpre[2] = {0};
     int rc = 0;
     for (int mi = 0; mi < nm; mi++) {
         v4_task_error e = {0};
@@ -385,16 +404,16 @@ int main(int argc, char **argv)
         }
         if (mi == 0)
             page_in(o.model);
-        printf("| machine | config | mode | N | tokens/s | (min-max) | speed-up | rows/step | weight bytes/position | "
-               "GB/s | %% of read BW | MACs/position | roofline tok/s | %% of roofline | roofline speed-up "
-               "| exact roof tok/s | %% of exact roof | exact roof speed-up |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        printf("| machine | config | mode | N | tokens/s | (min-max) | tokens/CPU-s | speed-up | rows/step | "
+               "weight bytes/position | GB/s | %% of read BW | MACs/position | roofline tok/s | %% of roofline | "
+               "roofline speed-up | exact roof tok/s | %% of exact roof | exact roof speed-up |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         fflush(stdout);
-        rc |= decode_rows(r, &o, &mc, v4_runner_numerics(r), ns, nn, tps[mi]);
+        rc |= decode_rows(r, &o, &mc, v4_runner_numerics(r), ns, nn, tps[mi], ctps[mi]);
         if (o.prefill > 0) {
-            printf("\n| machine | mode | chunk | prompt tokens | prefill tokens/s | (min-max) |\n"
-                   "|---|---|---|---|---|---|\n");
-            rc |= prefill_row(r, &o, &mc, v4_runner_numerics(r), &pre[mi]) != 0;
+            printf("\n| machine | mode | chunk | prompt tokens | prefill tokens/s | (min-max) | tokens/CPU-s |\n"
+                   "|---|---|---|---|---|---|---|\n");
+            rc |= prefill_row(r, &o, &mc, v4_runner_numerics(r), &pre[mi], &cpre[mi]) != 0;
         }
         printf("\n");
         v4_runner_free(r);
@@ -407,9 +426,13 @@ int main(int argc, char **argv)
     }
     for (int mi = 0; mi < nm; mi++)
         if (i1 >= 0 && i8 >= 0 && tps[mi][i1] > 0)
-            printf("summary: %s: N = 8 / N = 1 = %.2fx (target in fast mode: >= 3x)\n", modes[mi],
-                   tps[mi][i8] / tps[mi][i1]);
+            printf("summary: %s: N = 8 / N = 1 = %.2fx (target in fast mode: >= 3x; per CPU-second %.2fx)\n",
+                   modes[mi], tps[mi][i8] / tps[mi][i1], ctps[mi][i1] > 0 ? ctps[mi][i8] / ctps[mi][i1] : 0);
     if (nm == 2 && pre[0] > 0 && pre[1] > 0)
-        printf("summary: prefill of %d tokens, fast / exact = %.2fx (target: >= 2x)\n", o.prefill, pre[1] / pre[0]);
+        printf("summary: prefill of %d tokens, fast / exact = %.2fx (target: >= 2x; per CPU-second %.2fx)\n", o.prefill,
+               pre[1] / pre[0], cpre[0] > 0 ? cpre[1] / cpre[0] : 0);
+    if (nm == 2 && i1 >= 0 && tps[0][i1] > 0)
+        printf("summary: N = 1, fast / exact = %.2fx (per CPU-second %.2fx)\n", tps[1][i1] / tps[0][i1],
+               ctps[0][i1] > 0 ? ctps[1][i1] / ctps[0][i1] : 0);
     return rc;
 }

@@ -42,7 +42,7 @@ static void usage(FILE *f)
                "defaults: --model models/tiny, --max-tokens 64, --temperature 1, --top-p 1, --top-k 0,\n"
                "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"
                "          experts resident unless --host-cache-bytes > 0 (paged through a host cache\n"
-               "          from --pack DIR, else from the safetensors; --cache-policy lfru, --io-threads 4)\n");
+               "          from --pack DIR, else from the safetensors; --cache-policy next, --io-threads 4)\n");
 }
 
 typedef struct gen_opts {
