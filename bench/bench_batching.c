@@ -54,6 +54,7 @@
  * The figures include the cold misses of the run (the caches start empty at the first
  * N and are shared by the later ones).
  *
+ * --ns none skips the decode table (e.g. with --long only).
  * Long documents (--long TOKENS, after the tables): --long-n tasks (default 2) of TOKENS
  * random prompt ids each and --tokens generated tokens, all submitted at once to one
  * executor (prefilled and decoded together), one run: seconds, positions per second
@@ -385,7 +386,7 @@ int main(int argc, char **argv)
         i++;
     }
     int ns[16], nn = 0, maxn = 1;
-    for (const char *p = o.ns; *p && nn < 16;) {
+    for (const char *p = strcmp(o.ns, "none") ? o.ns : ""; *p && nn < 16;) {   /* "none": no decode table */
         ns[nn] = atoi(p);
         if (ns[nn] < 1 || ns[nn] > 256) {
             fprintf(stderr, "bench_batching: bad --ns %s\n", o.ns);
