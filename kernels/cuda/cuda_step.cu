@@ -362,7 +362,9 @@ static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *
     }
     if (quant)
         return ck(e, v4cu_act_quant(x, n, W->cols, e->xq, e->xs, e->st), "linear") ||
-               ck(e, lin_quantized(e, W, n, y), "linear");
+                       ck(e, lin_quantized(e, W, n, y), "linear")
+                   ? -1
+                   : 0;
     return ck(e, v4cu_exact(W->type, W->r8, W->w, W->scale, W->rows, W->cols, n, x, y, e->st), "linear");
 }
 
