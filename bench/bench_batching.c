@@ -6,6 +6,8 @@
  *                  [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]
  *                  [--device cpu|cuda|cuda:N] [--numerics exact,fast|exact|fast]
  *                  [--prefill TOKENS] [--prefill-rows ROWS]
+ *                  [--host-cache-bytes B] [--gpu-expert-mem X] [--io-threads N]
+ *                  [--long TOKENS] [--long-n N]
  *
  * Modes: both by default (a table each, then "summary:" lines with the fast mode's
  * targets: N = 8 / N = 1 and prefill fast / exact); on a GPU the fast mode is the
@@ -44,6 +46,22 @@
  * step batches the same way), % of BW is against 4.8 TB/s and the roofline columns
  * are n/a.
  *
+ * Paged experts: --host-cache-bytes B pages the routed experts through a host cache of
+ * B bytes (K/M/G suffixes; needed for a `mkmodel --no-experts` model, whose experts come
+ * from the synthetic source), --io-threads its readers, --gpu-expert-mem X (bytes or P%
+ * of the routed experts, as V4_GPU_EXPERT_MEM) the GPU expert budget.  Each decode row
+ * then also shows, for the median run: the GPU expert cache's hit rate (hits / (hits +
+ * misses) of the run's expert acquisitions, v4_runner_gpu_cache_figs_get), the GB it
+ * uploaded per generated token, and the host cache's hit rate ("-" when not paged).
+ * The figures include the cold misses of the run (the caches start empty at the first
+ * N and are shared by the later ones).
+ *
+ * --ns none skips the decode table (e.g. with --long only).
+ * Long documents (--long TOKENS, after the tables): --long-n tasks (default 2) of TOKENS
+ * random prompt ids each and --tokens generated tokens, all submitted at once to one
+ * executor (prefilled and decoded together), one run: seconds, positions per second
+ * (prompt + generated), generated tokens per second, and the paging figures.
+ *
  * Thread: main thread (the runner's CPU pool does the work).
  */
 #include <stdio.h>
@@ -55,6 +73,7 @@
 #include "bench/fmapeak.h"
 #include "bench/membw.h"
 #include "config/model_config.h"
+#include "config/worker_config.h"
 #ifdef V4_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -67,8 +86,9 @@
 #endif
 
 typedef struct opts {
-    const char *model, *isa, *ns, *device, *numerics;
-    int k, tokens, prompt, runs, threads, prefill, prefill_rows;
+    const char *model, *isa, *ns, *device, *numerics, *gpu_expert_mem;
+    int k, tokens, prompt, runs, threads, prefill, prefill_rows, io_threads, long_tokens, long_n;
+    long long host_cache_bytes;
 } opts;
 
 static int ensure_model(const char *dir)
@@ -110,7 +130,29 @@ static void page_in(const char *dir)
 typedef struct run_figs {
     double tps, rows_per_step, bytes_per_row, gbs, macs_per_row, bytes, macs, tokens, ebytes, emacs, seconds;
     double cpu_s;   /* CPU seconds of this process during the run (user + system, all threads) */
+    /* paging (the run's share of the caches' cumulative figures): -1 = not paged */
+    double gpu_hit, gpu_gb_per_token, host_hit;
 } run_figs;
+
+/* hits / (hits + misses) of the figures' change from a to b; -1 when the cache is absent
+ * (rc != 0), 0 when nothing was acquired. */
+static double hit_rate(int rc, const v4_runner_cache_figs *a, const v4_runner_cache_figs *b)
+{
+    if (rc)
+        return -1;
+    const double h = (double)(b->hits - a->hits), m = (double)(b->misses - a->misses);
+    return h + m > 0 ? h / (h + m) : 0;
+}
+
+/* "-" or the rate in % / the GB per token into out. */
+static const char *fig_cell(char *out, size_t n, double v, const char *fmt)
+{
+    if (v < 0)
+        snprintf(out, n, "-");
+    else
+        snprintf(out, n, fmt, v);
+    return out;
+}
 
 /* n slots, k tasks per slot of `prompt` random ids and `tokens` generated tokens each. */
 static int run_once(v4_runner *r, int n, int k_per_slot, int prompt, int gen, unsigned *rng, run_figs *rf)
@@ -125,6 +167,8 @@ static int run_once(v4_runner *r, int n, int k_per_slot, int prompt, int gen, un
     long long tokens = 0;
     int failed = 0, submitted = 0;
     v4_job *fin[64];
+    v4_runner_cache_figs g0, h0, g1, h1;
+    const int grc = v4_runner_gpu_cache_figs_get(r, &g0), hrc = v4_runner_cache_figs_get(r, &h0);
     double t0 = v4_bench_now(), c0 = cpu_now();
     while (submitted < jobs || x->ops->in_flight(x) > 0) {
         if (submitted < jobs && x->ops->in_flight(x) < x->ops->capacity(x)) {
@@ -169,6 +213,11 @@ static int run_once(v4_runner *r, int n, int k_per_slot, int prompt, int gen, un
     }
     double dt = v4_bench_now() - t0;
     rf->cpu_s = cpu_now() - c0;
+    v4_runner_gpu_cache_figs_get(r, &g1);
+    v4_runner_cache_figs_get(r, &h1);
+    rf->gpu_hit = hit_rate(grc, &g0, &g1);
+    rf->host_hit = hit_rate(hrc, &h0, &h1);
+    rf->gpu_gb_per_token = grc ? -1 : tokens > 0 ? (double)(g1.bytes_read - g0.bytes_read) / 1e9 / (double)tokens : 0;
     v4_exec_figs f;
     v4_exec_figs_get(x, &f);
     x->ops->destroy(x);
@@ -257,12 +306,15 @@ static int decode_rows(v4_runner *r, const opts *o, const mach *mc, const char *
                      100.0 * med.tps / xroof, xroof_base ? "" : "n/a ", xroof_base ? xroof / xroof_base : 0);
         }
         const char *mname = strrchr(o->model, '/') && strrchr(o->model, '/')[1] ? strrchr(o->model, '/') + 1 : o->model;
+        char c1[32], c2[32], c3[32];
         printf("| %s | %s (%d layers, dim %d, %d experts top-%d), %d thr, %s | %s | %d | %.2f | %.2f-%.2f | %.2f | %s%.2fx "
-               "| %.2f | %.3e | %.2f | %.1f%% | %.3e | %s |\n",
+               "| %.2f | %.3e | %.2f | %.1f%% | %.3e | %s | %s | %s | %s |\n",
                mc->cpu, mname, cfg->n_layers, cfg->dim, cfg->n_routed_experts, cfg->n_act_experts, o->threads,
                mc->gpu ? o->device : o->isa, mode, ns[t], med.tps, v[0], v[o->runs - 1], cpu_tps[t], base ? "" : "n/a ",
                base ? med.tps / base : 0, med.rows_per_step, med.bytes_per_row, med.gbs, 100.0 * med.gbs / mc->bw,
-               med.macs_per_row, rcell);
+               med.macs_per_row, rcell, fig_cell(c1, sizeof c1, 100.0 * med.gpu_hit, "%.1f%%"),
+               fig_cell(c2, sizeof c2, med.gpu_gb_per_token, "%.3f"),
+               fig_cell(c3, sizeof c3, 100.0 * med.host_hit, "%.1f%%"));
         fflush(stdout);
     }
     return rc;
@@ -289,16 +341,36 @@ static int prefill_row(v4_runner *r, const opts *o, const mach *mc, const char *
     return 0;
 }
 
+/* --long: long_n tasks of long_tokens prompt ids at once (one run), figures printed. */
+static int long_row(v4_runner *r, const opts *o, const mach *mc, const char *mode)
+{
+    unsigned rng = 4242;
+    run_figs rf;
+    if (run_once(r, o->long_n, 1, o->long_tokens, o->tokens, &rng, &rf))
+        return -1;
+    const double pos = (double)o->long_n * (double)(o->long_tokens + o->tokens);
+    char c1[32], c2[32], c3[32];
+    printf("| %s | %s | %d | %d | %d | %.1f | %.1f | %.2f | %s | %s | %s |\n", mc->cpu, mode, o->long_n,
+           o->long_tokens, o->tokens, rf.seconds, pos / rf.seconds, rf.tps,
+           fig_cell(c1, sizeof c1, 100.0 * rf.gpu_hit, "%.1f%%"), fig_cell(c2, sizeof c2, rf.gpu_gb_per_token, "%.3f"),
+           fig_cell(c3, sizeof c3, 100.0 * rf.host_hit, "%.1f%%"));
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    opts o = {"models/bench/small", "auto", "1,2,4,8,16", "cpu", NULL, 2, 64, 4, 3, 2, 2048, 64};
+    opts o = {.model = "models/bench/small", .isa = "auto", .ns = "1,2,4,8,16", .device = "cpu", .k = 2,
+              .tokens = 64, .prompt = 4, .runs = 3, .threads = 2, .prefill = 2048, .prefill_rows = 64, .long_n = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) {
             printf("usage: bench_batching [--model DIR] [--ns 1,2,4,8,16] [--tasks-per-slot K] [--tokens T]\n"
                    "                      [--prompt P] [--runs R] [--threads T] [--isa auto|scalar|avx2|avx512]\n"
                    "                      [--device cpu|cuda|cuda:N] [--numerics exact,fast|exact|fast]\n"
-                   "                      [--prefill TOKENS (0: none)] [--prefill-rows ROWS]\n");
+                   "                      [--prefill TOKENS (0: none)] [--prefill-rows ROWS]\n"
+                   "                      [--host-cache-bytes B] [--gpu-expert-mem BYTES|P%%] [--io-threads N]\n"
+                   "                      [--long TOKENS] [--long-n N]\n");
             return 0;
         }
         if (!v) {
@@ -317,14 +389,23 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--numerics")) o.numerics = v;
         else if (!strcmp(a, "--prefill")) o.prefill = atoi(v);
         else if (!strcmp(a, "--prefill-rows")) o.prefill_rows = atoi(v);
-        else {
+        else if (!strcmp(a, "--gpu-expert-mem")) o.gpu_expert_mem = v;
+        else if (!strcmp(a, "--io-threads")) o.io_threads = atoi(v);
+        else if (!strcmp(a, "--long")) o.long_tokens = atoi(v);
+        else if (!strcmp(a, "--long-n")) o.long_n = atoi(v);
+        else if (!strcmp(a, "--host-cache-bytes")) {
+            if (v4_parse_bytes(v, &o.host_cache_bytes)) {
+                fprintf(stderr, "bench_batching: bad --host-cache-bytes %s\n", v);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "bench_batching: unknown option %s\n", a);
             return 2;
         }
         i++;
     }
     int ns[16], nn = 0, maxn = 1;
-    for (const char *p = o.ns; *p && nn < 16;) {
+    for (const char *p = strcmp(o.ns, "none") ? o.ns : ""; *p && nn < 16;) {   /* "none": no decode table */
         ns[nn] = atoi(p);
         if (ns[nn] < 1 || ns[nn] > 256) {
             fprintf(stderr, "bench_batching: bad --ns %s\n", o.ns);
@@ -336,11 +417,14 @@ int main(int argc, char **argv)
         p += *p == ',';
     }
     if (o.k < 1 || o.tokens < 1 || o.prompt < 1 || o.runs < 1 || o.runs > 32 || o.prefill < 0 ||
-        o.prefill_rows < 1 || o.prefill_rows > 4096) {
+        o.prefill_rows < 1 || o.prefill_rows > 4096 || o.io_threads < 0 || o.long_tokens < 0 || o.long_n < 1 ||
+        o.long_n > 64) {
         fprintf(stderr, "bench_batching: bad --tasks-per-slot / --tokens / --prompt / --runs / --prefill / "
-                        "--prefill-rows\n");
+                        "--prefill-rows / --io-threads / --long / --long-n\n");
         return 2;
     }
+    if (o.long_tokens > 0 && o.long_n > maxn)
+        maxn = o.long_n;
     mach mc = {"", HBM_GBS, 0, strncmp(o.device, "cpu", 3) != 0};
     if (mc.gpu) {   /* the GPU row: skipped, not failed, without a GPU */
 #ifdef V4_HAVE_CUDA
@@ -396,7 +480,10 @@ int main(int argc, char **argv)
                                    .max_batch = rows,
                                    .device = o.device,
                                    .numerics = modes[mi],
-                                   .prefill_chunk = o.prefill > 0 ? o.prefill_rows : 0};
+                                   .prefill_chunk = o.prefill > 0 ? o.prefill_rows : 0,
+                                   .host_cache_bytes = o.host_cache_bytes,
+                                   .io_threads = o.io_threads,
+                                   .gpu_expert_mem = o.gpu_expert_mem};
         v4_runner *r = v4_runner_open(o.model, "bench", &ro, &e);
         if (!r) {
             fprintf(stderr, "bench_batching: %s: %s: %s\n", o.model, e.where, e.message);
@@ -404,16 +491,26 @@ int main(int argc, char **argv)
         }
         if (mi == 0)
             page_in(o.model);
+        char xd[512];
+        v4_runner_describe_experts(r, xd, sizeof xd);
+        printf("experts (%s): %s\n", modes[mi], xd);
         printf("| machine | config | mode | N | tokens/s | (min-max) | tokens/CPU-s | speed-up | rows/step | "
                "weight bytes/position | GB/s | %% of read BW | MACs/position | roofline tok/s | %% of roofline | "
-               "roofline speed-up | exact roof tok/s | %% of exact roof | exact roof speed-up |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+               "roofline speed-up | exact roof tok/s | %% of exact roof | exact roof speed-up | GPU hit rate | "
+               "GPU GB uploaded/token | host hit rate |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         fflush(stdout);
         rc |= decode_rows(r, &o, &mc, v4_runner_numerics(r), ns, nn, tps[mi], ctps[mi]);
         if (o.prefill > 0) {
             printf("\n| machine | mode | chunk | prompt tokens | prefill tokens/s | (min-max) | tokens/CPU-s |\n"
                    "|---|---|---|---|---|---|---|\n");
             rc |= prefill_row(r, &o, &mc, v4_runner_numerics(r), &pre[mi], &cpre[mi]) != 0;
+        }
+        if (o.long_tokens > 0) {
+            printf("\n| machine | mode | documents | prompt tokens each | generated each | seconds | positions/s "
+                   "| generated tokens/s | GPU hit rate | GPU GB uploaded/token | host hit rate |\n"
+                   "|---|---|---|---|---|---|---|---|---|---|---|\n");
+            rc |= long_row(r, &o, &mc, v4_runner_numerics(r)) != 0;
         }
         printf("\n");
         v4_runner_free(r);

@@ -35,10 +35,44 @@
 # tool's 10 minutes per command); a normal run takes a few minutes on an H200 (goal:
 # < 8).  Logs go to build-gpu/device-check.log (and, with the tables, to $OUT/ when the
 # device tool sets OUT).
+#
+# Modes (one invocation each, every one under the 10 minutes; each does steps 1-2 first,
+# a no-op build when build-gpu/ is already built on this machine):
+#   scripts/device-check.sh             steps 3-7 above.
+#   scripts/device-check.sh --paged     (full build) the full 43-layer V4-Flash shape with
+#      paged experts: P1 writes or reuses build-gpu/flash-L43-trunk (`mkmodel --preset
+#      flash --layers 43 --no-experts`: the trunk only, 8.85 GB, all cores; the routed
+#      experts come from the synthetic source, docs/experts.md "Synthetic experts");
+#      P2/P3 bench_batching --device cuda on it with the GPU expert budget 85% and 60% of
+#      the routed experts (V4_PAGED_BUDGETS), a host cache of V4_PAGED_HOST_CACHE (96G),
+#      V4_PAGED_IO_THREADS (12) readers, numerics V4_PAGED_NUMERICS (fast): per budget
+#      tokens/s at batch N = 1, 16, 64, the GPU hit rate, GB uploaded per token and the host
+#      hit rate (V4_PAGED_TOKENS = 4 generated tokens per task, one run, cold caches at N = 1:
+#      the figures include the fills); P4 two long documents prefilled and decoded at once
+#      (V4_LONG_TOKENS prompt ids each, default 8192: a 2 x 64k prefill with paged experts
+#      does not fit the step's 90 s; V4_LONG_TOKENS=65536 tries it, a timeout is reported)
+#      at the first budget (build-gpu/paged.txt).  Timeouts 45+165+80+100+100+90 = 580 s.
+#   scripts/device-check.sh --sanitize  (full build) S1 the GPU tests once with the sync
+#      debug mode V4_CUDA_SYNC_DEBUG=1 (a wait after every kernel, so a fault names its
+#      kernel: docs/cuda.md); S2 the same tests under `compute-sanitizer --tool memcheck`
+#      (per-process logs build-gpu/memcheck/, "ERROR SUMMARY" summed; skipped with a line
+#      when compute-sanitizer is not found; a test that runs past ctest's --timeout 200 under
+#      memcheck is reported TIMEOUT) (build-gpu/sanitize.txt).  Timeouts 45+165+150+220 = 580 s.
+#      When the default mode's GPU tests fail, its summary says to run this mode.
+# Every step runs under `timeout`; a failure (an OOM included) is a row of the summary
+# with its message, never a hang.
 # Without a GPU it says "no GPU: skipped" and exits 0 after the tool check.
 # Exit status: 0 when every step that ran passed (or no GPU), 1 otherwise (a
 # divergence on the golden sequence is a failure; one on the flash model is reported).
 set -u
+RUN=default
+case ${1:-} in
+    "") ;;
+    --paged) RUN=paged ;;
+    --sanitize) RUN=sanitize ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "usage: $0 [--paged | --sanitize]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BUILD=$ROOT/build-gpu
@@ -49,6 +83,8 @@ T_START=$(date +%s)
 JOBS=$(nproc 2>/dev/null || echo 4)
 SUMMARY=()
 FAILED=0
+RUN_FLAG=""
+[ "$RUN" != default ] && RUN_FLAG=" --$RUN"
 
 say() { echo "$*" | tee -a "$LOG"; }
 step_result() {   # name result seconds detail
@@ -81,13 +117,13 @@ summary_row() {   # label text -> an indented line under the last step of the su
 }
 summary() {
     say ""
-    say "================ device-check summary ($(($(date +%s) - T_START)) s total) ================"
+    say "================ device-check${RUN_FLAG} summary ($(($(date +%s) - T_START)) s total) ================"
     say "machine: $(hostname), $JOBS cores, ${GPU_DESC:-no GPU}"
     say "$(printf '%-24s %-12s %7s  %s' step result time detail)"
     for l in "${SUMMARY[@]}"; do say "$l"; done
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
         cp "$LOG" "$OUT/device-check.log" 2>/dev/null
-        for f in bench.txt bench_flash.txt bench_batching.txt numerics.txt diverge.txt; do
+        for f in bench.txt bench_flash.txt bench_batching.txt numerics.txt diverge.txt paged.txt sanitize.txt; do
             [ -f "$BUILD/$f" ] && cp "$BUILD/$f" "$OUT/$f"
         done
     fi
@@ -194,6 +230,131 @@ else
     BENCH=$M/bench_cuda_linear
 fi
 
+# ------------------------------------------------------ --paged / --sanitize --
+fail_detail() {   # FILE -> the last error-looking line of a failed step (for the summary)
+    local l
+    l=$(grep -iE 'error|fail|out of memory|cannot|refused|not |killed' "$1" | grep -v '^===' | tail -1)
+    [ -z "$l" ] && l=$(tail -1 "$1")
+    echo "${l:0:150}"
+}
+if [ "$RUN" != default ] && [ $MODE != full ]; then
+    step_result "$RUN" "NOT BUILT" 0 "--$RUN needs the full build (missing ${LIBS_MISSING[*]})"
+    summary
+    exit 1
+fi
+if [ "$RUN" = paged ]; then
+    TRUNK=$BUILD/flash-L43-trunk
+    PAGED=$BUILD/paged.txt
+    : >"$PAGED"
+    if [ -f "$TRUNK/config.json" ] && [ -f "$TRUNK/synthetic_experts.json" ] && [ -f "$TRUNK/model.safetensors.index.json" ]; then
+        say "=== mkmodel-L43-trunk: reusing $TRUNK"
+        step_result mkmodel-L43-trunk ok 0 "reused build-gpu/flash-L43-trunk"
+        TRUNK_OK=1
+    else
+        run_step mkmodel-L43-trunk 80 "$BUILD/v4fleet" mkmodel --preset flash --layers 43 --no-experts --out "$TRUNK" \
+            --force --no-sync --threads "$JOBS"
+        r=ok; TRUNK_OK=1
+        [ $STEP_RC -ne 0 ] && r=FAIL && TRUNK_OK=0
+        [ $STEP_RC -eq 124 ] && r=TIMEOUT
+        if [ $TRUNK_OK = 1 ]; then
+            step_result mkmodel-L43-trunk $r $STEP_S "$(grep -E '^mkmodel: wrote' "$BUILD/step.out" | sed 's/^mkmodel: wrote [^ ]* //')"
+        else
+            step_result mkmodel-L43-trunk $r $STEP_S "$(fail_detail "$BUILD/step.out")"
+        fi
+    fi
+    P_HOST=${V4_PAGED_HOST_CACHE:-96G}
+    P_IO=${V4_PAGED_IO_THREADS:-12}
+    P_NUM=${V4_PAGED_NUMERICS:-fast}
+    P_TOK=${V4_PAGED_TOKENS:-4}
+    LONG=${V4_LONG_TOKENS:-8192}
+    P_ARGS=(--model "$TRUNK" --device cuda --tasks-per-slot 1 --runs 1 --prefill 0 --prompt 16
+            --numerics "$P_NUM" --host-cache-bytes "$P_HOST" --io-threads "$P_IO" --threads "$JOBS")
+    IFS=',' read -r -a BUDGETS <<<"${V4_PAGED_BUDGETS:-85%,60%}"
+    if [ "$TRUNK_OK" = 1 ]; then
+        for b in "${BUDGETS[@]}"; do
+            run_step "paged-$b" 100 "$BUILD/bench/bench_batching" "${P_ARGS[@]}" --gpu-expert-mem "$b" --ns 1,16,64 \
+                --tokens "$P_TOK"
+            { echo "GPU expert budget $b:"; grep -E '^(\||experts )' "$BUILD/step.out"; echo; } >>"$PAGED"
+            r=$(bench_rc "$BUILD/step.out")
+            d="host cache $P_HOST, $P_NUM, $P_TOK tokens per task"
+            [ "$r" = ok ] || d=$(fail_detail "$BUILD/step.out")
+            step_result "paged-$b" "$r" $STEP_S "$d"
+            while IFS='|' read -r -a F; do
+                summary_row "N = $(trim "${F[4]}")" "tokens/s $(trim "${F[5]}"), GPU hit $(trim "${F[20]}"), $(trim "${F[21]}") GB uploaded/token, host hit $(trim "${F[22]}")"
+            done < <(grep -E '^\| GPU ' "$BUILD/step.out" | grep -vE '\| documents \|')
+        done
+        # Two long documents at once (prefill + decode together), at the first budget.
+        run_step "long-2x$LONG" 90 "$BUILD/bench/bench_batching" "${P_ARGS[@]}" --gpu-expert-mem "${BUDGETS[0]}" --ns none \
+            --tokens "$P_TOK" --long "$LONG" --long-n 2
+        { echo "two documents of $LONG tokens at once, GPU expert budget ${BUDGETS[0]}:"; grep -E '^(\| GPU |\| machine \| mode \| documents|experts )' "$BUILD/step.out"; echo; } >>"$PAGED"
+        r=$(bench_rc "$BUILD/step.out")
+        d="2 x $LONG prompt tokens + $P_TOK generated, budget ${BUDGETS[0]}"
+        [ "$r" = ok ] || d=$(fail_detail "$BUILD/step.out")
+        [ "$r" = TIMEOUT ] && d="$d (V4_LONG_TOKENS=$LONG: too slow for 90 s; try a smaller value)"
+        step_result "long-2x$LONG" "$r" $STEP_S "$d"
+        while IFS='|' read -r -a F; do
+            summary_row "2 documents" "$(trim "${F[6]}") s, $(trim "${F[7]}") positions/s, GPU hit $(trim "${F[9]}"), $(trim "${F[10]}") GB/token"
+        done < <(grep -E '^\| GPU .*\| [0-9]+ \| [0-9]+ \| [0-9]+ \| [0-9.]+ \|' "$BUILD/step.out" | awk -F'|' 'NF == 13')
+    else
+        step_result paged SKIPPED 0 "no 43-layer trunk"
+    fi
+    summary
+    if [ -s "$PAGED" ]; then say ""; say "build-gpu/paged.txt:"; tee -a "$LOG" <"$PAGED"; fi
+    [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && cp "$LOG" "$OUT/device-check.log" 2>/dev/null
+    exit $FAILED
+fi
+if [ "$RUN" = sanitize ]; then
+    SAN=$BUILD/sanitize.txt
+    : >"$SAN"
+    gpu_test_rows() {   # step-label file -> a row per GPU test from ctest's lines in file
+        local t line r
+        for t in test_cuda_linear test_cuda_fast test_cuda_golden test_cuda_tier test_cuda_step; do
+            line=$(grep -E "Test +#[0-9]+: $t " "$2" | tail -1)
+            r=FAIL
+            case $line in *Passed*) r=PASS ;; *Skipped*|*"Not Run"*) r=SKIPPED ;; *Timeout*) r=TIMEOUT ;; esac
+            [ -z "$line" ] && r="NOT RUN" && [ $STEP_RC -eq 124 ] && r=TIMEOUT
+            summary_row "$t" "$r $(echo "$line" | sed -e 's/.*\.\.\.* *//' -e 's/[*]//g')"
+            case $r in FAIL|TIMEOUT) FAILED=1 ;; esac
+        done
+    }
+    # S1: the sync debug mode (a stream wait after every kernel: a fault names its kernel)
+    run_step gpu-tests-syncdebug 150 env V4_CUDA_SYNC_DEBUG=1 ctest --test-dir "$BUILD" -R cuda -E emulated \
+        --output-on-failure --timeout 120
+    cp "$BUILD/step.out" "$BUILD/syncdebug.out"
+    r=ok; [ $STEP_RC -ne 0 ] && r=FAIL; [ $STEP_RC -eq 124 ] && r=TIMEOUT
+    step_result gpu-tests-syncdebug "$r" $STEP_S "V4_CUDA_SYNC_DEBUG=1: $(grep -E 'tests passed|tests failed' "$BUILD/step.out" | tail -1)"
+    gpu_test_rows syncdebug "$BUILD/syncdebug.out"
+    { echo "V4_CUDA_SYNC_DEBUG=1 ctest:"; grep -E 'Test +#|tests passed|tests failed|kernel v4cu_|cuda (step|backend)' "$BUILD/syncdebug.out"; echo; } >>"$SAN"
+    # S2: compute-sanitizer memcheck over the same tests
+    SANI=$(command -v compute-sanitizer || true)
+    [ -z "$SANI" ] && [ -x "$(dirname "$NVCC")/compute-sanitizer" ] && SANI=$(dirname "$NVCC")/compute-sanitizer
+    [ -z "$SANI" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && SANI=/usr/local/cuda/bin/compute-sanitizer
+    if [ -z "$SANI" ]; then
+        say "=== memcheck: compute-sanitizer not found (PATH, next to nvcc, /usr/local/cuda/bin): skipped"
+        step_result memcheck SKIPPED 0 "compute-sanitizer not found"
+    else
+        rm -rf "$BUILD/memcheck"
+        mkdir -p "$BUILD/memcheck"
+        run_step memcheck 220 "$SANI" --tool memcheck --target-processes all --log-file "$BUILD/memcheck/%p.log" \
+            ctest --test-dir "$BUILD" -R cuda -E emulated --output-on-failure --timeout 200
+        cp "$BUILD/step.out" "$BUILD/memcheck.out"
+        NERR=$(cat "$BUILD"/memcheck/*.log 2>/dev/null | sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' | awk '{s += $1} END {print s + 0}')
+        NLOG=$(grep -l "ERROR SUMMARY" "$BUILD"/memcheck/*.log 2>/dev/null | wc -l)
+        r=ok
+        [ $STEP_RC -ne 0 ] && r=FAIL
+        [ "$NERR" -gt 0 ] && r=FAIL
+        [ $STEP_RC -eq 124 ] && r=TIMEOUT
+        step_result memcheck "$r" $STEP_S "$NERR memcheck errors in $NLOG processes (build-gpu/memcheck/); $(grep -E 'tests passed|tests failed' "$BUILD/memcheck.out" | tail -1)"
+        gpu_test_rows memcheck "$BUILD/memcheck.out"
+        { echo "compute-sanitizer --tool memcheck ctest: $NERR errors"; grep -E 'Test +#|tests passed|tests failed' "$BUILD/memcheck.out"
+          grep -h -B2 -A8 -E '^========= (Invalid|Program hit|Uninitialized|Leaked)' "$BUILD"/memcheck/*.log 2>/dev/null | head -60; } >>"$SAN"
+    fi
+    summary
+    if [ -s "$SAN" ]; then say ""; say "build-gpu/sanitize.txt:"; tee -a "$LOG" <"$SAN"; fi
+    [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] && cp "$LOG" "$OUT/device-check.log" 2>/dev/null
+    exit $FAILED
+fi
+
 # ---------------------------------------------------------------- 3. tests --
 if [ $MODE = full ]; then
     # the emulated tests are CPU checks (CI runs them): only the GPU ones here
@@ -207,6 +368,9 @@ if [ $MODE = full ]; then
         step_result "$t" $r $STEP_S "$(echo "$line" | sed -e 's/.*\.\.\.* *//' -e 's/[*]//g')"
     done
     say "ctest: $RES"
+    if [ $STEP_RC -ne 0 ]; then   # the rerun that names a faulting kernel is its own invocation (time)
+        summary_row "rerun" "scripts/device-check.sh --sanitize: the GPU tests with V4_CUDA_SYNC_DEBUG=1 + memcheck"
+    fi
 else
     run_step test_cuda_linear 130 "$TEST_LINEAR"
     r=FAIL
@@ -257,7 +421,7 @@ if [ $MODE = full ]; then
         grep -E '^(\||summary:)' "$BUILD/step.out" >"$BUILD/bench_batching.txt"
         step_result bench_batching "$(bench_rc "$BUILD/step.out")" $STEP_S \
             "build-gpu/bench_batching.txt (N = 1,4,8,16; 16 tokens; a 512-token prefill)"
-        while IFS='|' read -r _ _ _ _ n tps _ sp _; do
+        while IFS='|' read -r _ _ _ _ n tps _ _ sp _; do   # ... | N | tokens/s | (min-max) | tokens/CPU-s | speed-up
             summary_row "batch N = $(trim "$n")" "tokens/s $(trim "$tps"), speed-up $(trim "$sp")"
         done < <(grep -E '^\| GPU' "$BUILD/bench_batching.txt")
     else

@@ -40,6 +40,7 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
+#include "cu_debug.h"
 #include "cuda_backend.h"
 #include "cuda_step.h"
 #include "cuda_internal.h"
@@ -88,6 +89,7 @@ struct cuda_impl {
     v4cu_lt *lt;        /* fast numerics: cuBLASLt products (cuda_lt.h), NULL = exact */
     bentry *bents;      /* fast numerics: bf16 weight forms */
     size_t n_bents, cap_bents, bbytes;
+    int sync_debug; /* V4_CUDA_SYNC_DEBUG at create (cu_debug.h): wait after each launch */
     int broken;     /* sticky: the context may be unusable */
     int reported;   /* the first failure was printed */
     v4_error first;
@@ -114,6 +116,10 @@ void fail(cuda_impl *c, int sticky, const char *what, cudaError_t e)
 {
     fail_why(c, sticky, what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
+
+/* A launcher's result; in the sync debug mode (cu_debug.h) after a wait for the stream,
+ * so a kernel's fault is reported under its own name (the caller's `what`). */
+cudaError_t launched(const cuda_impl *c, cudaError_t e) { return c->sync_debug ? v4cu_sync_after(c->st, e) : e; }
 
 void fill_nan(int n, int rows, float *y, int ldy)
 {
@@ -373,10 +379,10 @@ const uint16_t *bf16_form(cuda_impl *c, const v4_mat *W, const void *dw, const u
         (void)cudaGetLastError();
         return NULL;        /* no room: the exact kernel needs none */
     }
-    cudaError_t e = v4cu_fast_weight_bf16((int)W->type, r8, dw, ds, W->rows, W->cols, wb, c->st);
+    cudaError_t e = launched(c, v4cu_fast_weight_bf16((int)W->type, r8, dw, ds, W->rows, W->cols, wb, c->st));
     if (e != cudaSuccess) {
         cudaFree(wb);
-        fail(c, 1, "fast mode: bf16 weight decode", e);
+        fail(c, 1, "fast mode: bf16 weight decode (kernel v4cu_fast_weight_bf16)", e);
         return NULL;
     }
     c->bents[c->n_bents++] = bentry{dw, W->rows, W->cols, (int)W->type, r8, wb};
@@ -473,22 +479,23 @@ void cuda_linear(v4_backend *be, const v4_mat *W, v4_lin_mode mode, int n, const
     }
     if (fr == 0) {
         what = "fast-mode product";
+        e = launched(c, cudaSuccess);   /* the sync debug mode: cuda_lt.cu names its kernels first */
     } else if (e == cudaSuccess && quant_ok) {
         const size_t nkb = (size_t)(K / 128);
         if (ensure(c, &c->dxq, &c->cap_dxq, nk + 1) || ensure(c, &c->dxs, &c->cap_dxs, (size_t)n * nkb + 1)) {
             fill_nan(n, rows, y, ldy);
             return;
         }
-        what = "activation quantization kernel";
-        e = v4cu_act_quant(c->dx, n, K, c->dxq, c->dxs, c->st);
+        what = "activation quantization kernel (v4cu_act_quant)";
+        e = launched(c, v4cu_act_quant(c->dx, n, K, c->dxq, c->dxs, c->st));
         if (e == cudaSuccess) {
-            what = W->type == V4_W_FP8 ? "fp8 linear kernel" : "fp4 linear kernel";
-            e = (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)((const uint8_t *)dw, ds, rows, K, n, c->dxq,
-                                                                          c->dxs, c->dy, c->st);
+            what = W->type == V4_W_FP8 ? "fp8 linear kernel (v4cu_quant_fp8)" : "fp4 linear kernel (v4cu_quant_fp4)";
+            e = launched(c, (W->type == V4_W_FP8 ? v4cu_quant_fp8 : v4cu_quant_fp4)(
+                                (const uint8_t *)dw, ds, rows, K, n, c->dxq, c->dxs, c->dy, c->st));
         }
     } else if (e == cudaSuccess) {
-        what = "exact linear kernel";
-        e = v4cu_exact((int)W->type, lay == V4_LAYOUT_R8, dw, ds, rows, K, n, c->dx, c->dy, c->st);
+        what = "exact linear kernel (v4cu_exact)";
+        e = launched(c, v4cu_exact((int)W->type, lay == V4_LAYOUT_R8, dw, ds, rows, K, n, c->dx, c->dy, c->st));
     }
     if (e == cudaSuccess) {
         what = "copy y to the host";
@@ -633,6 +640,10 @@ extern "C" v4_backend *v4_cuda_backend_create_ex(int device, int fast, v4_error 
         return NULL;
     }
     c->device = device;
+    c->sync_debug = v4cu_sync_debug_env();
+    if (c->sync_debug)
+        fprintf(stderr, "v4fleet: cuda backend (device %d): V4_CUDA_SYNC_DEBUG: a stream wait after every kernel\n",
+                device);
     snprintf(c->name, sizeof c->name, "%.255s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (double)(1ull << 30));
     e = cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking);

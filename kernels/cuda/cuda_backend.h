@@ -43,6 +43,9 @@
  * (v4_cuda_backend_status); after a launch/copy/sync failure every later call also
  * returns NaN (the CUDA context may be unusable).  An allocation failure of the
  * per-call scratch is reported the same way but is not sticky.
+ * Sync debug mode (V4_CUDA_SYNC_DEBUG=1, read once at create and kept in the backend,
+ * cu_debug.h): every kernel launch is followed by a wait for the stream, so a kernel's
+ * fault is reported (status, stderr) under that kernel's name; slow, for debugging.
  *
  * Ownership: the caller owns the returned backend and frees it with
  * be->ops->destroy(be); that frees all device memory, the stream and staging buffer,

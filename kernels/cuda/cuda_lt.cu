@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kernels/calc_diff.h"
+#include "cu_debug.h"
 #include "cuda_fast.h"
 #include "cuda_linear.h"
 #include "cuda_lt.h"
@@ -52,6 +53,7 @@ struct v4cu_lt {
     int n_plans, cap_plans;
     buf q, qs, ws8, d, w8, s8, xb;
     int ok;                         /* the self-test passed */
+    int sync_debug;                 /* V4_CUDA_SYNC_DEBUG at create (cu_debug.h): wait after each launch */
     char err[320];
     v4cu_lt_stats stats;
 };
@@ -68,6 +70,13 @@ int lt_fail(v4cu_lt *lt, const char *what, const char *why)
 int cu_fail(v4cu_lt *lt, const char *what, cudaError_t e) { return lt_fail(lt, what, cudaGetErrorString(e)); }
 
 int bl_fail(v4cu_lt *lt, const char *what, cublasStatus_t s) { return lt_fail(lt, what, cublasLtGetStatusString(s)); }
+
+/* A launcher's result; in the sync debug mode after a wait for st, so that a fault is
+ * reported under the kernel's name (the caller's what). */
+cudaError_t launched(const v4cu_lt *lt, cudaError_t e, cudaStream_t st)
+{
+    return lt->sync_debug ? v4cu_sync_after(st, e) : e;
+}
 
 void *grow(v4cu_lt *lt, buf *b, size_t bytes)
 {
@@ -223,6 +232,9 @@ int gemm(v4cu_lt *lt, plan *p, const void *a, const float *as, const void *b, co
     s = cublasLtMatmul(lt->h, p->desc, &one, a, L.a, b, L.b, &zero, d, L.d, d, L.d, algo, lt->ws, WS_BYTES, st);
     if (s != CUBLAS_STATUS_SUCCESS)
         return bl_fail(lt, "cublasLtMatmul", s);
+    const cudaError_t ce = launched(lt, cudaSuccess, st);
+    if (ce != cudaSuccess)
+        return cu_fail(lt, "kernel cublasLtMatmul", ce);
     lt->stats.gemms++;
     return 0;
 }
@@ -243,31 +255,32 @@ int quant_impl(v4cu_lt *lt, int type, const uint8_t *w, const uint8_t *scale, in
     float *d = (float *)grow(lt, &lt->d, sizeof(float) * (size_t)npad * rows);
     if (!q || !qs || !d)
         return -1;
-    cudaError_t e = v4cu_fast_act_quant(x, ldx, n, npad, K, q, qs, st);
+    cudaError_t e = launched(lt, v4cu_fast_act_quant(x, ldx, n, npad, K, q, qs, st), st);
     if (e != cudaSuccess)
-        return cu_fail(lt, "fast-mode activation quantization", e);
+        return cu_fail(lt, "fast-mode activation quantization (kernel v4cu_fast_act_quant)", e);
     const void *a = w;
     float *as;
     if (type == 1) {
         as = (float *)grow(lt, &lt->ws8, sizeof(float) * (size_t)((rows + 127) / 128) * v4cu_l4(K));
         if (!as)
             return -1;
-        e = v4cu_fast_wscale(scale, rows, K, as, st);
+        e = launched(lt, v4cu_fast_wscale(scale, rows, K, as, st), st);
     } else {
         uint8_t *w8 = (uint8_t *)grow(lt, &lt->w8, (size_t)rows * K);
         as = (float *)grow(lt, &lt->s8, sizeof(float) * (size_t)L * rows);
         if (!w8 || !as)
             return -1;
-        e = v4cu_fast_fp4_to_fp8(w, scale, rows, K, w8, as, st);
+        e = launched(lt, v4cu_fast_fp4_to_fp8(w, scale, rows, K, w8, as, st), st);
         a = w8;
     }
     if (e != cudaSuccess)
-        return cu_fail(lt, "fast-mode weight scales", e);
+        return cu_fail(lt, type == 1 ? "fast-mode weight scales (kernel v4cu_fast_wscale)"
+                                     : "fast-mode weight scales (kernel v4cu_fast_fp4_to_fp8)", e);
     plan *p = get_plan(lt, type == 1 ? K_FP8 : K_FP4, rows, K);
     if (!p || gemm(lt, p, a, as, q, qs, npad, d, st))
         return -1;
-    e = v4cu_fast_finish(d, rows, n, npad, 0, y, rows, st);
-    return e == cudaSuccess ? 0 : cu_fail(lt, "fast-mode finish", e);
+    e = launched(lt, v4cu_fast_finish(d, rows, n, npad, 0, y, rows, st), st);
+    return e == cudaSuccess ? 0 : cu_fail(lt, "fast-mode finish (kernel v4cu_fast_finish)", e);
 }
 
 int bf16_impl(v4cu_lt *lt, const uint16_t *wb, int rows, int K, int n, const float *x, int ldx, float *y,
@@ -282,14 +295,14 @@ int bf16_impl(v4cu_lt *lt, const uint16_t *wb, int rows, int K, int n, const flo
     float *d = (float *)grow(lt, &lt->d, sizeof(float) * 2 * (size_t)npad * rows);
     if (!xb || !d)
         return -1;
-    cudaError_t e = v4cu_fast_split_bf16(x, ldx, n, npad, K, xb, st);
+    cudaError_t e = launched(lt, v4cu_fast_split_bf16(x, ldx, n, npad, K, xb, st), st);
     if (e != cudaSuccess)
-        return cu_fail(lt, "fast-mode bf16 split", e);
+        return cu_fail(lt, "fast-mode bf16 split (kernel v4cu_fast_split_bf16)", e);
     plan *p = get_plan(lt, K_BF16, rows, K);
     if (!p || gemm(lt, p, wb, NULL, xb, NULL, 2 * npad, d, st))
         return -1;
-    e = v4cu_fast_finish(d, rows, n, npad, 1, y, rows, st);
-    return e == cudaSuccess ? 0 : cu_fail(lt, "fast-mode finish", e);
+    e = launched(lt, v4cu_fast_finish(d, rows, n, npad, 1, y, rows, st), st);
+    return e == cudaSuccess ? 0 : cu_fail(lt, "fast-mode finish (kernel v4cu_fast_finish)", e);
 }
 
 /* ------------------------------------------------------------------ self-test */
@@ -411,6 +424,7 @@ v4cu_lt *v4cu_lt_create(cudaStream_t st, char *why, size_t nwhy)
         snprintf(why, nwhy, "out of memory");
         return NULL;
     }
+    lt->sync_debug = v4cu_sync_debug_env();
     cublasStatus_t s = cublasLtCreate(&lt->h);
     if (s != CUBLAS_STATUS_SUCCESS) {
         snprintf(why, nwhy, "cublasLtCreate: %s", cublasLtGetStatusString(s));

@@ -53,7 +53,9 @@ extern "C" {
 typedef struct v4cu_lt v4cu_lt;
 
 /* NULL with the reason in why (size nwhy) when cuBLASLt cannot start.  The self-test
- * runs on st; its verdict is in v4cu_lt_ok. */
+ * runs on st; its verdict is in v4cu_lt_ok.  V4_CUDA_SYNC_DEBUG=1 (read here, kept in the
+ * context; cu_debug.h): every kernel and GEMM of a product is followed by a wait for its
+ * stream, and a fault names the kernel in v4cu_lt_error. */
 v4cu_lt *v4cu_lt_create(cudaStream_t st, char *why, size_t nwhy);
 void v4cu_lt_free(v4cu_lt *lt);
 /* 1 when the tensor-core path passed its self-test, else 0 (why: v4cu_lt_error). */

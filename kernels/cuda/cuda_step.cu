@@ -57,6 +57,7 @@
 #include "cuda_lt.h"
 #include "cuda_ops.h"
 #endif
+#include "cu_debug.h"
 #include "cuda_moe.h"
 #include "cuda_step.h"
 #include "slot_pool.h"
@@ -138,7 +139,8 @@ struct v4_cuda_engine {
     int n_allocs, cap_allocs;
     cudaError_t fail;               /* first CUDA failure (sticky) */
     int count_only;                 /* v4_cuda_engine_need: add up bytes, allocate nothing */
-    char fail_where[64];
+    int sync_debug;                 /* V4_CUDA_SYNC_DEBUG at create (cu_debug.h): wait after each call */
+    char fail_where[96];
 
     dlayer *L;
     /* paged experts (expert_budget > 0): device slots with uploads on a copy stream
@@ -183,16 +185,34 @@ struct v4_cuda_engine {
 
 /* ------------------------------------------------------------ memory helpers */
 
-static int ck(v4_cuda_engine *e, cudaError_t rc, const char *where)
+/* ck(e, rc, where): record the first failure (sticky) with where; -1 on a failure.
+ * In the sync debug mode (cu_debug.h) a successful call is followed by a wait for the
+ * stream, so a kernel's fault is caught at its own launcher, and the failure is named
+ * by the called function (the text of the call before its '(', e.g. v4cu_rmsnorm: the
+ * launcher of k_rmsnorm) and where. */
+static int ck_at(v4_cuda_engine *e, cudaError_t rc, const char *where, const char *call)
 {
+    int synced = 0;
+    if (rc == cudaSuccess && e->sync_debug && !e->count_only && e->st) {
+        rc = v4cu_sync_after(e->st, rc);
+        synced = 1;
+    }
     if (rc == cudaSuccess)
         return 0;
     if (e->fail == cudaSuccess) {
         e->fail = rc;
-        snprintf(e->fail_where, sizeof e->fail_where, "%s", where);
+        if (e->sync_debug) {
+            const size_t k = strcspn(call, "( ");
+            const int kernel = !strncmp(call, "v4cu_", 5) || !strncmp(call, "lin", 3);
+            snprintf(e->fail_where, sizeof e->fail_where, "%s%.*s (%s)", kernel ? synced ? "kernel " : "launch of " : "",
+                     (int)k, call, where);
+        } else {
+            snprintf(e->fail_where, sizeof e->fail_where, "%s", where);
+        }
     }
     return -1;
 }
+#define ck(e, rc, where) ck_at((e), (rc), (where), #rc)
 
 static void *dalloc(v4_cuda_engine *e, size_t bytes)
 {
@@ -335,18 +355,17 @@ static int lin(v4_cuda_engine *e, const dmat *W, int quant, int n, const float *
 {
     if (e->lt) {
         const int r = lin_fast(e, W, quant, n, x, y);
+        if (r == 0 && e->sync_debug)    /* the sync debug mode: cuda_lt.cu names its own kernels */
+            return ck_at(e, cudaSuccess, "fast-mode product", quant ? "v4cu_lt_quant" : "v4cu_lt_bf16");
         if (r <= 0)
             return r;
     }
-    cudaError_t rc;
-    if (quant) {
-        rc = v4cu_act_quant(x, n, W->cols, e->xq, e->xs, e->st);
-        if (rc == cudaSuccess)
-            rc = lin_quantized(e, W, n, y);
-    } else {
-        rc = v4cu_exact(W->type, W->r8, W->w, W->scale, W->rows, W->cols, n, x, y, e->st);
-    }
-    return ck(e, rc, "linear");
+    if (quant)
+        return ck(e, v4cu_act_quant(x, n, W->cols, e->xq, e->xs, e->st), "linear") ||
+                       ck(e, lin_quantized(e, W, n, y), "linear")
+                   ? -1
+                   : 0;
+    return ck(e, v4cu_exact(W->type, W->r8, W->w, W->scale, W->rows, W->cols, n, x, y, e->st), "linear");
 }
 
 /* Strided copies between device arrays (rows of width floats). */
@@ -1327,6 +1346,7 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int 
     e->w = w;
     e->max_batch = max_batch;
     e->max_seqs = max_seqs;
+    e->sync_debug = v4cu_sync_debug_env();
 #ifndef V4CU_HOST_EMULATION
     cudaGetDevice(&e->device);      /* the creator made the backend's device current */
     if (ck(e, cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking), "cudaStreamCreate")) {

@@ -34,6 +34,12 @@
  * hold one layer's experts of a step fails the step with the slot pool's message (how
  * many slots are needed).
  *
+ * Errors: the first CUDA failure is sticky and names where it happened ("cuda step:
+ * WHERE: <CUDA error>").  Sync debug mode (V4_CUDA_SYNC_DEBUG=1, read once at create and
+ * kept in the engine, cu_debug.h): every launcher call is followed by a wait for the
+ * stream, so an asynchronous fault is caught at its own kernel and WHERE reads
+ * "kernel v4cu_NAME (label)" (the launcher of k_NAME); slow, for debugging.
+ *
  * Ownership: the engine owns every device allocation (weights, scratch, sequence
  * state, expert slots) and frees them in v4_cuda_engine_free; it borrows w and the
  * inner provider (must outlive it).
