@@ -30,8 +30,8 @@
 
 typedef double v4ak_vd __attribute__((vector_size(V4_AK_VW * 8)));
 typedef float v4ak_vf __attribute__((vector_size(V4_AK_VW * 4)));
-typedef uint32_t v4ak_vu __attribute__((vector_size(V4_AK_VW * 4)));
 typedef uint16_t v4ak_vh __attribute__((vector_size(V4_AK_VW * 2))); /* bf16 bits */
+typedef uint16_t v4ak_vh2 __attribute__((vector_size(V4_AK_VW * 4)));
 
 /* The including file may map these to intrinsics (GCC splits some generic conversions
  * into halves and never emits an FMA with -ffp-contract=off).  V4_AK_MADD(a, x, y) =
@@ -68,9 +68,21 @@ static inline v4ak_vf V4_AK_NAME(v4ak_ldf)(const float *p)
 }
 static inline v4ak_vf V4_AK_NAME(v4ak_ldh)(const uint16_t *p)
 {
+    /* f32 bits = bf16 bits << 16: interleave zero halfwords below them (one unpack
+     * instruction; a widening conversion + shift costs more, without SSE4.1 much more) */
+#if V4_AK_VW == 2
+    /* two lanes: two scalar shifts beat a 4-byte vector's shuffles */
+    const uint32_t u[2] = {(uint32_t)p[0] << 16, (uint32_t)p[1] << 16};
+#else
     v4ak_vh h;
     memcpy(&h, p, sizeof h);
-    const v4ak_vu u = __builtin_convertvector(h, v4ak_vu) << 16;
+    const v4ak_vh z = {0};
+#if V4_AK_VW == 4
+    const v4ak_vh2 u = __builtin_shufflevector(z, h, 0, 4, 0, 5, 0, 6, 0, 7);
+#else
+    const v4ak_vh2 u = __builtin_shufflevector(z, h, 0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15);
+#endif
+#endif
     v4ak_vf x;
     memcpy(&x, &u, sizeof x);
     return x;
