@@ -16,6 +16,10 @@
  *     keys, the same kinds of data and head weights of both signs;
  *   - the element-wise steps (div_bf16, relu_terms8) against their scalar expressions
  *     at bf16 rounding midpoints, NaN, +-inf, -0, all lengths 0..40;
+ *   - every case again with the key rows as bf16 bits (the sequence caches' form:
+ *     v4_sparse_attn_head_bf16 / v4_sparse_attn_heads_bf16_k, v4_index_scores_ref_bf16
+ *     / v4_index_scores_bf16_k) against the float reference on rows holding the same
+ *     values (the rows rounded to bf16 first where the data kind is not bf16);
  *   - the public entry points (v4_sparse_attn_heads, v4_index_scores) once each;
  *   - the choice that follows the CPU backend's ISA (v4_attn_kern_for_isa, and the
  *     path a v4_ctx on such a backend reports): scalar -> the reference loops
@@ -146,6 +150,84 @@ static size_t first_diff(const float *a, const float *b, size_t n)
     return SIZE_MAX;
 }
 
+/* Rows as bf16 bits (kh) and as the floats those bits hold (kr); 1 when every value
+ * was bf16 already (kr == rows bit for bit). */
+static int to_bf16(const float *rows, size_t n, uint16_t *kh, float *kr)
+{
+    int exact = 1;
+    for (size_t i = 0; i < n; i++) {
+        kh[i] = v4_bf16_bits(rows[i]);
+        kr[i] = v4_bf16_from_bits(kh[i]);
+        exact &= memcmp(&kr[i], &rows[i], sizeof(float)) == 0;
+    }
+    return exact;
+}
+
+/* The bf16-row variants (the sequence caches' form: the reference
+ * v4_sparse_attn_head_bf16 per head, and v4_sparse_attn_heads_bf16_k through K) on the
+ * case's key rows rounded to bf16: the bits of the float reference on rows holding the
+ * same values (oref itself when the rows were bf16 already). */
+static void attn_bf16_case(const v4_attn_kern *K, const float *q, int H, int hd, int L, const float *kvbuf,
+                           int nrows, const float *const *cand, float scale, const float *sinks, const float *oref,
+                           const char *what)
+{
+    const size_t n = (size_t)nrows * hd, no = (size_t)H * hd;
+    uint16_t *kh = malloc(sizeof(uint16_t) * n);
+    float *kr = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * no), *o = malloc(sizeof(float) * no);
+    const uint16_t **ch = malloc(sizeof(uint16_t *) * (size_t)L);
+    const float **cr = malloc(sizeof(float *) * (size_t)L);
+    const int exact = to_bf16(kvbuf, n, kh, kr);
+    for (int c = 0; c < L; c++) {
+        ch[c] = cand[c] ? kh + (cand[c] - kvbuf) : NULL;
+        cr[c] = cand[c] ? kr + (cand[c] - kvbuf) : NULL;
+    }
+    if (exact)
+        memcpy(want, oref, sizeof(float) * no);
+    else
+        for (int h = 0; h < H; h++)
+            v4_sparse_attn_head(q + (size_t)h * hd, cr, L, hd, scale, sinks[h], want + (size_t)h * hd);
+    for (int h = 0; h < H; h++)
+        v4_sparse_attn_head_bf16(q + (size_t)h * hd, ch, L, hd, scale, sinks[h], o + (size_t)h * hd);
+    size_t i = first_diff(o, want, no);
+    CHECK(i == SIZE_MAX, "%s: v4_sparse_attn_head_bf16 first difference head %zu d %zu", what, i / (size_t)hd,
+          i % (size_t)hd);
+    v4_sparse_attn_heads_bf16_k(K, q, H, ch, L, hd, scale, sinks, o);
+    i = first_diff(o, want, no);
+    CHECK(i == SIZE_MAX, "%s: bf16 rows through %s: first difference head %zu d %zu (rows %s bf16)", what,
+          v4_attn_kern_name(K), i / (size_t)hd, i % (size_t)hd, exact ? "were" : "rounded to");
+    free(kh);
+    free(kr);
+    free(want);
+    free(o);
+    free(ch);
+    free(cr);
+}
+
+/* v4_index_scores_ref_bf16 and v4_index_scores_bf16_k on the keys rounded to bf16
+ * against the float reference on the same values (sref when they were bf16 already). */
+static void index_bf16_case(const v4_attn_kern *K, const float *q, const float *keys, int n, const float *wh, int ih,
+                            int id, const float *sref, const char *what)
+{
+    const size_t nk = (size_t)n * id;
+    uint16_t *kh = malloc(sizeof(uint16_t) * (nk + 1));
+    float *kr = malloc(sizeof(float) * (nk + 1));
+    float *want = malloc(sizeof(float) * ((size_t)n + 1)), *sc = malloc(sizeof(float) * ((size_t)n + 1));
+    if (to_bf16(keys, nk, kh, kr))
+        memcpy(want, sref, sizeof(float) * (size_t)n);
+    else
+        v4_index_scores_ref(q, kr, n, wh, ih, id, want);
+    v4_index_scores_ref_bf16(q, kh, n, wh, ih, id, sc);
+    size_t j = first_diff(sc, want, (size_t)n);
+    CHECK(j == SIZE_MAX, "%s: v4_index_scores_ref_bf16 first difference key %zu", what, j);
+    v4_index_scores_bf16_k(K, q, kh, n, wh, ih, id, sc);
+    j = first_diff(sc, want, (size_t)n);
+    CHECK(j == SIZE_MAX, "%s: bf16 keys through %s: first difference key %zu", what, v4_attn_kern_name(K), j);
+    free(kh);
+    free(kr);
+    free(want);
+    free(sc);
+}
+
 static void attn_case(const v4_attn_kern *K, rng *r, int H, int hd, int L, int data, int mask)
 {
     const int nrows = L + 1;
@@ -194,6 +276,10 @@ static void attn_case(const v4_attn_kern *K, rng *r, int H, int hd, int L, int d
         guard &= o[(size_t)H * hd + i] == -7.25f;
     CHECK(guard, "attn %s H=%d hd=%d L=%d: wrote past o", v4_attn_kern_name(K), H, hd, L);
     CHECK(memcmp(q, q0, sizeof(float) * (size_t)H * hd) == 0, "attn %s: q modified", v4_attn_kern_name(K));
+    char what[160];
+    snprintf(what, sizeof what, "attn %s H=%d hd=%d L=%d data=%s mask=%s", v4_attn_kern_name(K), H, hd, L,
+             data_name[data], mask_name[mask]);
+    attn_bf16_case(K, q, H, hd, L, kvbuf, nrows, cand, scale, sinks, oref, what);
     g_cases++;
     free(kvbuf);
     free(q);
@@ -243,6 +329,10 @@ static void index_case(const v4_attn_kern *K, rng *r, int ih, int id, int n, int
     for (int i = 0; i < 16; i++)
         guard &= s[n + i] == -7.25f;
     CHECK(guard, "index %s ih=%d id=%d n=%d: wrote past score", v4_attn_kern_name(K), ih, id, n);
+    char what[160];
+    snprintf(what, sizeof what, "index %s ih=%d id=%d n=%d data=%s", v4_attn_kern_name(K), ih, id, n,
+             data_name[data]);
+    index_bf16_case(K, q, keys, n, wh, ih, id, sref, what);
     g_cases++;
     free(q);
     free(keys);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cache/model_files.h"
+#include "kernels/codec.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
 #include "testutil.h"
@@ -82,6 +83,26 @@ static int cmp_f(const float *a, const float *b, size_t n, const char *what, int
             return 1;
         }
     return 0;
+}
+
+/* A bf16 cache (v4_seq_* views) against the reference's dump (f32 files): the same
+ * values, and the reference's values are bf16 themselves (its caches are BF16). */
+static int cmp_bf(const uint16_t *a, const float *b, size_t n, const char *what, int pos)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v4_f32_bits(b[i]) != v4_f32_bits(v4_bf16(b[i]))) {
+            fprintf(stderr, "  %s: reference value %.9g at pos %d index %zu is not bf16\n", what, b[i], pos, i);
+            return 1;
+        }
+    }
+    float *f = malloc(sizeof(float) * (n ? n : 1));
+    if (!f)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        f[i] = v4_bf16_from_bits(a[i]);
+    int rc = cmp_f(f, b, n, what, pos);
+    free(f);
+    return rc;
 }
 
 static void run_sequence(const v4_model_files *m, v4_backend *be, const golden *g, const int *seq)
@@ -172,26 +193,27 @@ static void run_sequence(const v4_model_files *m, v4_backend *be, const golden *
     for (int l = 0; l < g->L; l++) {
         snprintf(name, sizeof name, "cache_window_L%d.bin", l);
         float *ref = load_bin(name, sizeof(float) * g->W * g->HD);
-        CHECK(!cmp_f(v4_seq_window(s, l), ref, (size_t)g->W * g->HD, name, g->P), "%s", name);
+        CHECK(!cmp_bf(v4_seq_window(s, l), ref, (size_t)g->W * g->HD, name, g->P), "%s", name);
         free(ref);
         if (cfg->compress_ratios[l]) {
             int n;
-            const float *cc = v4_seq_compressed(s, l, &n);
+            const uint16_t *cc = v4_seq_compressed(s, l, &n);
             CHECK(n == g->P / cfg->compress_ratios[l], "layer %d: %d compressed entries", l, n);
             snprintf(name, sizeof name, "cache_compressed_L%d.bin", l);
             ref = load_bin(name, sizeof(float) * n * g->HD);
-            CHECK(!cmp_f(cc, ref, (size_t)n * g->HD, name, g->P), "%s", name);
+            CHECK(!cmp_bf(cc, ref, (size_t)n * g->HD, name, g->P), "%s", name);
             free(ref);
         }
         if (cfg->compress_ratios[l] == 4) {
             int n;
-            const float *kk = v4_seq_index_keys(s, l, &n);
+            const uint16_t *kk = v4_seq_index_keys(s, l, &n);
             snprintf(name, sizeof name, "cache_index_keys_L%d.bin", l);
             ref = load_bin(name, sizeof(float) * n * g->ID);
-            CHECK(!cmp_f(kk, ref, (size_t)n * g->ID, name, g->P), "%s", name);
+            CHECK(!cmp_bf(kk, ref, (size_t)n * g->ID, name, g->P), "%s", name);
             free(ref);
         }
     }
+    CHECK(v4_seq_inexact(s) == 0, "%ld cache values stored were not bf16", v4_seq_inexact(s));
     free(logits); free(rid); free(isel); free(icnt); free(cks); free(rw); free(hid);
     free(q); free(kv); free(sub); free(str);
     v4_seq_free(s);

@@ -38,6 +38,13 @@ check "routed expert bytes" has "$out" "^routed experts: 384 tensors, $expert_by
 check "trunk bytes" has "$out" "^trunk: 148 tensors, $(( total - expert_bytes )) bytes"
 check "bytes per routed expert" has "$out" "^bytes per routed expert: $per_expert \(layers\.0\.ffn\.experts\.0: w1 16384\+1024, w3 16384\+1024, w2 16384\+1024"
 check "all experts equal" has "$out" "all $n_experts routed experts have the same size"
+# One sequence's decode state: 61440 more tokens add 15360 entries to each CSA layer
+# (layers 1, 3: 128 + 128 dims) and 480 to the HCA layer (layer 2: 128 dims), 2 bytes a
+# value (bf16 caches; f32 would double it).
+seq=$(grep -E '^bytes per sequence \(bf16 KV caches\): 4096 tokens [0-9]+ .*, 65536 tokens [0-9]+ ' <<<"$out")
+check "bytes per sequence line" test -n "$seq"
+b4k=$(sed -E 's/.*4096 tokens ([0-9]+) .*/\1/' <<<"$seq"); b64k=$(sed -E 's/.*65536 tokens ([0-9]+) .*/\1/' <<<"$seq")
+check "bytes per sequence grow by bf16 entries ($b4k -> $b64k)" test "$(( b64k - b4k ))" -eq $(( (2 * 15360 * 256 + 480 * 128) * 2 ))
 check "dtype BF16" has "$out" "^  BF16 +40 tensors +5418752 bytes"
 check "dtype F32" has "$out" "^  F32 +38 tensors +885812 bytes"
 check "dtype I64" has "$out" "^  I64 +2 tensors +262144 bytes"

@@ -2,7 +2,8 @@
  *
  * Query: wq_a -> q_norm (= qr, also the indexer's input) -> wq_b -> per-head RMS in
  * BF16 arithmetic -> RoPE on the last rope dims.  Window KV: wkv -> kv_norm -> RoPE
- * -> FP8 simulation of the non-rope dims -> ring slot pos % window.  Compressed KV:
+ * -> FP8 simulation of the non-rope dims -> ring slot pos % window (stored as bf16, the
+ * values are bf16 already; so are the compressed entries).  Compressed KV:
  * CSA layers run the lightning indexer, then both layer types advance the main
  * compressor.  Attention: one softmax with a per-head sink logit over the candidate
  * list (window oldest -> newest, then compressed entries: HCA ascending, CSA in
@@ -23,7 +24,7 @@ static int candidates(v4_ctx *c, const v4_layer_w *lw, v4_layer_state *L, int po
 {
     const v4_config *cfg = &c->w->cfg;
     const int win = cfg->window, hd = cfg->head_dim;
-    const float **cand = c->s.cand;
+    const uint16_t **cand = c->s.cand;
     int n = 0;
     if (pos >= win - 1) {
         int s = pos % win;
@@ -107,18 +108,18 @@ int v4_attention(v4_ctx *c, int layer, v4_seq *const *seqs, int n, v4_trace *con
 
         if (lw->ratio == 4)
             v4_indexer(c, layer, s, b, t);
-        memcpy(L->win + (size_t)(pos % cfg->window) * hd, kv, sizeof(float) * (size_t)hd);
+        v4_seq_store_bf16(s, L->win + (size_t)(pos % cfg->window) * hd, kv, hd);
         if (lw->ratio) {
             int cw = lw->comp.wkv.rows;
+            float e[1024];   /* head_dim <= 1024 (the attention loops' limit) */
             if (v4_compressor_step(&lw->comp, &L->cs, pos, S->ckv + (size_t)b * cw,
-                                   S->csc + (size_t)b * cw, freqs, rd, eps, 0,
-                                   L->comp + (size_t)L->n_comp * hd))
-                L->n_comp++;
+                                   S->csc + (size_t)b * cw, freqs, rd, eps, 0, e))
+                v4_seq_store_bf16(s, L->comp + (size_t)L->n_comp++ * hd, e, hd);
         }
 
         int nc = candidates(c, lw, L, pos, b);
         float *o = S->o + (size_t)b * H * hd;
-        v4_sparse_attn_heads_k(c->attn, q, H, S->cand, nc, hd, scale, lw->attn_sink, o);
+        v4_sparse_attn_heads_bf16_k(c->attn, q, H, S->cand, nc, hd, scale, lw->attn_sink, o);
         for (int h = 0; h < H; h++)
             v4_rope(o + (size_t)h * hd + hd - rd, rd / 2, freqs, pos, 1);
     }

@@ -13,13 +13,34 @@
 #include <stddef.h>
 #include <string.h>
 
-static const v4_attn_kern k_portable = {"portable", v4_ak_dots8_portable, v4_ak_accum8_portable,
-                                         v4_ak_relu_terms8_portable, v4_ak_div_bf16_portable};
+static const v4_attn_kern k_portable = {
+    .name = "portable",
+    .dots8 = v4_ak_dots8_portable,
+    .accum8 = v4_ak_accum8_portable,
+    .dots8_bf16 = v4_ak_dots8_bf16_portable,
+    .accum8_bf16 = v4_ak_accum8_bf16_portable,
+    .relu_terms8 = v4_ak_relu_terms8_portable,
+    .div_bf16 = v4_ak_div_bf16_portable,
+};
 #if defined(__x86_64__)
-static const v4_attn_kern k_avx2 = {"avx2", v4_ak_dots8_avx2, v4_ak_accum8_avx2,
-                                         v4_ak_relu_terms8_avx2, v4_ak_div_bf16_avx2};
-static const v4_attn_kern k_avx512 = {"avx512", v4_ak_dots8_avx512, v4_ak_accum8_avx512,
-                                         v4_ak_relu_terms8_avx512, v4_ak_div_bf16_avx512};
+static const v4_attn_kern k_avx2 = {
+    .name = "avx2",
+    .dots8 = v4_ak_dots8_avx2,
+    .accum8 = v4_ak_accum8_avx2,
+    .dots8_bf16 = v4_ak_dots8_bf16_avx2,
+    .accum8_bf16 = v4_ak_accum8_bf16_avx2,
+    .relu_terms8 = v4_ak_relu_terms8_avx2,
+    .div_bf16 = v4_ak_div_bf16_avx2,
+};
+static const v4_attn_kern k_avx512 = {
+    .name = "avx512",
+    .dots8 = v4_ak_dots8_avx512,
+    .accum8 = v4_ak_accum8_avx512,
+    .dots8_bf16 = v4_ak_dots8_bf16_avx512,
+    .accum8_bf16 = v4_ak_accum8_bf16_avx512,
+    .relu_terms8 = v4_ak_relu_terms8_avx512,
+    .div_bf16 = v4_ak_div_bf16_avx512,
+};
 
 /* The flags attn_kern_avx2.c / attn_kern_avx512.c are compiled with (CMakeLists.txt). */
 static int have_avx2(void)

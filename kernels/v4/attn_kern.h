@@ -35,6 +35,7 @@
 #define V4_ATTN_KERN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define V4_AK_LANES 8     /* heads per dots8 call / per accum8 call */
 #define V4_AK_MAX_HD 1024 /* head dims of v4_sparse_attn_heads / v4_index_scores fast paths */
@@ -48,6 +49,11 @@ typedef struct v4_attn_kern {
      * pbd [8][V4_AK_CHUNK]; kv[0..nv) non-NULL rows of hd floats, nv <= V4_AK_CHUNK. */
     void (*accum8)(float *const *acc, const float *f, const double *pbd, const float *const *kv, int nv,
                    int hd, unsigned active);
+    /* dots8 / accum8 with bf16 key rows (uint16_t bits: the sequence caches, seq.c);
+     * the same bits as the float functions given rows holding the same values. */
+    void (*dots8_bf16)(const float *qT, int hd, const uint16_t *const *keys, int nk, double *out);
+    void (*accum8_bf16)(float *const *acc, const float *f, const double *pbd, const uint16_t *const *kv, int nv,
+                        int hd, unsigned active);
     /* The indexer's terms: T[j][i] = double(bf16(relu(bf16(f32(D[j][i]))) * w8[i])) for
      * rows j < rows of 8 lanes (relu: d < 0 ? 0 : d, so -0 and NaN stay). */
     void (*relu_terms8)(const double *D, int rows, const float *w8, double *T);
@@ -88,22 +94,37 @@ void v4_sparse_attn_heads_k(const v4_attn_kern *K, const float *q, int H, const 
                             int hd, float scale, const float *sinks, float *o);
 void v4_index_scores_k(const v4_attn_kern *K, const float *q, const float *keys, int n, const float *wh, int ih,
                        int id, float *score);
+/* The same with bf16 key rows / a bf16 key matrix (uint16_t bits, ops.h's _bf16
+ * references for K == NULL): what the engine calls on its sequence caches. */
+void v4_sparse_attn_heads_bf16_k(const v4_attn_kern *K, const float *q, int H, const uint16_t *const *cand, int L,
+                                 int hd, float scale, const float *sinks, float *o);
+void v4_index_scores_bf16_k(const v4_attn_kern *K, const float *q, const uint16_t *keys, int n, const float *wh,
+                            int ih, int id, float *score);
 
 /* The per-ISA instances (attn_kern*.c). */
 void v4_ak_relu_terms8_portable(const double *D, int rows, const float *w8, double *T);
 void v4_ak_div_bf16_portable(float *x, int n, float l);
 void v4_ak_dots8_portable(const float *qT, int hd, const float *const *keys, int nk, double *out);
+void v4_ak_dots8_bf16_portable(const float *qT, int hd, const uint16_t *const *keys, int nk, double *out);
+void v4_ak_accum8_bf16_portable(float *const *acc, const float *f, const double *pbd, const uint16_t *const *kv,
+                                  int nv, int hd, unsigned active);
 void v4_ak_accum8_portable(float *const *acc, const float *f, const double *pbd, const float *const *kv,
                            int nv, int hd, unsigned active);
 #if defined(__x86_64__)
 void v4_ak_relu_terms8_avx2(const double *D, int rows, const float *w8, double *T);
 void v4_ak_div_bf16_avx2(float *x, int n, float l);
 void v4_ak_dots8_avx2(const float *qT, int hd, const float *const *keys, int nk, double *out);
+void v4_ak_dots8_bf16_avx2(const float *qT, int hd, const uint16_t *const *keys, int nk, double *out);
+void v4_ak_accum8_bf16_avx2(float *const *acc, const float *f, const double *pbd, const uint16_t *const *kv,
+                              int nv, int hd, unsigned active);
 void v4_ak_accum8_avx2(float *const *acc, const float *f, const double *pbd, const float *const *kv, int nv,
                        int hd, unsigned active);
 void v4_ak_relu_terms8_avx512(const double *D, int rows, const float *w8, double *T);
 void v4_ak_div_bf16_avx512(float *x, int n, float l);
 void v4_ak_dots8_avx512(const float *qT, int hd, const float *const *keys, int nk, double *out);
+void v4_ak_dots8_bf16_avx512(const float *qT, int hd, const uint16_t *const *keys, int nk, double *out);
+void v4_ak_accum8_bf16_avx512(float *const *acc, const float *f, const double *pbd, const uint16_t *const *kv,
+                                int nv, int hd, unsigned active);
 void v4_ak_accum8_avx512(float *const *acc, const float *f, const double *pbd, const float *const *kv,
                          int nv, int hd, unsigned active);
 #endif

@@ -1,4 +1,5 @@
-/* attn_kern_body.h - the body of attn_kern.h's dots8 and accum8, included once per ISA
+/* attn_kern_body.h - the body of attn_kern.h's loops (dots8 and accum8 through
+ * attn_kern_keys.h, once for float and once for bf16 key rows), included once per ISA
  * by attn_kern.c, attn_kern_avx2.c and attn_kern_avx512.c, which define
  *   V4_AK_SUFFIX  the name suffix (portable, avx2, avx512)
  *   V4_AK_VW      doubles per hardware vector (8: zmm, 4: ymm, 2: xmm); the 8 lanes
@@ -17,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../codec.h"
 #include "attn_kern.h"
 
 #define V4_AK_CAT2(a, b) a##_##b
@@ -28,6 +30,8 @@
 
 typedef double v4ak_vd __attribute__((vector_size(V4_AK_VW * 8)));
 typedef float v4ak_vf __attribute__((vector_size(V4_AK_VW * 4)));
+typedef uint16_t v4ak_vh __attribute__((vector_size(V4_AK_VW * 2))); /* bf16 bits */
+typedef uint16_t v4ak_vh2 __attribute__((vector_size(V4_AK_VW * 4)));
 
 /* The including file may map these to intrinsics (GCC splits some generic conversions
  * into halves and never emits an FMA with -ffp-contract=off).  V4_AK_MADD(a, x, y) =
@@ -55,113 +59,44 @@ typedef int32_t v4ak_vi8 __attribute__((vector_size(32)));
 #define V4_AK_TO_PD8(x) __builtin_convertvector((x), v4ak_vd8)
 #endif
 
-void V4_AK_NAME(v4_ak_dots8)(const float *qT, int hd, const float *const *keys, int nk, double *out)
+/* dots8 / accum8 for float key rows, then for bf16 key rows (the sequence caches) */
+static inline v4ak_vf V4_AK_NAME(v4ak_ldf)(const float *p)
 {
-    for (int c0 = 0; c0 < nk; c0 += V4_AK_KB) {
-        const float *kp[V4_AK_KB];
-        v4ak_vd a[V4_AK_KB][V4_AK_NV];
-#pragma GCC unroll 16
-        for (int i = 0; i < V4_AK_KB; i++) {
-            kp[i] = keys[c0 + i < nk ? c0 + i : nk - 1]; /* short block: repeat the last key */
-#pragma GCC unroll 8
-            for (int v = 0; v < V4_AK_NV; v++)
-                a[i][v] = (v4ak_vd){0};
-        }
-        for (int d0 = 0; d0 < hd; d0 += V4_AK_DT) {
-            const int dn = hd - d0 < V4_AK_DT ? hd - d0 : V4_AK_DT;
-            double kd[V4_AK_KB][V4_AK_DT];
-            for (int i = 0; i < V4_AK_KB; i++) {
-                int t = 0;
-                for (; t + V4_AK_VW <= dn; t += V4_AK_VW) {
-                    v4ak_vf x;
-                    memcpy(&x, kp[i] + d0 + t, sizeof x);
-                    const v4ak_vd y = V4_AK_TO_PD(x);
-                    memcpy(&kd[i][t], &y, sizeof y);
-                }
-                for (; t < dn; t++)
-                    kd[i][t] = (double)kp[i][d0 + t];
-            }
-            const float *qp = qT + (size_t)d0 * V4_AK_LANES;
-            for (int t = 0; t < dn; t++) {
-                v4ak_vd qd[V4_AK_NV];
-#pragma GCC unroll 8
-                for (int v = 0; v < V4_AK_NV; v++) {
-                    v4ak_vf qf;
-                    memcpy(&qf, qp + (size_t)t * V4_AK_LANES + v * V4_AK_VW, sizeof qf);
-                    qd[v] = V4_AK_TO_PD(qf);
-                }
-#pragma GCC unroll 16
-                for (int i = 0; i < V4_AK_KB; i++)
-#pragma GCC unroll 8
-                    for (int v = 0; v < V4_AK_NV; v++)
-                        a[i][v] = V4_AK_MADD(a[i][v], qd[v], kd[i][t]);
-            }
-        }
-#pragma GCC unroll 16
-        for (int i = 0; i < V4_AK_KB; i++)
-            if (c0 + i < nk)
-#pragma GCC unroll 8
-                for (int v = 0; v < V4_AK_NV; v++)
-                    memcpy(out + (size_t)(c0 + i) * V4_AK_LANES + v * V4_AK_VW, &a[i][v], sizeof a[i][v]);
-    }
+    v4ak_vf x;
+    memcpy(&x, p, sizeof x);
+    return x;
 }
-
-void V4_AK_NAME(v4_ak_accum8)(float *const *acc, const float *f, const double *pbd, const float *const *kv,
-                              int nv, int hd, unsigned active)
+static inline v4ak_vf V4_AK_NAME(v4ak_ldh)(const uint16_t *p)
 {
-    int d = 0;
-    for (; d + V4_AK_LANES <= hd; d += V4_AK_LANES) {
-        for (int h0 = 0; h0 < V4_AK_LANES; h0 += V4_AK_HP) {
-            const unsigned act = (active >> h0) & ((1u << V4_AK_HP) - 1u);
-            if (!act)
-                continue;
-            v4ak_vd a[V4_AK_HP][V4_AK_NV];
-#pragma GCC unroll 16
-            for (int i = 0; i < V4_AK_HP; i++)
-#pragma GCC unroll 8
-                for (int v = 0; v < V4_AK_NV; v++) {
-                    a[i][v] = (v4ak_vd){0};
-                    if (act >> i & 1u) {
-                        v4ak_vf av;
-                        memcpy(&av, acc[h0 + i] + d + v * V4_AK_VW, sizeof av);
-                        av = av * f[h0 + i]; /* f32(acc[d] * f) */
-                        a[i][v] = V4_AK_TO_PD(av);
-                    }
-                }
-            for (int c = 0; c < nv; c++) {
-                v4ak_vd k[V4_AK_NV];
-#pragma GCC unroll 8
-                for (int v = 0; v < V4_AK_NV; v++) {
-                    v4ak_vf kf;
-                    memcpy(&kf, kv[c] + d + v * V4_AK_VW, sizeof kf);
-                    k[v] = V4_AK_TO_PD(kf);
-                }
-#pragma GCC unroll 16
-                for (int i = 0; i < V4_AK_HP; i++)
-#pragma GCC unroll 8
-                    for (int v = 0; v < V4_AK_NV; v++)
-                        a[i][v] = V4_AK_MADD(a[i][v], k[v], pbd[(size_t)(h0 + i) * V4_AK_CHUNK + c]);
-            }
-#pragma GCC unroll 16
-            for (int i = 0; i < V4_AK_HP; i++)
-                if (act >> i & 1u)
-#pragma GCC unroll 8
-                    for (int v = 0; v < V4_AK_NV; v++) {
-                        const v4ak_vf r = V4_AK_TO_PS(a[i][v]);
-                        memcpy(acc[h0 + i] + d + v * V4_AK_VW, &r, sizeof r);
-                    }
-        }
-    }
-    for (; d < hd; d++) /* hd % 8 tail: the reference loop per head */
-        for (int i = 0; i < V4_AK_LANES; i++) {
-            if (!(active >> i & 1u))
-                continue;
-            double a = (double)(acc[i][d] * f[i]);
-            for (int c = 0; c < nv; c++)
-                a += pbd[(size_t)i * V4_AK_CHUNK + c] * (double)kv[c][d];
-            acc[i][d] = (float)a;
-        }
+    /* f32 bits = bf16 bits << 16: interleave zero halfwords below them (one unpack
+     * instruction; a widening conversion + shift costs more, without SSE4.1 much more) */
+#if V4_AK_VW == 2
+    /* two lanes: two scalar shifts beat a 4-byte vector's shuffles */
+    const uint32_t u[2] = {(uint32_t)p[0] << 16, (uint32_t)p[1] << 16};
+#else
+    v4ak_vh h;
+    memcpy(&h, p, sizeof h);
+    const v4ak_vh z = {0};
+#if V4_AK_VW == 4
+    const v4ak_vh2 u = __builtin_shufflevector(z, h, 0, 4, 0, 5, 0, 6, 0, 7);
+#else
+    const v4ak_vh2 u = __builtin_shufflevector(z, h, 0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15);
+#endif
+#endif
+    v4ak_vf x;
+    memcpy(&x, &u, sizeof x);
+    return x;
 }
+#define V4_AK_KT float
+#define V4_AK_KNAME(f) V4_AK_NAME(f)
+#define V4_AK_LDK(p) V4_AK_NAME(v4ak_ldf)(p)
+#define V4_AK_LDK1(x) (x)
+#include "attn_kern_keys.h"
+#define V4_AK_KT uint16_t
+#define V4_AK_KNAME(f) V4_AK_NAME(V4_AK_CAT2(f, bf16))
+#define V4_AK_LDK(p) V4_AK_NAME(v4ak_ldh)(p)
+#define V4_AK_LDK1(x) v4_bf16_from_bits(x)
+#include "attn_kern_keys.h"
 
 /* codec.h's v4_bf16 on 8 lanes: round to nearest even, NaN -> quiet NaN of the top half. */
 #define V4_AK_BF16_8(u)                                                                            \

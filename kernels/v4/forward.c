@@ -84,7 +84,7 @@ int v4_ctx_reserve(v4_ctx *c, int entries, v4_error *err)
     float *score = realloc(c->s.score, sizeof(float) * (size_t)entries);
     if (score)
         c->s.score = score;
-    const float **cand = realloc((void *)c->s.cand, sizeof(float *) * ((size_t)entries + c->w->cfg.window));
+    const uint16_t **cand = realloc((void *)c->s.cand, sizeof *cand * ((size_t)entries + c->w->cfg.window));
     if (cand)
         c->s.cand = cand;
     if (!score || !cand)

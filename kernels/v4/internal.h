@@ -3,6 +3,7 @@
 #ifndef V4_INTERNAL_H
 #define V4_INTERNAL_H
 
+#include "../codec.h"
 #include "model.h"
 
 /* Compressor running state: kv and gate scores of the last c*r tokens, [c*r][c*d]. */
@@ -11,12 +12,14 @@ typedef struct v4_comp_state {
     int rows, width;
 } v4_comp_state;
 
+/* The caches hold bf16 values (the reference's KV cache dtype, spec §5.3 / §5.4 /
+ * §5.5): uint16_t bits, converted to float on load (exact). */
 typedef struct v4_layer_state {
-    float *win;              /* [window][head_dim] ring buffer, slot = pos % window */
-    float *comp;             /* [cap][head_dim] compressed entries */
+    uint16_t *win;           /* [window][head_dim] ring buffer, slot = pos % window */
+    uint16_t *comp;          /* [cap][head_dim] compressed entries */
     int n_comp;
     v4_comp_state cs;
-    float *idx_keys;         /* [cap][index_head_dim] (CSA) */
+    uint16_t *idx_keys;      /* [cap][index_head_dim] (CSA) */
     int n_idx;
     v4_comp_state ics;
     int cap;                 /* capacity of comp / idx_keys in entries */
@@ -27,8 +30,25 @@ struct v4_seq {
     int pos;
     int broken;              /* a step failed half-way (expert provider error) */
     int max_len;
+    long inexact;            /* cache values stored that were not bf16 (v4_seq_store_bf16) */
+    size_t bytes;            /* what v4_seq_create allocated (v4_seq_bytes) */
     v4_layer_state *L;
 };
+
+/* Store n cache values as bf16 bits; the values are bf16 already (every path rounds
+ * them, spec §5), and any that is not (its bits differ from v4_bf16's) is counted in
+ * s->inexact and stored rounded (v4_seq_inexact reports the count: tests check 0).
+ * Inline: indexer.c is also linked without seq.c (tests/cuda). */
+static inline void v4_seq_store_bf16(v4_seq *s, uint16_t *dst, const float *src, int n)
+{
+    long bad = 0;
+    for (int i = 0; i < n; i++) {
+        const uint16_t b = v4_bf16_bits(src[i]);
+        bad += v4_f32_bits(v4_bf16_from_bits(b)) != v4_f32_bits(src[i]);
+        dst[i] = b;
+    }
+    s->inexact += bad;
+}
 
 /* Scratch for one step of up to max_batch sequences.  Sizes in floats. */
 typedef struct v4_scratch {
@@ -50,7 +70,7 @@ typedef struct v4_scratch {
     int *sel;        /* [max(topk, n_act)] */
     int *csel;       /* [B][index_topk] indexer selections */
     int *ncsel;      /* [B] */
-    const float **cand;  /* [window + cap_entries] attention candidate keys */
+    const uint16_t **cand;  /* [window + cap_entries] attention candidate keys (bf16 rows) */
     float *gate;     /* [B][n_routed] */
     int *route;      /* [B][n_act] */
     float *route_w;  /* [B][n_act] */

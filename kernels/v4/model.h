@@ -22,6 +22,7 @@
 #ifndef V4_MODEL_H
 #define V4_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../../config/error.h"
@@ -63,11 +64,31 @@ void v4_seq_reset(v4_seq *s);
 void v4_seq_free(v4_seq *s);
 int v4_seq_pos(const v4_seq *s);            /* next position to be decoded */
 int v4_seq_capacity(const v4_seq *s);
-/* Read-only views of the caches (for tests): window ring [window][head_dim],
- * compressed entries [n][head_dim], indexer keys [n][index_head_dim]. */
-const float *v4_seq_window(const v4_seq *s, int layer);
-const float *v4_seq_compressed(const v4_seq *s, int layer, int *n);
-const float *v4_seq_index_keys(const v4_seq *s, int layer, int *n);
+/* Memory of a sequence.  v4_seq_create(w, max_len) allocates everything up front (a
+ * running sequence never allocates), all of it owned by the v4_seq and freed by
+ * v4_seq_free:
+ *   per layer     the window ring  window x head_dim bf16 (2 bytes a value)
+ *   ratio r != 0  compressed KV    (max_len / r + 1) x head_dim bf16
+ *                 compressor state 2 x rows x width f32 (rows x width = r x head_dim,
+ *                                  2r x 2 head_dim for ratio 4)
+ *   ratio 4       indexer keys     (max_len / 4 + 1) x index_head_dim bf16
+ *                 their compressor 2 x 8 x 2 index_head_dim f32
+ *   the v4_seq and its layer array.
+ * v4_seq_bytes_for gives that total for a config before anything is allocated (0 for
+ * max_len < 1); v4_seq_bytes what sequence s holds (the same number).  Scratch shared
+ * by a context's sequences (v4_ctx) is not counted.  Thread: any (s read-only). */
+size_t v4_seq_bytes_for(const v4_config *cfg, int max_len);
+size_t v4_seq_bytes(const v4_seq *s);
+/* Cache values stored since create / reset that were not bf16-representable (stored
+ * rounded).  Always 0 for the V4 numerics: every cache entry is bf16 by construction
+ * (spec §5); tests check it. */
+long v4_seq_inexact(const v4_seq *s);
+/* Read-only views of the caches (for tests), bf16 bits (v4_bf16_from_bits gives the
+ * float): window ring [window][head_dim], compressed entries [n][head_dim], indexer
+ * keys [n][index_head_dim].  Owned by s; valid until the next step, reset or free. */
+const uint16_t *v4_seq_window(const v4_seq *s, int layer);
+const uint16_t *v4_seq_compressed(const v4_seq *s, int layer, int *n);
+const uint16_t *v4_seq_index_keys(const v4_seq *s, int layer, int *n);
 
 /* Routed experts from outside the weights: a cache that loads them on demand
  * (cache/expert_provider.h).  Per step and MoE layer, v4_step asks for the distinct

@@ -75,6 +75,10 @@ void v4_head_rms_bf16(float *q, int n, float eps);
 /* attention.c: one head's softmax with sink over the candidate keys cand[0..L) (NULL =
  * masked), in chunks of 64 (online max/sum), o = bf16(acc / l); hd <= 1024. */
 void v4_sparse_attn_head(const float *q, const float *const *cand, int L, int hd, float scale, float sink, float *o);
+/* The same with bf16 candidate rows (uint16_t bits, e.g. a sequence's caches): the bits
+ * of v4_sparse_attn_head on float rows holding the same values. */
+void v4_sparse_attn_head_bf16(const float *q, const uint16_t *const *cand, int L, int hd, float scale, float sink,
+                              float *o);
 /* attention.c: v4_sparse_attn_head for the H heads of one sequence, q/o [H][hd],
  * sinks[H]; the same bits, computed several heads and candidates at a time (the widest
  * SIMD the CPU has, attn_kern.h; the engine itself calls v4_sparse_attn_heads_k with
@@ -94,5 +98,8 @@ void v4_index_scores(const float *q, const float *keys, int n, const float *wh, 
 /* The same scores by the plain loop over keys and heads (the reference the SIMD path is
  * checked against, and its fallback for head dims above V4_AK_MAX_HD). */
 void v4_index_scores_ref(const float *q, const float *keys, int n, const float *wh, int ih, int id, float *score);
+/* v4_index_scores_ref with bf16 keys (uint16_t bits [n][id]). */
+void v4_index_scores_ref_bf16(const float *q, const uint16_t *keys, int n, const float *wh, int ih, int id,
+                              float *score);
 
 #endif

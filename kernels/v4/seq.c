@@ -1,6 +1,13 @@
 /* seq.c - per-sequence decode state (window rings, compressed KV, indexer keys,
  * compressor state).  Everything is sized up front from max_len, so a running
- * sequence never allocates; v4_seq_reset returns it to position 0 without freeing. */
+ * sequence never allocates; v4_seq_reset returns it to position 0 without freeing.
+ *
+ * The window ring, the compressed entries and the indexer keys are BF16 like the
+ * reference's caches (spec §5.3 step 8, §5.4, §5.5: every entry is bf16 by
+ * construction): stored as uint16_t bits (2 bytes a value instead of 4), read by the
+ * attention / indexer loops with an exact conversion to float.  The compressor's
+ * running state (the last c*r tokens' projections and scores) is FP32 in the spec and
+ * stays float. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,19 +23,56 @@ static void comp_state_reset(v4_comp_state *st)
     }
 }
 
-static int comp_state_init(v4_comp_state *st, const v4_compressor_w *cw)
+/* The compressor state of a layer of ratio r with d channels: rows, width. */
+static void comp_state_dims(int r, int d, int *rows, int *width)
 {
-    int c = cw->overlap ? 2 : 1;
-    st->rows = c * cw->ratio;
-    st->width = c * cw->dim;
+    const int c = r == 4 ? 2 : 1;   /* ratio 4 overlaps (v4_compressor_w.overlap) */
+    *rows = c * r;
+    *width = c * d;
+}
+
+static int comp_state_init(v4_comp_state *st, const v4_compressor_w *cw, size_t *bytes)
+{
+    comp_state_dims(cw->ratio, cw->dim, &st->rows, &st->width);
     size_t n = (size_t)st->rows * st->width;
     st->kv = malloc(n * sizeof(float));
     st->sc = malloc(n * sizeof(float));
     if (!st->kv || !st->sc)
         return -1;
+    *bytes += 2 * n * sizeof(float);
     comp_state_reset(st);
     return 0;
 }
+
+/* Entries of a layer's compressed cache (and indexer keys) for max_len tokens. */
+static int comp_cap(int max_len, int ratio) { return max_len / ratio + 1; }
+
+size_t v4_seq_bytes_for(const v4_config *cfg, int max_len)
+{
+    if (max_len < 1)
+        return 0;
+    const size_t b16 = sizeof(uint16_t);
+    size_t b = sizeof(struct v4_seq) + (size_t)cfg->n_layers * sizeof(v4_layer_state);
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const int r = cfg->compress_ratios[l];
+        int rows, width;
+        b += (size_t)cfg->window * cfg->head_dim * b16;
+        if (r == 0)
+            continue;
+        const size_t cap = (size_t)comp_cap(max_len, r);
+        b += cap * cfg->head_dim * b16;
+        comp_state_dims(r, cfg->head_dim, &rows, &width);
+        b += 2 * (size_t)rows * width * sizeof(float);
+        if (r == 4) {
+            b += cap * cfg->index_head_dim * b16;
+            comp_state_dims(4, cfg->index_head_dim, &rows, &width);
+            b += 2 * (size_t)rows * width * sizeof(float);
+        }
+    }
+    return b;
+}
+
+size_t v4_seq_bytes(const v4_seq *s) { return s ? s->bytes : 0; }
 
 v4_seq *v4_seq_create(const v4_weights *w, int max_len, v4_error *err)
 {
@@ -45,28 +89,34 @@ v4_seq *v4_seq_create(const v4_weights *w, int max_len, v4_error *err)
     s->L = calloc((size_t)cfg->n_layers, sizeof *s->L);
     if (!s->L)
         goto oom;
+    s->bytes = sizeof *s + (size_t)cfg->n_layers * sizeof *s->L;
     for (int l = 0; l < cfg->n_layers; l++) {
         v4_layer_state *L = &s->L[l];
         const v4_layer_w *lw = &w->layers[l];
-        L->win = calloc((size_t)cfg->window * cfg->head_dim, sizeof(float));
+        const size_t nwin = (size_t)cfg->window * cfg->head_dim;
+        L->win = calloc(nwin, sizeof *L->win);
         if (!L->win)
             goto oom;
+        s->bytes += nwin * sizeof *L->win;
         if (lw->ratio == 0)
             continue;
-        L->cap = max_len / lw->ratio + 1;
-        L->comp = calloc((size_t)L->cap * cfg->head_dim, sizeof(float));
-        if (!L->comp || comp_state_init(&L->cs, &lw->comp))
+        L->cap = comp_cap(max_len, lw->ratio);
+        L->comp = calloc((size_t)L->cap * cfg->head_dim, sizeof *L->comp);
+        if (!L->comp || comp_state_init(&L->cs, &lw->comp, &s->bytes))
             goto oom;
+        s->bytes += (size_t)L->cap * cfg->head_dim * sizeof *L->comp;
         if (lw->ratio == 4) {
-            L->idx_keys = calloc((size_t)L->cap * cfg->index_head_dim, sizeof(float));
-            if (!L->idx_keys || comp_state_init(&L->ics, &lw->idx_comp))
+            L->idx_keys = calloc((size_t)L->cap * cfg->index_head_dim, sizeof *L->idx_keys);
+            if (!L->idx_keys || comp_state_init(&L->ics, &lw->idx_comp, &s->bytes))
                 goto oom;
+            s->bytes += (size_t)L->cap * cfg->index_head_dim * sizeof *L->idx_keys;
         }
     }
     return s;
 oom:
     v4_seq_free(s);
-    v4_err_set(err, V4_ERR_NOMEM, "v4_seq_create", "out of memory for a sequence of %d tokens", max_len);
+    v4_err_set(err, V4_ERR_NOMEM, "v4_seq_create", "out of memory for a sequence of %d tokens (%zu bytes)", max_len,
+               v4_seq_bytes_for(cfg, max_len));
     return NULL;
 }
 
@@ -75,9 +125,10 @@ void v4_seq_reset(v4_seq *s)
     const v4_config *cfg = &s->w->cfg;
     s->pos = 0;
     s->broken = 0;
+    s->inexact = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
         v4_layer_state *L = &s->L[l];
-        memset(L->win, 0, sizeof(float) * (size_t)cfg->window * cfg->head_dim);
+        memset(L->win, 0, sizeof *L->win * (size_t)cfg->window * cfg->head_dim);
         L->n_comp = L->n_idx = 0;
         if (L->cs.kv)
             comp_state_reset(&L->cs);
@@ -103,16 +154,17 @@ void v4_seq_free(v4_seq *s)
 
 int v4_seq_pos(const v4_seq *s) { return s->pos; }
 int v4_seq_capacity(const v4_seq *s) { return s->max_len; }
+long v4_seq_inexact(const v4_seq *s) { return s->inexact; }
 
-const float *v4_seq_window(const v4_seq *s, int layer) { return s->L[layer].win; }
+const uint16_t *v4_seq_window(const v4_seq *s, int layer) { return s->L[layer].win; }
 
-const float *v4_seq_compressed(const v4_seq *s, int layer, int *n)
+const uint16_t *v4_seq_compressed(const v4_seq *s, int layer, int *n)
 {
     *n = s->L[layer].n_comp;
     return s->L[layer].comp;
 }
 
-const float *v4_seq_index_keys(const v4_seq *s, int layer, int *n)
+const uint16_t *v4_seq_index_keys(const v4_seq *s, int layer, int *n)
 {
     *n = s->L[layer].n_idx;
     return s->L[layer].idx_keys;

@@ -7,7 +7,9 @@
  * table is sorted by name, so all tensors of one expert are adjacent and are summed
  * in one pass.  Nothing is read from the tensor data (headers only).  A model whose
  * experts are synthetic (DIR/synthetic_experts.json, mkmodel --no-experts) gets a line
- * saying so (seed, count, bytes per expert) instead of the per-expert sizes.
+ * saying so (seed, count, bytes per expert) instead of the per-expert sizes.  The
+ * memory of one sequence's decode state (v4_seq_bytes_for) is printed for 4k and 64k
+ * tokens and the model's max_position_embeddings.
  *
  * Ownership: everything is local to v4_cmd_inspect and released before it returns.
  * Exit status: 0 ok, 1 load/validation error (one line "v4fleet inspect: <where>:
@@ -24,6 +26,7 @@
 #include "cache/expert_synth.h"
 #include "cache/safetensors.h"
 #include "config/model_config.h"
+#include "kernels/v4/model.h"
 
 #include "commands.h"
 
@@ -145,6 +148,23 @@ static void print_config(const v4_config *c)
 }
 
 /* ---------------------------------------------------------------- accounting */
+
+/* One sequence's decode state (v4_seq_bytes_for: bf16 caches, f32 compressor state)
+ * at a few context lengths, the model's maximum last. */
+static void print_seq_bytes(const v4_config *c)
+{
+    const long long lens[] = {4096, 65536, c->max_position};
+    printf("bytes per sequence (bf16 KV caches):");
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        if (lens[i] < 1 || lens[i] > 0x7fffffff || (i == 2 && (lens[i] == lens[0] || lens[i] == lens[1])))
+            continue;
+        char h[32];
+        const size_t b = v4_seq_bytes_for(c, (int)lens[i]);
+        fmt_bytes(h, sizeof h, b);
+        printf("%s %lld tokens %zu (%s)", i ? "," : "", lens[i], b, h);
+    }
+    printf("\n");
+}
 
 /* "layers.L.ffn.experts.E." prefix -> 1 and L, E. */
 static int read_uint(const char **p, int *v)
@@ -354,6 +374,7 @@ int v4_cmd_inspect(int argc, char **argv)
         return report(&err, model);
     printf("model: %s\n", model);
     print_config(&cfg);
+    print_seq_bytes(&cfg);
     print_checkpoint(ck, &cfg, synth, seed);
     v4_ckpt_close(ck);
     return 0;
