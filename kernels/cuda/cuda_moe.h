@@ -1,5 +1,7 @@
 /* cuda_moe.h - the routed experts of a MoE layer without a host round trip (issue 6),
- * for the device-resident step (cuda_step.cu) when every routed expert is resident:
+ * for the device-resident step (cuda_step.cu), its experts resident or paged (the
+ * pointer table tab is then the layer's slot table; entries of experts without rows are
+ * never read, the step leaves them NULL):
  * the per-expert row lists are built on the device from the route ids, the experts'
  * products run as one grouped launch per matrix (w1, w3, w2) over all (expert, row)
  * pairs, and the combination sums each token's experts in ascending expert id.

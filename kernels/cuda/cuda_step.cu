@@ -9,17 +9,20 @@
  *
  * Host decisions (the same ones the C code makes from host-side state): where each
  * sequence's window slot and compressor rows are, when a compressed block completes,
- * and the candidate lists' window and HCA parts.  The MoE: with every routed expert
- * resident, routing, per-expert row lists, the experts' products (one grouped launch
- * per matrix) and the sum over experts in ascending id stay on the device (cuda_moe.h:
- * moe_grouped, no host round trip); with paged experts the routing is copied back once
- * per MoE layer and the host picks the experts (like the reference's gather by expert).
- * The routes of every layer live in route_all and come back once, at the end of the
- * step, for the traces.  Everything stays on the one stream of the engine, except the
- * uploads of paged experts: those run on the copy stream of xslots.cu, and each expert
- * makes the engine's stream wait for its slot's ready event before reading it
- * (routed_experts: hits first, misses as their copies are enqueued, the sum over
- * experts in ascending id).
+ * and the candidate lists' window and HCA parts.  The MoE (exact mode): routing,
+ * per-expert row lists, the experts' products (one grouped launch per matrix) and the
+ * sum over experts in ascending id stay on the device (cuda_moe.h: moe_grouped), the
+ * experts read through the layer's device pointer table xtab: fixed with every expert
+ * resident, the layer's slot table with paged experts (paged_select: the host needs
+ * the layer's expert set - from the tokens for a hash layer, prepared before its
+ * attention; from the route ids copied back for a score layer - pins the slots,
+ * uploads the misses, one copy per expert on the copy stream of xslots.cu, makes the
+ * stream wait for the slots' ready events and uploads the table).  The fast mode runs
+ * the host-driven MoE (routes back, the host picks the experts, per-expert products
+ * through lin(): routed_experts, for resident and paged experts).  The routes of every
+ * layer live in route_all and come back once, at the end of the step, for the traces.
+ * Everything stays on the one stream of the engine, except the uploads of paged
+ * experts on the copy stream.
  *
  * Waits for the stream (host round trips): the host's per-layer data (candidate
  * lists, lengths) and the step's tokens/positions are staged in pinned host memory,
@@ -27,9 +30,11 @@
  * next step, after its final wait; if n_layers areas exceed 64 MiB, one area is
  * reused after a wait per layer).  With every expert resident a step therefore waits
  * only for the logits (the routes for the traces come back in the same wait) and at
- * its end; traced index selections add a wait per CSA layer; paged experts add the
- * waits of the host-driven MoE (routes back, row lists up: 4 per layer).  Results
- * copied to the host are complete when the step returns.
+ * its end; traced index selections add a wait per CSA layer; paged experts add one
+ * wait per score-routed MoE layer (none per hash layer); the fast mode's host-driven
+ * MoE adds 4 per layer (routes back, row lists up).  The counts are kept (moe_syncs,
+ * v4_cuda_expert_stats.moe_host_syncs).  Results copied to the host are complete when
+ * the step returns.
  *
  * Prefill chunks (several rows of one sequence in a step, consecutive positions in row
  * order, as forward.c): the projections, the MoE and the head run over every row at
@@ -98,7 +103,10 @@ struct dlayer {
     dexpert shared;
     dexpert *experts;               /* host array of device matrices */
     const uint8_t **xtab;           /* device [6][E] pointer table of the routed experts
-                                     * (cuda_moe.h), NULL: the host-driven MoE (paging) */
+                                     * (cuda_moe.h): fixed (all resident) or the slot table
+                                     * of the paged experts (rewritten per step: the layer's
+                                     * experts -> their slots, the others NULL); NULL: the
+                                     * host-driven MoE (fast mode with paging) */
     int xfp4;                       /* the routed experts are FP4 (else FP8) */
 };
 
@@ -149,8 +157,12 @@ struct v4_cuda_engine {
     v4cu_xslots *xsl;
     size_t xoff[6];                 /* slot layout: w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale */
     int *x_ids;                     /* [n_routed]: the layer's experts with rows, ascending */
-    unsigned char *x_miss;          /* [n_routed]: x_ids[i] is being uploaded this layer */
+    unsigned char *x_miss;          /* [n_routed]: x_ids[i] is being uploaded this layer (host
+                                     * path); the layer's expert set by id (grouped path) */
     dexpert *x_mats;                /* [n_routed]: the layer's acquired experts by id */
+    int x_held, x_nx;               /* the layer whose x_ids[0..x_nx) are pinned, -1: none */
+    const uint8_t **h_stab;         /* pinned [n_layers][6][E]: the slot tables' host side
+                                     * (a layer's area is rewritten in the next step only) */
     uint16_t *embed;
     dmat head, hc_head_fn;
     float *norm, *hc_head_base, *hc_head_scale, *freqs_swa, *freqs_comp;
@@ -170,6 +182,7 @@ struct v4_cuda_engine {
     v4cu_lt *lt;                    /* fast numerics (borrowed from the backend), NULL = exact */
     int grouped;                    /* every layer has xtab */
     uint64_t grouped_layers;        /* MoE layers run by the grouped path (stats) */
+    uint64_t moe_layers, moe_syncs; /* MoE layer steps; host waits for the stream in them */
     const uint8_t **h_xtab;         /* host source of the xtab uploads [n_layers][6][E] */
 
     /* host mirrors */
@@ -699,9 +712,90 @@ static int moe_grouped(v4_cuda_engine *e, const dlayer *lw, int n, const int32_t
     return 0;
 }
 
+/* Paged experts on the grouped path: unpin the held layer's experts, recording their
+ * slots' `used` events after the kernels enqueued so far (its grouped launch). */
+static void paged_release(v4_cuda_engine *e)
+{
+    if (e->x_held < 0)
+        return;
+    v4cu_xslots_release(e->xsl, e->x_held, e->x_ids, e->x_nx);
+    e->x_held = -1;
+}
+
+/* Paged experts on the grouped path, before the layer's grouped launch: the layer's
+ * expert set (a hash layer's from the step's tokens and tid2eid: no wait; a score
+ * layer's from its routes copied back: the layer's one wait), its slots pinned (all
+ * or nothing), the misses fetched and uploaded (xslots.h: one copy per expert from
+ * pinned staging on the copy stream), the stream made to wait for every slot's copy,
+ * and the layer's slot table (each expert of the set -> its slot's six parts, NULL for
+ * the others) uploaded without a wait from its pinned area.  route: the layer's route
+ * ids on the device (unused for a hash layer).  The experts stay pinned (x_held) until
+ * paged_release; on failure nothing stays pinned. */
+static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *route, v4_error *err)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const int K = cfg->n_act_experts, E = cfg->n_routed_experts;
+    const int32_t *t2e = e->w->layers[layer].tid2eid;
+    if (t2e) {
+        for (int b = 0; b < n; b++) {
+            const int32_t tok = e->h_tok[b];
+            if (tok < 0 || tok >= cfg->vocab_size)
+                return v4_err_set(err, V4_ERR_RANGE, "cuda step", "token %d of row %d outside the vocabulary (%d)",
+                                  tok, b, cfg->vocab_size);
+            memcpy(e->h_route + (size_t)b * K, t2e + (size_t)tok * K, sizeof(int32_t) * (size_t)K);
+        }
+    } else {
+        if (to_host(e, e->h_route, route, sizeof(int32_t) * (size_t)n * K))
+            return -1;
+        e->moe_syncs++;
+    }
+    /* the set ascending; ids outside [0, E) dropped, as the device's list builder does */
+    memset(e->x_miss, 0, (size_t)E);
+    for (int p = 0; p < n * K; p++)
+        if (e->h_route[p] >= 0 && e->h_route[p] < E)
+            e->x_miss[e->h_route[p]] = 1;
+    int nx = 0;
+    for (int x = 0; x < E; x++)
+        if (e->x_miss[x])
+            e->x_ids[nx++] = x;
+    if (v4cu_xslots_begin(e->xsl, layer, e->x_ids, nx, err))
+        return -1;
+    int rc = v4cu_xslots_fetch(e->xsl, err) || v4cu_xslots_upload_all(e->xsl, err);
+    v4cu_xslots_end(e->xsl, !rc);
+    e->x_held = layer;
+    e->x_nx = nx;
+    const uint8_t **t = e->h_stab + (size_t)layer * 6 * E;
+    for (int i = 0; i < 6 * E; i++)
+        t[i] = NULL;
+    for (int i = 0; i < nx && !rc; i++) {
+        const int slot = v4cu_xslots_slot_of(e->xsl, i);
+        const uint8_t *base = v4cu_xslots_at(e->xsl, slot);
+        for (int k = 0; k < 6; k++)
+            t[(size_t)k * E + e->x_ids[i]] = base + e->xoff[k];
+        rc = v4cu_xslots_wait(e->xsl, slot, err);
+    }
+    if (!rc)
+        rc = to_dev_async(e, (void *)e->L[layer].xtab, t, sizeof(uint8_t *) * 6 * (size_t)E);
+    if (rc)
+        paged_release(e);
+    return rc ? -1 : 0;
+}
+
+/* Before layer l's attention: a hash layer's experts are known from the tokens, so with
+ * paged experts on the grouped path their uploads start here and overlap the attention. */
+static int moe_ahead(v4_cuda_engine *e, int layer, int n, v4_error *err)
+{
+    if (!e->paged || !e->L[layer].xtab || e->lt || !e->w->layers[layer].tid2eid)
+        return 0;
+    return paged_select(e, layer, n, NULL, err);
+}
+
 /* The layer's routes go to its part of route_all (copied back for the traces at the
- * end of the step).  Paged experts: the host picks and uploads the experts, so the
- * routes come back to the host here (one synchronization per layer). */
+ * end of the step).  The grouped path (cuda_moe.h) serves resident and paged experts
+ * alike, reading the layer's pointer table: fixed, or the slot table paged_select
+ * wrote (no wait for a hash layer, one for a score layer).  The fast mode with paged
+ * experts keeps the host-driven MoE: the routes and weights come back, the host picks
+ * the experts and uploads the row lists (4 waits per layer). */
 static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
@@ -709,12 +803,19 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
     const int dim = cfg->dim, E = cfg->n_routed_experts, K = cfg->n_act_experts;
     int32_t *route = e->route_all + (size_t)layer * n * K;
     float *route_w = e->route_w_all + (size_t)layer * n * K;
+    e->moe_layers++;
     if (lin(e, &lw->gate, 0, n, e->x, e->gate) ||
         ck(e, v4cu_route(e->gate, E, K, lw->gate_bias, lw->tid2eid, e->tokens, cfg->route_scale, route, route_w, n,
                          e->st), "router"))
         return -1;
-    if (lw->xtab && !e->lt)     /* the fast mode runs each expert's products through lin() */
-        return moe_grouped(e, lw, n, route, route_w);
+    if (lw->xtab && !e->lt) {   /* the fast mode runs each expert's products through lin() */
+        if (e->paged && e->x_held != layer && paged_select(e, layer, n, route, err))
+            return -1;
+        const int rc = moe_grouped(e, lw, n, route, route_w);
+        paged_release(e);
+        return rc;
+    }
+    e->moe_syncs += 4;          /* routes and weights back, rows and weights up */
     if (to_host(e, e->h_route, route, sizeof(int32_t) * (size_t)n * K) ||
         to_host(e, e->h_route_w, route_w, sizeof(float) * (size_t)n * K))
         return -1;
@@ -1019,7 +1120,8 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
              ck(e, v4cu_embed(e->embed, e->tokens, n, cfg->dim, cfg->hc_mult, e->X, e->st), "embed");
     for (int l = 0; !rc && l < cfg->n_layers; l++) {
         const dlayer *lw = &e->L[l];
-        rc = hc_pre(e, &lw->hc_attn_fn, lw->hc_attn_scale, lw->hc_attn_base, lw->attn_norm, n) ||
+        rc = moe_ahead(e, l, n, err) ||
+             hc_pre(e, &lw->hc_attn_fn, lw->hc_attn_scale, lw->hc_attn_base, lw->attn_norm, n) ||
              attention(e, l, S, &rm, n, tr) || hc_post(e, n) ||
              hc_pre(e, &lw->hc_ffn_fn, lw->hc_ffn_scale, lw->hc_ffn_base, lw->ffn_norm, n) || moe(e, l, n, err) ||
              hc_post(e, n);
@@ -1052,6 +1154,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
     }
     if (rc) {
         cudaStreamSynchronize(e->st);   /* the unwaited uploads' host sources (h_tok, h_pos, h_cand, h_len) */
+        paged_release(e);               /* a layer's paged experts still pinned */
         for (int b = 0; b < n; b++)   /* their device state holds part of a position */
             if (rm.first[b] == b)
                 free_dseq(S[b], cfg->n_layers);
@@ -1209,6 +1312,25 @@ static void upload_xtabs(v4_cuda_engine *e)
     e->grouped = e->fail == cudaSuccess;
 }
 
+/* Paged experts: the grouped path reads per layer a device slot table [6][E] (the
+ * xtab layout) that paged_select rewrites each step from a pinned host area; it needs
+ * the grouped kernels' limits only (the slots' layout is fixed by the config: FP4 or
+ * FP8, row-major, xslots.h; an expert of another shape fails its upload). */
+static void slot_tables(v4_cuda_engine *e)
+{
+    const v4_config *c = &e->w->cfg;
+    const size_t E = (size_t)c->n_routed_experts, tab = sizeof(uint8_t *) * 6 * E;
+    if (E > V4CU_MOE_MAX_EXPERTS || (long)e->max_batch * c->n_act_experts > V4CU_MOE_MAX_PAIRS)
+        return;
+    for (int l = 0; l < c->n_layers; l++) {
+        e->L[l].xtab = (const uint8_t **)dalloc(e, tab);
+        e->L[l].xfp4 = c->expert_fp4 != 0;
+    }
+    if (!e->count_only && !ck(e, cudaMallocHost((void **)&e->h_stab, tab * (size_t)c->n_layers), "cudaMallocHost"))
+        memset((void *)e->h_stab, 0, tab * (size_t)c->n_layers);
+    e->grouped = e->fail == cudaSuccess;
+}
+
 static int upload_weights(v4_cuda_engine *e)
 {
     const v4_weights *w = e->w;
@@ -1270,6 +1392,8 @@ static int upload_weights(v4_cuda_engine *e)
     }
     if (e->fail == cudaSuccess && grouped_ok(e))
         upload_xtabs(e);
+    else if (e->fail == cudaSuccess && e->paged)
+        slot_tables(e);
     if (e->count_only)
         return e->fail == cudaSuccess ? 0 : -1;
     return e->fail == cudaSuccess ? ck(e, cudaStreamSynchronize(e->st), "upload") : -1;
@@ -1304,6 +1428,7 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
     cudaFreeHost(e->h_tok);
     cudaFreeHost(e->h_route_all);
     cudaFreeHost(e->h_route_w_all);
+    cudaFreeHost((void *)e->h_stab);
     free(e->h_route);
     free(e->h_rows);
     free(e->h_csel);
@@ -1347,6 +1472,7 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int 
     e->max_batch = max_batch;
     e->max_seqs = max_seqs;
     e->sync_debug = v4cu_sync_debug_env();
+    e->x_held = -1;
 #ifndef V4CU_HOST_EMULATION
     cudaGetDevice(&e->device);      /* the creator made the backend's device current */
     if (ck(e, cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking), "cudaStreamCreate")) {
@@ -1434,8 +1560,12 @@ extern "C" size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t
 extern "C" void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st)
 {
     memset(st, 0, sizeof *st);
-    if (e)
+    if (e) {
         st->grouped_moe_layers = e->grouped_layers;
+        st->moe_layers = e->moe_layers;
+        st->moe_host_syncs = e->moe_syncs;
+        st->staging_waits = e->xsl ? v4cu_xslots_staging_waits(e->xsl) : 0;
+    }
     if (!e || !e->xsl)
         return;
     v4_slot_pool_stats ps;

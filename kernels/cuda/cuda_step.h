@@ -6,11 +6,14 @@
  *
  * Numerics: the kernels of cuda_linear.cu, cuda_ops.cu and cuda_attn.cu, each
  * following the C reference op by op (bit-identical under the conditions their
- * headers state); routing and indexer selections are computed on the device.  With
- * every routed expert resident the MoE runs without a host round trip (per-expert row
- * lists, grouped expert products and the ordered sum on the device, cuda_moe.h); with
- * paged experts the routes are copied back each MoE layer and the host picks the
- * experts to run, as moe.c does.
+ * headers state); routing and indexer selections are computed on the device.  In the
+ * exact mode the MoE runs on the device (per-expert row lists, grouped expert products
+ * and the ordered sum, cuda_moe.h) for resident and paged experts alike, the grouped
+ * launch reading each expert's weights through a device table (fixed, or the layer's
+ * slot table with paged experts): no host wait with every expert resident or in a
+ * hash-routed layer, one (the route ids back) in a score-routed layer with paged
+ * experts.  The fast mode copies the routes back each MoE layer and the host picks the
+ * experts to run, as moe.c does (4 waits per layer).
  * Traces: route_ids / route_w and index_ids / index_count are filled; the debug dumps
  * (q, kv, sub_out, streams, hidden) and checksums are not (left untouched).
  *
@@ -27,10 +30,10 @@
  * device slots (xslots.h, slot_pool.h: the eviction policy over the experts not pinned by
  * the current layer).  A layer's missing experts come from the mapped checkpoint or, with
  * v4_cuda_engine_create_paged, from an inner provider (the host expert cache); they
- * are staged through pinned host buffers and copied on a copy stream while the step's
- * stream computes the layer's resident experts; each expert waits for its slot's copy
- * (an event) before its kernels read it, and the sum over experts keeps ascending id
- * order (results are bit-identical to the all-resident step).  A budget that cannot
+ * are staged through pinned host buffers (several host threads) and copied on a copy
+ * stream, one copy per expert; the layer's kernels wait for its slots' copies (events)
+ * before reading them, and the sum over experts keeps ascending id order (results are
+ * bit-identical to the all-resident step).  A budget that cannot
  * hold one layer's experts of a step fails the step with the slot pool's message (how
  * many slots are needed).
  *
@@ -85,13 +88,19 @@ size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t expert_bud
  * kernel; the rest of the step is unchanged.  0, or -1 + err (no device memory). */
 int v4_cuda_engine_use_fast(v4_cuda_engine *e, void *lt, v4_error *err);
 size_t v4_cuda_engine_fast_need(const v4_weights *w);
-/* Paged experts' counters (all 0 when every expert is resident), and the MoE layers
- * run by the on-device grouped path (every expert resident: no host round trip). */
+/* Paged experts' counters (all 0 when every expert is resident), the MoE layers run
+ * by the on-device grouped path (resident or paged experts alike), every MoE layer
+ * step, and the host's waits for the engine's stream inside them (moe_host_syncs:
+ * grouped path 0 per layer when resident or hash-routed, 1 per score-routed layer with
+ * paged experts; the fast mode's host-driven paged MoE 4 per layer).  staging_waits:
+ * paged uploads that found their pinned staging buffer still being copied and waited
+ * for the copy stream (host waits outside the engine's stream). */
 typedef struct v4_cuda_expert_stats {
     int slots;
     size_t slot_bytes;
     uint64_t hits, misses, evictions, bytes_uploaded;
     uint64_t grouped_moe_layers;
+    uint64_t moe_layers, moe_host_syncs, staging_waits;
 } v4_cuda_expert_stats;
 void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st);
 /* Bytes of device memory held (weights + scratch + sequence state). */

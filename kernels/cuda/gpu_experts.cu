@@ -62,8 +62,8 @@ int tier_acquire(void *ud, int layer, const int *ids, int n, v4_expert_w *out, v
     if (v4cu_xslots_begin(t->xs, layer, ids, n, err))
         return -1;
     int rc = v4cu_xslots_fetch(t->xs, err);
-    for (int k = 0; rc == 0 && k < v4cu_xslots_nmiss(t->xs); k++)
-        rc = v4cu_xslots_upload(t->xs, k, err);
+    if (rc == 0)
+        rc = v4cu_xslots_upload_all(t->xs, err);
     v4cu_xslots_end(t->xs, rc == 0);
     if (rc != 0) {
         v4cu_xslots_release(t->xs, layer, ids, n);

@@ -173,7 +173,8 @@ template <typename T> static T atomicAdd(T *p, T v)
 
 typedef int cudaError_t;
 typedef void *cudaStream_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorUnknown = 999 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600,
+       cudaErrorUnknown = 999 };
 static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 struct dim3 {
     unsigned x, y, z;
@@ -392,6 +393,14 @@ static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev)
         return cudaErrorInvalidValue;
     emu_drain(ev->s, ev->upto);
     return cudaSuccess;
+}
+/* Complete: never recorded, recorded on the default stream, or its ops have run
+ * (a deferred copy runs only when waited for, so this does not run anything). */
+static inline cudaError_t cudaEventQuery(cudaEvent_t ev)
+{
+    if (!ev)
+        return cudaErrorInvalidValue;
+    return !ev->s || ev->s->done >= ev->upto ? cudaSuccess : cudaErrorNotReady;
 }
 /* The waiting stream's later work is ordered after the event's: run the event's ops now. */
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t ev, unsigned = 0)

@@ -1,13 +1,20 @@
 /* xslots.cu - device slots for paged routed experts with uploads on a copy stream
  * (xslots.h): the CUDA-runtime side (pool, copy stream, pinned staging ring, per-slot
- * events) around slot_pool.c's bookkeeping.
+ * events, staging threads) around slot_pool.c's bookkeeping.
+ *
+ * Staging: misses go in rounds of up to XS_NSTAGE (one pinned buffer each); a round's
+ * buffers are filled at once by XS_NTHREADS threads (a v4_pool owned here: memcpy
+ * pieces of 1 MiB, no CUDA call off the driving thread), then each miss is ONE
+ * cudaMemcpyAsync of its whole block on the copy stream.  The host waits (an
+ * cudaEventSynchronize) only for a buffer whose previous copy is still running
+ * (counted: v4cu_xslots_staging_waits).
  *
  * Events: per slot `ready` (copy stream, after the slot's last upload) and `used`
  * (compute stream, at release); per staging buffer `staged` (copy stream, after the
  * copy out of it: the host waits for it before refilling the buffer).
  *
- * Ownership: the v4cu_xslots owns the pool, stream, events, staging buffers, slot pool
- * and scratch; it borrows the weights, the inner provider and the compute stream.
+ * Ownership: the v4cu_xslots owns the pool, stream, events, staging buffers, staging
+ * threads, slot pool and scratch; it borrows the weights, the inner provider and the compute stream.
  * Thread: one at a time.
  */
 #ifndef V4CU_HOST_EMULATION
@@ -18,14 +25,28 @@
 
 #include "xslots.h"
 
+extern "C" {
+#include "../cpu/threadpool.h"
+}
+
 namespace {
 
 constexpr int XS_NSTAGE = 4;
 constexpr int XS_NPART = 6;   /* w1, w1 scale, w3, w3 scale, w2, w2 scale */
+constexpr int XS_NTHREADS = 4;                /* staging threads, the caller included */
+constexpr size_t XS_CHUNK = (size_t)1 << 20;  /* bytes per staging task */
+
 
 size_t xs_up(size_t v) { return (v + 255) / 256 * 256; }
 
 } /* namespace */
+
+/* One staging task: a piece of one part of one miss, host cache -> pinned buffer. */
+struct v4cu_xs_piece {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len;
+};
 
 struct v4cu_xslots {
     const v4_weights *w;
@@ -44,6 +65,9 @@ struct v4cu_xslots {
     void *stage[XS_NSTAGE];
     cudaEvent_t staged[XS_NSTAGE];
     int next_stage;
+    v4_pool *threads;               /* the staging memcpys (no CUDA call in them) */
+    v4cu_xs_piece *pieces;               /* [XS_NSTAGE * pieces per expert] */
+    uint64_t staging_waits;         /* staging buffers found still being copied */
     /* the current begin..end [n_experts each] */
     int layer, n, nmiss, uploaded, inner_held;
     int *slot, *miss_at, *miss_ids;
@@ -65,6 +89,13 @@ int xs_cuda_fail(v4cu_xslots *x, v4_error *err, const char *what, cudaError_t e)
     if (err)
         *err = x->first;
     return -1;
+}
+
+void xs_copy_piece(void *ctx, int task, int thread)
+{
+    (void)thread;
+    const v4cu_xs_piece *p = (const v4cu_xs_piece *)ctx + task;
+    memcpy(p->dst, p->src, p->len);
 }
 
 /* Matrix m of an expert (0 w1, 1 w3, 2 w2): its rows and columns. */
@@ -126,6 +157,9 @@ V4CU_XS_API void v4cu_xslots_free(v4cu_xslots *x)
     }
     if (x->copy)
         cudaStreamDestroy(x->copy);
+    if (x->threads)
+        v4_pool_destroy(x->threads);
+    free(x->pieces);
     cudaFree(x->dpool);
     v4_slot_pool_free(x->pool);
     free(x->ready);
@@ -182,7 +216,13 @@ V4CU_XS_API v4cu_xslots *v4cu_xslots_create(const v4_weights *w, const v4_expert
     x->miss_ids = (int *)calloc(E, sizeof(int));
     x->load = (unsigned char *)calloc(E, 1);
     x->hx = (v4_expert_w *)calloc(E, sizeof(v4_expert_w));
-    if (!x->ready || !x->used_ev || !x->slot || !x->miss_at || !x->miss_ids || !x->load || !x->hx) {
+    size_t per_expert = 0;
+    for (int p = 0; p < XS_NPART; p++)
+        per_expert += (x->len[p] + XS_CHUNK - 1) / XS_CHUNK;
+    x->pieces = (v4cu_xs_piece *)calloc((size_t)XS_NSTAGE * per_expert + 1, sizeof(v4cu_xs_piece));
+    x->threads = v4_pool_create(XS_NTHREADS);
+    if (!x->ready || !x->used_ev || !x->slot || !x->miss_at || !x->miss_ids || !x->load || !x->hx || !x->pieces ||
+        !x->threads) {
         v4cu_xslots_free(x);
         v4_err_set(err, V4_ERR_NOMEM, where, "out of memory");
         return NULL;
@@ -265,13 +305,11 @@ V4CU_XS_API int v4cu_xslots_slot_of(const v4cu_xslots *x, int i) { return x->slo
 V4CU_XS_API int v4cu_xslots_nmiss(const v4cu_xslots *x) { return x->nmiss; }
 V4CU_XS_API int v4cu_xslots_miss_at(const v4cu_xslots *x, int k) { return x->miss_at[k]; }
 
-V4CU_XS_API int v4cu_xslots_upload(v4cu_xslots *x, int k, v4_error *err)
+namespace {
+
+/* The bytes of miss k as the slot layout wants them, or V4_ERR_SHAPE. */
+int xs_check(v4cu_xslots *x, int k, const v4_mat *const *ms, v4_error *err)
 {
-    if (v4cu_xslots_broken(x, err))
-        return -1;
-    const v4_expert_w *hx = &x->hx[k];
-    const int id = x->miss_ids[k], slot = x->slot[x->miss_at[k]];
-    const v4_mat *ms[3] = {&hx->w1, &hx->w3, &hx->w2};
     for (int m = 0; m < 3; m++) {
         int rows, cols;
         xs_shape(&x->w->cfg, m, &rows, &cols);
@@ -281,32 +319,84 @@ V4CU_XS_API int v4cu_xslots_upload(v4cu_xslots *x, int k, v4_error *err)
             return v4_err_set(err, V4_ERR_SHAPE, x->where,
                               "layer %d expert %d: matrix w%d is type %d [%d x %d] layout %d, expected type %d "
                               "[%d x %d] row-major host memory",
-                              x->layer, id, m == 0 ? 1 : m == 1 ? 3 : 2, (int)M->type, M->rows, M->cols,
+                              x->layer, x->miss_ids[k], m == 0 ? 1 : m == 1 ? 3 : 2, (int)M->type, M->rows, M->cols,
                               (int)M->layout, (int)x->type, rows, cols);
     }
-    const int b = x->next_stage;
-    x->next_stage = (b + 1) % XS_NSTAGE;
-    cudaError_t e = cudaEventSynchronize(x->staged[b]);     /* its previous copy is done */
-    if (e != cudaSuccess)
-        return xs_cuda_fail(x, err, "wait for a staging buffer", e);
-    uint8_t *st = (uint8_t *)x->stage[b];
-    for (int m = 0; m < 3; m++) {
-        memcpy(st + x->off[2 * m], ms[m]->w, x->len[2 * m]);
-        memcpy(st + x->off[2 * m + 1], ms[m]->scale, x->len[2 * m + 1]);
-    }
-    e = cudaStreamWaitEvent(x->copy, x->used_ev[slot], 0);  /* no kernel still reads the slot */
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(x->dpool + (size_t)slot * x->slot_bytes, st, x->used, cudaMemcpyHostToDevice, x->copy);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(x->staged[b], x->copy);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(x->ready[slot], x->copy);
-    if (e != cudaSuccess)
-        return xs_cuda_fail(x, err, "expert copy to the device", e);
-    v4_slot_pool_add_uploaded(x->pool, x->used);
-    x->uploaded = k + 1;
     return 0;
 }
+
+/* Misses k0 .. k0+nk-1 (nk <= XS_NSTAGE, k0 = the next one not uploaded): each gets
+ * the next staging buffer of the ring (the host waits for that buffer's previous copy
+ * only), the buffers are filled by the staging threads at once (pieces of up to
+ * XS_CHUNK bytes), then per miss, in order: the copy stream waits for the slot's
+ * `used` event, ONE host-to-device copy of the expert's block, the buffer's `staged`
+ * and the slot's `ready` events recorded. */
+int xs_stage_round(v4cu_xslots *x, int k0, int nk, v4_error *err)
+{
+    int np = 0;
+    for (int j = 0; j < nk; j++) {
+        const v4_expert_w *hx = &x->hx[k0 + j];
+        const v4_mat *ms[3] = {&hx->w1, &hx->w3, &hx->w2};
+        if (xs_check(x, k0 + j, ms, err))
+            return -1;
+        const int b = (x->next_stage + j) % XS_NSTAGE;
+        if (cudaEventQuery(x->staged[b]) == cudaErrorNotReady)
+            x->staging_waits++;
+        (void)cudaGetLastError();
+        const cudaError_t e = cudaEventSynchronize(x->staged[b]);     /* its previous copy is done */
+        if (e != cudaSuccess)
+            return xs_cuda_fail(x, err, "wait for a staging buffer", e);
+        uint8_t *st = (uint8_t *)x->stage[b];
+        for (int p = 0; p < XS_NPART; p++) {
+            const uint8_t *src = p % 2 ? ms[p / 2]->scale : (const uint8_t *)ms[p / 2]->w;
+            for (size_t o = 0; o < x->len[p]; o += XS_CHUNK)
+                x->pieces[np++] = v4cu_xs_piece{st + x->off[p] + o, src + o,
+                                           x->len[p] - o < XS_CHUNK ? x->len[p] - o : XS_CHUNK};
+        }
+    }
+    v4_pool_run(x->threads, np, xs_copy_piece, x->pieces);
+    for (int j = 0; j < nk; j++) {
+        const int k = k0 + j, b = x->next_stage, slot = x->slot[x->miss_at[k]];
+        x->next_stage = (b + 1) % XS_NSTAGE;
+        cudaError_t e = cudaStreamWaitEvent(x->copy, x->used_ev[slot], 0);  /* no kernel still reads the slot */
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(x->dpool + (size_t)slot * x->slot_bytes, x->stage[b], x->used,
+                                cudaMemcpyHostToDevice, x->copy);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(x->staged[b], x->copy);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(x->ready[slot], x->copy);
+        if (e != cudaSuccess)
+            return xs_cuda_fail(x, err, "expert copy to the device", e);
+        v4_slot_pool_add_uploaded(x->pool, x->used);
+        x->uploaded = k + 1;
+    }
+    return 0;
+}
+
+} /* namespace */
+
+V4CU_XS_API int v4cu_xslots_upload(v4cu_xslots *x, int k, v4_error *err)
+{
+    if (v4cu_xslots_broken(x, err))
+        return -1;
+    if (k != x->uploaded || k >= x->nmiss)
+        return v4_err_set(err, V4_ERR_INVALID, x->where, "upload of miss %d of %d (next: %d)", k, x->nmiss,
+                          x->uploaded);
+    return xs_stage_round(x, k, 1, err);
+}
+
+V4CU_XS_API int v4cu_xslots_upload_all(v4cu_xslots *x, v4_error *err)
+{
+    if (v4cu_xslots_broken(x, err))
+        return -1;
+    for (int k = x->uploaded; k < x->nmiss; k += XS_NSTAGE)
+        if (xs_stage_round(x, k, x->nmiss - k < XS_NSTAGE ? x->nmiss - k : XS_NSTAGE, err))
+            return -1;
+    return 0;
+}
+
+V4CU_XS_API uint64_t v4cu_xslots_staging_waits(const v4cu_xslots *x) { return x->staging_waits; }
 
 V4CU_XS_API void v4cu_xslots_end(v4cu_xslots *x, int ok)
 {

@@ -16,11 +16,14 @@
  *   fetch()               gets the host bytes of the misses: from the inner provider
  *                         (the host expert cache: may block while it loads) or, without
  *                         one, the weights' own experts (a mapped model);
- *   upload(k)             k = 0, 1, ... < nmiss: copies miss k into a staging buffer
- *                         (waiting only for that buffer's previous copy), makes the copy
- *                         stream wait for the slot's `used` event (no overwrite under a
- *                         running kernel), enqueues the host-to-device copy and records
- *                         the slot's `ready` event; it returns while the copy runs;
+ *   upload(k)             k = 0, 1, ... < nmiss, in order: copies miss k into a staging
+ *                         buffer (waiting only for that buffer's previous copy), makes the
+ *                         copy stream wait for the slot's `used` event (no overwrite under
+ *                         a running kernel), enqueues ONE host-to-device copy of the block
+ *                         and records the slot's `ready` event; it returns while the copy
+ *                         runs;
+ *   upload_all()          the same for every miss left, up to 4 at a time, their
+ *                         staging buffers filled by 4 host threads at once;
  *   end(ok)               releases the inner provider's experts (their bytes are
  *                         staged); !ok: the misses not uploaded are forgotten (slot_pool);
  *                         after a failed fetch or upload call end(0), then release;
@@ -37,7 +40,8 @@
  * Ownership: the caller owns the v4cu_xslots (v4cu_xslots_free: waits for the copies);
  * it borrows the weights, the inner provider (callbacks and ud) and the compute stream,
  * which must outlive it.  Thread: one thread at a time (the driver of the compute
- * stream).  In the SIMT emulation (simt_emu.h, V4CU_HOST_EMULATION) this file and
+ * stream); the staging threads it owns only copy host memory (the inner provider's
+ * bytes, held between fetch and end) and make no CUDA call.  In the SIMT emulation (simt_emu.h, V4CU_HOST_EMULATION) this file and
  * xslots.cu are included into the test program and the functions are static there.
  */
 #ifndef V4_XSLOTS_H
@@ -85,6 +89,10 @@ V4CU_XS_API int v4cu_xslots_slot_of(const v4cu_xslots *x, int i);
 V4CU_XS_API int v4cu_xslots_nmiss(const v4cu_xslots *x);
 V4CU_XS_API int v4cu_xslots_miss_at(const v4cu_xslots *x, int k);
 V4CU_XS_API int v4cu_xslots_upload(v4cu_xslots *x, int k, v4_error *err);
+/* Every miss not uploaded yet, the staging buffers filled by several threads. */
+V4CU_XS_API int v4cu_xslots_upload_all(v4cu_xslots *x, v4_error *err);
+/* Staging buffers the uploads found still being copied (the host waited for them). */
+V4CU_XS_API uint64_t v4cu_xslots_staging_waits(const v4cu_xslots *x);
 V4CU_XS_API void v4cu_xslots_end(v4cu_xslots *x, int ok);
 V4CU_XS_API int v4cu_xslots_wait(v4cu_xslots *x, int slot, v4_error *err);
 V4CU_XS_API void v4cu_xslots_release(v4cu_xslots *x, int layer, const int *ids, int n);

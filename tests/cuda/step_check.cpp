@@ -10,10 +10,12 @@
  *      leaving early: every row equals the single-sequence CPU run of its tokens; a
  *      reset sequence starts over; a fourth sequence takes the least recently used of
  *      the 3 device slots and the evicted sequence is then refused with a clear error;
- *   3. paged experts: an engine with device slots for a quarter of the routed experts
- *      gives the same numbers (hits, misses and evictions all happen; the host-driven
- *      MoE, not the grouped one, ran), and a budget
- *      below one token's experts fails the step with the slot pool's reason;
+ *   3. paged experts on the grouped path: engines with device slots for one layer's
+ *      experts of a token, a quarter and all of the routed experts give the all-resident
+ *      run's numbers byte for byte, hash and score layers alike (evictions with the small
+ *      budgets, none with all; every MoE layer grouped; host waits: 0 per hash layer, 1
+ *      per score layer, counted by the engine); a budget below one token's experts
+ *      fails the step with the slot pool's reason;
  *   4. paged experts whose bytes come from the host expert cache (cache/
  *      expert_provider.h, source: the safetensors, half the experts' bytes) instead
  *      of the mapped weights: the same numbers, the misses loaded through the cache.
@@ -139,6 +141,50 @@ static v4_cuda_engine *run_paged(v4_backend *be, const v4_weights *w, size_t bud
     return eng;
 }
 
+/* Three sequences (tokens rt[r], CPU references ref[r]) stepped together on dev, row
+ * r joining at step starts[r] for lens[r] positions, n1 steps: every row compared
+ * (labelled what).  Returns the steps run, or -1 when one fails (printed). */
+static int run_batch(v4_ctx *dev, const v4_weights *w, v4_seq *const *ss, const std::vector<std::vector<int>> &rt,
+                     const std::vector<std::vector<obs>> &ref, const int *starts, const int *lens, int n1,
+                     const char *what)
+{
+    v4_error err = {};
+    int steps = 0;
+    for (int step = 0; step < n1; step++) {
+        v4_seq *rows[3];
+        int32_t tk[3], idx[3], n = 0;
+        for (int r = 0; r < 3; r++) {
+            const int p = step - starts[r];
+            if (p < 0 || p >= lens[r])
+                continue;
+            rows[n] = ss[r];
+            tk[n] = rt[r][(size_t)p];
+            idx[n++] = r;
+        }
+        if (!n)
+            continue;
+        steps++;
+        std::vector<obs> o((size_t)n);
+        std::vector<v4_trace> t((size_t)n);
+        std::vector<v4_trace *> tp((size_t)n);
+        std::vector<float> lg((size_t)n * w->cfg.vocab_size);
+        for (int k = 0; k < n; k++) {
+            obs_init(o[k], &w->cfg, &t[k]);
+            tp[k] = &t[k];
+        }
+        if (v4_step(dev, rows, tk, n, lg.data(), tp.data(), &err)) {
+            printf("%s: step %d failed: %s: %s\n", what, step, err.where, err.msg);
+            return -1;
+        }
+        for (int k = 0; k < n; k++) {
+            o[k].logits.assign(lg.begin() + (long)k * w->cfg.vocab_size, lg.begin() + (long)(k + 1) * w->cfg.vocab_size);
+            const int r = idx[k];
+            compare(what, ref[r][(size_t)(step - starts[r])], o[k], step - starts[r]);
+        }
+    }
+    return steps;
+}
+
 int v4_step_check(const char *data, int P)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -210,37 +256,8 @@ int v4_step_check(const char *data, int P)
     v4_seq *ss[3];
     for (int r = 0; r < 3; r++)
         ss[r] = v4_seq_create(w, 64, &err);
-    for (int step = 0; step < n1; step++) {
-        v4_seq *rows[3];
-        int32_t tk[3], idx[3], n = 0;
-        for (int r = 0; r < 3; r++) {
-            const int p = step - starts[r];
-            if (p < 0 || p >= lens[r])
-                continue;
-            rows[n] = ss[r];
-            tk[n] = rt[r][(size_t)p];
-            idx[n++] = r;
-        }
-        if (!n)
-            continue;
-        std::vector<obs> o((size_t)n);
-        std::vector<v4_trace> t((size_t)n);
-        std::vector<v4_trace *> tp((size_t)n);
-        std::vector<float> lg((size_t)n * w->cfg.vocab_size);
-        for (int k = 0; k < n; k++) {
-            obs_init(o[k], &w->cfg, &t[k]);
-            tp[k] = &t[k];
-        }
-        if (v4_step(dev, rows, tk, n, lg.data(), tp.data(), &err)) {
-            printf("batched step %d failed: %s: %s\n", step, err.where, err.msg);
-            return 1;
-        }
-        for (int k = 0; k < n; k++) {
-            o[k].logits.assign(lg.begin() + (long)k * w->cfg.vocab_size, lg.begin() + (long)(k + 1) * w->cfg.vocab_size);
-            const int r = idx[k];
-            compare("batch", ref[r][(size_t)(step - starts[r])], o[k], step - starts[r]);
-        }
-    }
+    if (run_batch(dev, w, ss, rt, ref, starts, lens, n1, "batch") < 0)
+        return 1;
     /* a reset sequence (same v4_seq, position 0) starts over on the device */
     v4_seq_reset(ss[0]);
     {
@@ -269,25 +286,56 @@ int v4_step_check(const char *data, int P)
            stale ? "ok" : "FAIL", err.msg);
     bad_total += !late_ok + !stale;
 
-    /* 3. paged experts: device slots for a quarter of the routed experts (every layer's
-     * experts of a step still fit); the same positions give the same numbers */
+    /* every expert resident: no host wait inside any MoE layer */
+    const int nosync_ok = gs.moe_host_syncs == 0 && gs.moe_layers == (uint64_t)P * w->cfg.n_layers;
+    printf("all-resident MoE host waits: %s (%llu in %llu layer steps)\n", nosync_ok ? "ok" : "FAIL",
+           (unsigned long long)gs.moe_host_syncs, (unsigned long long)gs.moe_layers);
+    bad_total += !nosync_ok;
+
+    /* 3. paged experts on the grouped path (device slot tables): budgets of the 4 slots
+     * one token's layer needs (every layer evicts), a quarter of the routed experts (the
+     * policy evicts within the step sequence) and all of them (no eviction); the hash
+     * layers (tid2eid) and the score layers alike; every position's logits, routes and
+     * index selections byte-identical to the all-resident device run (b); every MoE layer
+     * ran the grouped path, with no host wait in a hash layer and one (the routes back)
+     * in a score layer */
     {
-        const int before3 = bad_total, P3 = P < 48 ? P : 48;
+        const int Pq = P < 48 ? P : 48, L = w->cfg.n_layers, E = w->cfg.n_routed_experts, K = w->cfg.n_act_experts;
+        int score_layers = 0;
+        for (int l = 0; l < L; l++)
+            score_layers += w->layers[l].tid2eid == NULL;
         const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
-        const size_t budget = xb * (size_t)w->cfg.n_layers * w->cfg.n_routed_experts / 4 + xb / 2;
-        v4_ctx *dev2 = NULL;
-        v4_cuda_engine *eng2 = run_paged(be, w, budget, NULL, seq, P3, a, "paged", &dev2);
-        if (!eng2)
-            return 1;
-        v4_cuda_expert_stats xs;
-        v4_cuda_engine_expert_stats(eng2, &xs);
-        const int ok3 = bad_total == before3 && xs.misses > 0 && xs.evictions > 0 && xs.hits > 0 &&
-                        xs.slots == w->cfg.n_layers * w->cfg.n_routed_experts / 4 && xs.grouped_moe_layers == 0;
-        printf("paged experts (%d slots of %zu bytes), %d positions: %s (%d mismatches; hits %llu, misses %llu, "
-               "evictions %llu, %.1f MiB uploaded)\n",
-               xs.slots, xs.slot_bytes, P3, ok3 ? "ok" : "FAIL", bad_total - before3, (unsigned long long)xs.hits,
-               (unsigned long long)xs.misses, (unsigned long long)xs.evictions, xs.bytes_uploaded / 1048576.0);
-        bad_total += !ok3 && bad_total == before3;
+        const struct {
+            const char *what;
+            int slots;
+            int positions;
+        } runs[3] = {{"paged, one layer's slots", K, 24}, {"paged, a quarter", L * E / 4, Pq}, {"paged, all", L * E, 24}};
+        for (const auto &r : runs) {
+            const int before3 = bad_total, P3 = r.positions;
+            v4_ctx *dev2 = NULL;
+            v4_cuda_engine *eng2 = run_paged(be, w, xb * (size_t)r.slots + xb / 2, NULL, seq, P3, b, r.what, &dev2);
+            if (!eng2)
+                return 1;
+            v4_cuda_expert_stats xs;
+            v4_cuda_engine_expert_stats(eng2, &xs);
+            const uint64_t layer_steps = (uint64_t)P3 * L;
+            const int evict_ok = r.slots == L * E ? xs.evictions == 0 && xs.misses <= (uint64_t)L * E
+                                                  : xs.evictions > 0 && (r.slots == K || xs.hits > 0);
+            const int ok3 = bad_total == before3 && xs.misses > 0 && evict_ok && xs.slots == r.slots &&
+                            xs.grouped_moe_layers == layer_steps && xs.moe_layers == layer_steps &&
+                            xs.moe_host_syncs == (uint64_t)P3 * score_layers;
+            printf("%s (%d slots of %zu bytes), %d positions: %s (%d mismatches; hits %llu, misses %llu, "
+                   "evictions %llu, %.1f MiB uploaded; grouped %llu of %llu layer steps, host waits %llu = %d score "
+                   "layers x %d, staging waits %llu)\n",
+                   r.what, xs.slots, xs.slot_bytes, P3, ok3 ? "ok" : "FAIL", bad_total - before3,
+                   (unsigned long long)xs.hits, (unsigned long long)xs.misses, (unsigned long long)xs.evictions,
+                   xs.bytes_uploaded / 1048576.0, (unsigned long long)xs.grouped_moe_layers,
+                   (unsigned long long)layer_steps, (unsigned long long)xs.moe_host_syncs, score_layers, P3,
+                   (unsigned long long)xs.staging_waits);
+            bad_total += !ok3 && bad_total == before3;
+            v4_cuda_engine_free(eng2);
+            v4_ctx_free(dev2);
+        }
         /* a budget below one layer's experts of a step fails the step with the pool's reason */
         v4_ctx *dev3 = v4_ctx_create(w, be, 3, &err);
         v4_cuda_engine *eng3 = dev3 ? v4_cuda_engine_create(w, 3, 3, 2 * xb + xb / 2, &err) : NULL;
@@ -306,8 +354,42 @@ int v4_step_check(const char *data, int P)
         bad_total += !refused;
         v4_cuda_engine_free(eng3);
         v4_ctx_free(dev3);
-        v4_cuda_engine_free(eng2);
-        v4_ctx_free(dev2);
+
+        /* batched rows with paged experts (a quarter): up to 12 experts in a layer, so
+         * the misses are staged in several rounds through the 4 staging buffers (the
+         * host waits for a buffer's earlier copy: staging_waits > 0); the rows equal
+         * their one-sequence CPU runs (= the all-resident device run, part 2) */
+        const int before3b = bad_total;
+        v4_error eb = {};
+        v4_ctx *dev4 = v4_ctx_create(w, be, 3, &eb);
+        v4_cuda_engine *eng4 = dev4 ? v4_cuda_engine_create(w, 3, 3, xb * (size_t)(L * E / 4) + xb / 2, &eb) : NULL;
+        if (!eng4) {
+            printf("paged batch engine: %s: %s\n", eb.where, eb.msg);
+            return 1;
+        }
+        v4_step_impl impl4 = v4_cuda_engine_impl(eng4);
+        v4_ctx_set_step_impl(dev4, &impl4);
+        v4_seq *sb[3];
+        for (int r = 0; r < 3; r++)
+            sb[r] = v4_seq_create(w, 64, &eb);
+        const int steps = run_batch(dev4, w, sb, rt, ref, starts, lens, n1, "paged batch");
+        if (steps < 0)
+            return 1;
+        v4_cuda_expert_stats xs;
+        v4_cuda_engine_expert_stats(eng4, &xs);
+        const int ok3b = bad_total == before3b && xs.staging_waits > 0 && xs.evictions > 0 &&
+                         xs.grouped_moe_layers == (uint64_t)steps * L &&
+                         xs.moe_host_syncs == (uint64_t)steps * score_layers;
+        printf("paged experts, batched rows (%d steps): %s (%d mismatches; misses %llu, evictions %llu, staging "
+               "waits %llu, host waits %llu)\n",
+               steps, ok3b ? "ok" : "FAIL", bad_total - before3b, (unsigned long long)xs.misses,
+               (unsigned long long)xs.evictions, (unsigned long long)xs.staging_waits,
+               (unsigned long long)xs.moe_host_syncs);
+        bad_total += !ok3b && bad_total == before3b;
+        for (int r = 0; r < 3; r++)
+            v4_seq_free(sb[r]);
+        v4_cuda_engine_free(eng4);
+        v4_ctx_free(dev4);
     }
 
     /* 4. the host expert cache as the source of the paged experts */
