@@ -103,6 +103,15 @@ scrape
 [ "$(metric 'v4fleet:broker_reconnects_total')" = 0 ] || fail "reconnects $(metric 'v4fleet:broker_reconnects_total')"
 [ "$(metric "v4fleet:info{model=\"tiny\",worker=\"$WID\"}")" = 1 ] || fail "info series"
 [ "$(metric 'v4fleet:expert_cache_hits_total{tier="host"}')" = absent ] || fail "host cache series with resident experts"
+# the memory split: host trunk / experts (mapped) / sequences > 0, no GPU series on a CPU worker, the start-up line
+for part in trunk experts sequences; do
+    v="$(metric "v4fleet:memory_bytes{device=\"host\",part=\"$part\"}")"
+    /usr/bin/python3 -c 'import sys; sys.exit(0 if sys.argv[1] != "absent" and float(sys.argv[1]) > 0 else 1)' "$v" ||
+        fail "memory_bytes{host,$part} = $v"
+done
+[ "$(metric 'v4fleet:memory_bytes{device="gpu",part="held"}')" = absent ] || fail "GPU memory series on a CPU worker"
+grep -q "memory: host trunk .* GiB, experts .* GiB (mapped), sequences <= " "$WORK/worker.log" ||
+    fail "no memory split line in the log: $(grep -m1 'memory' "$WORK/worker.log")"
 for _ in $(seq 1 50); do
     scrape; [ "$(metric 'v4fleet:redis_counter_records{state="sent"}')" = "$N" ] && break; sleep 0.1
 done

@@ -92,10 +92,16 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     static const char *const mode_l[] = {"mode", NULL};
     m->numerics = v4m_family_new(r, V4M_GAUGE, "v4fleet:numerics",
                                  "The engine's numerics mode (1: the mode it runs; docs/numerics.md).", mode_l, NULL, 0);
+    static const char *const mem_l[] = {"device", "part", NULL};
+    m->memory = v4m_family_new(r, V4M_GAUGE, "v4fleet:memory_bytes",
+                               "The served model's memory split: host trunk, experts (cache budget or mapped) and "
+                               "sequences (upper bound); GPU bytes held and the expert slots' share.",
+                               mem_l, NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
         !m->requeued || !m->unconfirmed || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
-        !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics) {
+        !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics ||
+        !m->memory) {
         v4_wmetrics_free(m);
         return -1;
     }
@@ -133,6 +139,21 @@ void v4_wmetrics_numerics(v4_wmetrics *m, const char *mode)
         const char *v[] = {modes[k]};
         v4m_set(v4m_series_of(m->numerics, v), mode && !strcmp(mode, modes[k]) ? 1 : 0);
     }
+}
+
+void v4_wmetrics_memory(v4_wmetrics *m, const v4_runner *r)
+{
+    v4_runner_memory mm;
+    v4_runner_memory_get(r, &mm);
+    const struct { const char *device, *part; unsigned long long v; int on; } s[] = {
+        {"host", "trunk", mm.host_trunk, 1},        {"host", "experts", mm.host_experts, 1},
+        {"host", "sequences", mm.host_sequences, 1}, {"gpu", "held", mm.gpu_held, mm.gpu},
+        {"gpu", "experts", mm.gpu_experts, mm.gpu}};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
+        if (s[i].on) {
+            const char *v[] = {s[i].device, s[i].part};
+            v4m_set(v4m_series_of(m->memory, v), (double)s[i].v);
+        }
 }
 
 void v4_wmetrics_free(v4_wmetrics *m)

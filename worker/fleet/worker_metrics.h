@@ -38,6 +38,11 @@
  *   v4fleet:model_reloads_total{result="ok|failed"}  counter
  *   v4fleet:info{model,worker}            gauge      always 1
  *   v4fleet:numerics{mode="exact|fast"}   gauge      1 for the mode the engine runs, 0 for the other
+ *   v4fleet:memory_bytes{device="host",part="trunk|experts|sequences"}  gauge
+ *                                         the served model's memory split (task_run.h
+ *                                         v4_runner_memory: trunk, expert cache budget or
+ *                                         mapped experts, sequences' upper bound)
+ *   v4fleet:memory_bytes{device="gpu",part="held|experts"}  gauge  (CUDA engines only)
  *
  * Ownership: v4_wmetrics owns the registry.  Thread: every function but init/free from
  * any thread (the registry is locked).
@@ -56,7 +61,7 @@ typedef struct v4_wmetrics {
     v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *abandoned,
         *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
-        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics;
+        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory;
 } v4_wmetrics;
 
 /* One finished task (a result was built).  Seconds; < 0 = not observed. */
@@ -71,6 +76,8 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker);
 void v4_wmetrics_free(v4_wmetrics *m);
 /* The numerics mode the (new) engine runs: "exact" or "fast". */
 void v4_wmetrics_numerics(v4_wmetrics *m, const char *mode);
+/* The (new) runner's memory split (v4fleet:memory_bytes). */
+void v4_wmetrics_memory(v4_wmetrics *m, const v4_runner *r);
 void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f);
 /* One expert cache's figures as the series {tier="host"|"gpu"}. */
 void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f);

@@ -42,6 +42,9 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
     v4_runner_describe_threads(r, threads, sizeof threads);
     v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s; numerics %s%s%s", c->model_dir, v4_now_ms() - t0, experts,
             v4_runner_numerics(r), *threads ? "; " : "", threads);
+    char mem[400];
+    v4_runner_describe_memory(r, mem, sizeof mem);
+    v4w_log(w, 1, NULL, "%s", mem);
     if (phase == PHASE_LOADING)
         v4w_set_phase(w, PHASE_WARMING, NULL, NULL);
     v4_warmup_opts wo = {c->warmup_experts ? c->redis_url : NULL, c->redis_prefix, c->model_name, c->warmup_tokens};
@@ -60,6 +63,7 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
     v4w_log(w, 1, NULL, "warm-up: generation of %d tokens in %.1f ms", rep.gen_tokens, rep.gen_ms);
     v4_wmetrics_warmup(&w->m, (rep.experts_ms + rep.gen_ms) / 1e3, rep.experts_loaded);
     v4_wmetrics_runner_caches(&w->m, r);
+    v4_wmetrics_memory(&w->m, r);
     *out = r;
     return 0;
 }

@@ -305,6 +305,31 @@ int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, 
     return 0;
 }
 
+int v4_gpu_memory_get(const v4_backend *be, unsigned long long *held, unsigned long long *experts)
+{
+    *held = *experts = 0;
+#ifdef V4_HAVE_CUDA
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return -1;
+    v4_gpu_experts_stats hs;
+    if (v4_gpu_experts_stats_get(be, &hs) == 0) {      /* hybrid: the products' expert pool */
+        *held = *experts = hs.pool_bytes;
+        return 0;
+    }
+    const struct v4_cuda_engine *e = v4_cuda_backend_engine(be);
+    if (!e)
+        return -1;
+    v4_cuda_expert_stats xs;
+    v4_cuda_engine_expert_stats(e, &xs);
+    *held = v4_cuda_engine_bytes(e);
+    *experts = xs.slots > 0 ? (unsigned long long)xs.slots * xs.slot_bytes : 0;
+    return 0;
+#else
+    (void)be;
+    return -1;
+#endif
+}
+
 int v4_gpu_cache_figs_get(const v4_backend *be, v4_runner_cache_figs *f)
 {
     memset(f, 0, sizeof *f);

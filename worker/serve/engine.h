@@ -116,6 +116,11 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
  * Thread: the thread that runs the steps (the counters are not locked). */
 struct v4_runner_cache_figs;
 int v4_gpu_cache_figs_get(const v4_backend *be, struct v4_runner_cache_figs *f);
+/* Device memory of a CUDA backend: *held = bytes its resident step engine holds
+ * (weights, scratch, expert slots, sequence state), *experts = the expert slots' share
+ * (the hybrid mode's GPU expert pool when that runs instead).  0, or -1 (both 0) for a
+ * CPU backend or a CUDA one with neither.  Thread: the engine's (main) thread. */
+int v4_gpu_memory_get(const v4_backend *be, unsigned long long *held, unsigned long long *experts);
 /* v4_attach_device_step, then when it chose hybrid v4_attach_gpu_experts and the
  * weight-copy budget of the hybrid backend (g's weight_mem, else the device's free
  * memory after the expert pool less 1 GiB; v4_cuda_backend_set_weight_budget).  0 or

@@ -149,6 +149,42 @@ int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f)
     return v4_gpu_cache_figs_get(r->be, f);
 }
 
+void v4_runner_memory_get(const v4_runner *r, v4_runner_memory *m)
+{
+    memset(m, 0, sizeof *m);
+    const v4_config *cfg = &r->m.cfg;
+    unsigned long long all = 0;
+    for (size_t i = 0; i < v4_ckpt_count(r->m.ck); i++)
+        all += v4_ckpt_tensor(r->m.ck, i)->nbytes;
+    /* routed experts in the checkpoint (none in a model with synthetic experts) */
+    const unsigned long long xall = r->m.experts_synthetic ? 0
+                                    : (unsigned long long)cfg->n_layers * (unsigned long long)cfg->n_routed_experts *
+                                          v4_expert_bytes(&r->m.w.layers[0].experts[0]);
+    m->host_trunk = all > xall ? all - xall : 0;
+    if (r->xp) {
+        v4_xcache_stats st;
+        v4_xprov_stats(r->xp, &st);
+        m->host_experts = st.budget_bytes;
+    } else {
+        m->host_experts = xall;
+    }
+    m->host_sequences = (unsigned long long)r->max_batch * v4_seq_bytes_for(cfg, (int)r->context);
+    m->gpu = v4_gpu_memory_get(r->be, &m->gpu_held, &m->gpu_experts) == 0;
+}
+
+void v4_runner_describe_memory(const v4_runner *r, char *out, size_t n)
+{
+    v4_runner_memory m;
+    v4_runner_memory_get(r, &m);
+    const double G = 1073741824.0;
+    int at = snprintf(out, n, "memory: host trunk %.2f GiB, experts %.2f GiB (%s), sequences <= %.2f GiB (%d x %ld "
+                      "positions)", m.host_trunk / G, m.host_experts / G, r->xp ? "cache budget" : "mapped",
+                      m.host_sequences / G, r->max_batch, r->context);
+    if (m.gpu && at > 0 && (size_t)at < n)
+        snprintf(out + at, n - (size_t)at, "; GPU %.2f GiB held, of which experts %.2f GiB", m.gpu_held / G,
+                 m.gpu_experts / G);
+}
+
 /* Is model one of the names this worker answers to? */
 static int serves(const v4_runner *r, const char *model)
 {

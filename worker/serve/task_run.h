@@ -98,6 +98,21 @@ int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
  * = bytes uploaded to the device); -1 (fields 0) without paged GPU experts.  Thread: the
  * runner's thread only (the device counters are not locked). */
 int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
+/* The memory split of an open runner (issue 20: logged at start and in /metrics).
+ * Host: trunk = the checkpoint's tensors other than the routed experts (mapped, paged
+ * in as used); experts = the host cache's budget when paged, else every routed expert
+ * (mapped); sequences = max_batch sequences of the whole context (v4_seq_bytes_for:
+ * an upper bound, large allocations are committed by the OS as positions are written).
+ * GPU (gpu = 1 on a CUDA backend with a device engine or expert pool): held = device
+ * bytes the engine holds, experts = its expert slots' share.  Thread: the runner's. */
+typedef struct v4_runner_memory {
+    unsigned long long host_trunk, host_experts, host_sequences;
+    int gpu;
+    unsigned long long gpu_held, gpu_experts;
+} v4_runner_memory;
+void v4_runner_memory_get(const v4_runner *r, v4_runner_memory *m);
+/* One line of those figures (for the start-up log). */
+void v4_runner_describe_memory(const v4_runner *r, char *out, size_t n);
 /* The context a task may use (prompt + max_tokens): max_context, capped by the model's
  * max_position_embeddings. */
 long v4_runner_context(const v4_runner *r);
