@@ -53,13 +53,14 @@ __global__ void k_head_rms_bf16(float *q, int hd, float eps)
         v[i] = v4d_bf16(v[i] * g);
 }
 
-/* v4_sparse_attn_head; one block of AT threads per (head, row).  Per chunk, thread
+/* v4_sparse_attn_head on bf16 candidate rows (v4_sparse_attn_head_bf16: each value
+ * converted to float on load, exact); one block of AT threads per (head, row).  Per chunk, thread
  * t < 64 scores candidate c0 + t: the block stages the chunk's key rows KT dims at a
  * time in shared memory (a warp reads 128-byte runs of one row) and thread t adds its
  * products in dim order, the dot_lr sum unchanged.  Thread 0 compacts the valid ones
  * in order and does the order-sensitive softmax bookkeeping; every thread then
  * accumulates its head dims over the valid candidates in order. */
-__global__ void k_sparse_attn(const float *q, const float *const *cand, const int32_t *len, int lmax, int H, int hd,
+__global__ void k_sparse_attn(const float *q, const uint16_t *const *cand, const int32_t *len, int lmax, int H, int hd,
                               float scale, const float *sink, float *o)
 {
     __shared__ float sc_all[CHUNK], s_sc[CHUNK], pb[CHUNK];
@@ -69,7 +70,7 @@ __global__ void k_sparse_attn(const float *q, const float *const *cand, const in
     __shared__ int s_nv, s_skip;
     const int h = blockIdx.x, b = blockIdx.y, t = threadIdx.x;
     const float *qh = q + ((size_t)b * H + h) * hd;
-    const float *const *cb = cand + (size_t)b * lmax;
+    const uint16_t *const *cb = cand + (size_t)b * lmax;
     const int L = len[b];
     float acc[DMAX];
     for (int k = 0; k < DMAX; k++)
@@ -81,15 +82,15 @@ __global__ void k_sparse_attn(const float *q, const float *const *cand, const in
     __syncthreads();
     for (int c0 = 0; c0 < L; c0 += CHUNK) {
         const int c1 = c0 + CHUNK < L ? c0 + CHUNK : L, nc = c1 - c0;
-        const float *kvt = t < nc ? cb[c0 + t] : nullptr;
+        const uint16_t *kvt = t < nc ? cb[c0 + t] : nullptr;
         double dsum = 0.0;   /* dot_lr(qh, kvt, hd), tile by tile */
         for (int i0 = 0; i0 < hd; i0 += KT) {
             const int ie = hd - i0 < KT ? hd - i0 : KT;
             for (int e = t; e < CHUNK * KT; e += AT) {
                 const int c = e / KT, i = e % KT;
-                const float *r = c < nc ? cb[c0 + c] : nullptr;
+                const uint16_t *r = c < nc ? cb[c0 + c] : nullptr;
                 if (r && i < ie)
-                    kt[c][i] = r[i0 + i];
+                    kt[c][i] = v4d_bf16_load(r[i0 + i]);
             }
             __syncthreads();
             if (kvt)
@@ -140,7 +141,7 @@ __global__ void k_sparse_attn(const float *q, const float *const *cand, const in
                     break;
                 double a = (double)(acc[k] * f);
                 for (int c = 0; c < nv; c++)
-                    a += (double)pb[c] * (double)cb[c0 + s_idx[c]][d];
+                    a += (double)pb[c] * (double)v4d_bf16_load(cb[c0 + s_idx[c]][d]);
                 acc[k] = (float)a;
             }
         }
@@ -202,10 +203,28 @@ __device__ float index_score(const float *q, const float *K, const float *wh, in
     return v4d_bf16((float)acc);
 }
 
-/* v4_index_head_weights + v4_index_scores; one thread per key, IS_T keys per block:
- * the block first copies its keys' rows (contiguous in `keys`) into shared memory with
- * coalesced reads, then each thread runs the same sums in the same order on its row. */
-__global__ void k_index_scores_staged(const float *q, const float *keys, int n, const float *iw, int ih, int id,
+/* index_score on a bf16 key row (converted to float on load, exact). */
+__device__ float index_score_bf16(const float *q, const uint16_t *K, const float *wh, int ih, int id)
+{
+    double acc = 0.0;
+    for (int h = 0; h < ih; h++) {
+        const float *qh = q + (size_t)h * id;
+        double s = 0.0;
+        for (int i = 0; i < id; i++)
+            s += (double)qh[i] * (double)v4d_bf16_load(K[i]);
+        float dd = v4d_bf16((float)s);
+        if (dd < 0.0f)
+            dd = 0.0f;
+        acc += (double)v4d_bf16(dd * wh[h]);
+    }
+    return v4d_bf16((float)acc);
+}
+
+/* v4_index_head_weights + v4_index_scores_ref_bf16 (bf16 keys); one thread per key,
+ * IS_T keys per block: the block first copies its keys' rows (contiguous in `keys`)
+ * into shared memory as floats (exact) with coalesced reads, then each thread runs the
+ * same sums in the same order on its row. */
+__global__ void k_index_scores_staged(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
                                       float wscale, float *score)
 {
     __shared__ float wh[1024];
@@ -213,10 +232,10 @@ __global__ void k_index_scores_staged(const float *q, const float *keys, int n, 
     const int t = threadIdx.x, j0 = blockIdx.x * IS_T, rows = n - j0 < IS_T ? n - j0 : IS_T;
     for (int h = t; h < ih; h += IS_T)
         wh[h] = v4d_bf16(v4d_bf16(iw[h]) * wscale);
-    const float *src = keys + (size_t)j0 * id;
+    const uint16_t *src = keys + (size_t)j0 * id;
     for (int r = 0; r < rows; r++)
         for (int i = t; i < id; i += IS_T)
-            ks[r * (id + 1) + i] = src[(size_t)r * id + i];
+            ks[r * (id + 1) + i] = v4d_bf16_load(src[(size_t)r * id + i]);
     __syncthreads();
     if (t >= rows)
         return;
@@ -224,7 +243,7 @@ __global__ void k_index_scores_staged(const float *q, const float *keys, int n, 
 }
 
 /* The same for id > IS_DMAX (no model: 128), reading each row from global memory. */
-__global__ void k_index_scores(const float *q, const float *keys, int n, const float *iw, int ih, int id,
+__global__ void k_index_scores(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
                                float wscale, float *score)
 {
     __shared__ float wh[1024];
@@ -234,7 +253,7 @@ __global__ void k_index_scores(const float *q, const float *keys, int n, const f
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n)
         return;
-    score[j] = index_score(q, keys + (size_t)j * id, wh, ih, id);
+    score[j] = index_score_bf16(q, keys + (size_t)j * id, wh, ih, id);
 }
 
 /* ---- top-k (ops.c v4_topk).  What the C function returns, derived from its insertion:
@@ -491,7 +510,7 @@ extern "C" cudaError_t v4cu_head_rms_bf16(float *q, int nvec, int hd, float eps,
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t v4cu_sparse_attn(const float *q, const float *const *cand, const int32_t *len, int lmax, int n,
+extern "C" cudaError_t v4cu_sparse_attn(const float *q, const uint16_t *const *cand, const int32_t *len, int lmax, int n,
                                         int H, int hd, float scale, const float *sink, float *o, cudaStream_t st)
 {
     if (hd > AT * DMAX)
@@ -509,7 +528,7 @@ extern "C" cudaError_t v4cu_comp_pool(const float *kv, const float *sc, int W, i
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t v4cu_index_scores(const float *q, const float *keys, int n, const float *iw, int ih, int id,
+extern "C" cudaError_t v4cu_index_scores(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
                                          float *score, cudaStream_t st)
 {
     if (ih > 1024)

@@ -13,6 +13,9 @@
  * placement of NaN scores, see cuda_attn.cu) by a one-block radix select: O(n) work,
  * at most 6 sweeps over the n scores, one launch; for min(k, n) > 4096 (no model) it falls
  * back to ranking every score against all others, O(n * k), exact for NaN-free scores.
+ * The attention's candidate rows and the indexer's keys are bf16 (uint16_t bits, the
+ * sequence caches' precision), converted to float on load (exact), so the sums are
+ * those of the float rows holding the same values.
  * All pointers are device pointers (candidate lists hold device pointers); launchers
  * enqueue on st and return cudaGetLastError().
  * Ownership: kernels touch only their arguments.  Thread: the caller's.
@@ -29,16 +32,17 @@ extern "C" {
 
 /* v4_head_rms_bf16 on nvec vectors q + k*hd. */
 cudaError_t v4cu_head_rms_bf16(float *q, int nvec, int hd, float eps, cudaStream_t st);
-/* v4_sparse_attn_head for n rows x H heads: q/o [n][H][hd] (hd <= 1024), candidates of
- * row b: cand[b*lmax .. b*lmax + len[b]) (NULL = masked), sink [H]. */
-cudaError_t v4cu_sparse_attn(const float *q, const float *const *cand, const int32_t *len, int lmax, int n, int H,
+/* v4_sparse_attn_head_bf16 for n rows x H heads: q/o [n][H][hd] (hd <= 1024), bf16
+ * candidate rows (uint16_t bits [hd]) of row b: cand[b*lmax .. b*lmax + len[b]) (NULL =
+ * masked), sink [H]. */
+cudaError_t v4cu_sparse_attn(const float *q, const uint16_t *const *cand, const int32_t *len, int lmax, int n, int H,
                              int hd, float scale, const float *sink, float *o, cudaStream_t st);
 /* v4_comp_pool: state kv/sc [rows][W] -> e[d] (nrows = (overlap ? 2 : 1) * r <= 512). */
 cudaError_t v4cu_comp_pool(const float *kv, const float *sc, int W, int r, int d, int overlap, float *e,
                            cudaStream_t st);
-/* v4_index_head_weights + v4_index_scores of one sequence: q [ih][id], keys [n][id],
- * iw [ih] (ih <= 1024) -> score [n]. */
-cudaError_t v4cu_index_scores(const float *q, const float *keys, int n, const float *iw, int ih, int id,
+/* v4_index_head_weights + v4_index_scores_ref_bf16 of one sequence: q [ih][id], bf16
+ * keys (uint16_t bits [n][id]), iw [ih] (ih <= 1024) -> score [n]. */
+cudaError_t v4cu_index_scores(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
                               float *score, cudaStream_t st);
 /* v4_topk of score[0..n) -> sel[0..min(k, n)) (one block of 1024 threads). */
 cudaError_t v4cu_topk(const float *score, int n, int k, int32_t *sel, cudaStream_t st);

@@ -69,6 +69,12 @@ __device__ __forceinline__ float v4d_bf16(float f)
     return __uint_as_float((u >> 16) << 16);
 }
 
+/* bf16 bits -> float (exact: the bits are the float's high half). */
+__device__ __forceinline__ float v4d_bf16_load(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+/* f rounded to the nearest bf16 (v4d_bf16) as bits, codec.h v4_bf16_bits. */
+__device__ __forceinline__ uint16_t v4d_bf16_bits(float f) { return (uint16_t)(__float_as_uint(v4d_bf16(f)) >> 16); }
+
 /* codec.c round_grid: nearest-even value on the grid of a format with min_exp and
  * mant_bits, saturating at maxv; ax >= 0 or NaN. */
 __device__ __forceinline__ float v4d_round_grid(float ax, int min_exp, int mant_bits, float maxv)

@@ -346,11 +346,18 @@ __global__ void k_hc_head_pre(const float *mixes, int mix, const float *scale, c
 }
 
 /* cand[i] = base + sel[i] * stride for i < k (the indexer's picks as key pointers). */
-__global__ void k_cand_from_sel(const float **cand, const float *base, int stride, const int32_t *sel, int k)
+__global__ void k_cand_from_sel(const uint16_t **cand, const uint16_t *base, int stride, const int32_t *sel, int k)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < k)
         cand[i] = base + (size_t)sel[i] * stride;
+}
+
+__global__ void k_bf16_bits(const float *x, uint16_t *y, long n)
+{
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = v4d_bf16_bits(x[i]);
 }
 
 }  // namespace
@@ -479,11 +486,19 @@ extern "C" cudaError_t v4cu_hc_head_pre(const float *mixes, int mix, const float
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t v4cu_cand_from_sel(const float **cand, const float *base, int stride, const int32_t *sel, int k,
-                                          cudaStream_t st)
+extern "C" cudaError_t v4cu_cand_from_sel(const uint16_t **cand, const uint16_t *base, int stride, const int32_t *sel,
+                                          int k, cudaStream_t st)
 {
     if (k <= 0)
         return cudaSuccess;
     V4CU_LAUNCH(k_cand_from_sel, v4cu_cdiv(k, 128), 128, st, cand, base, stride, sel, k);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t v4cu_bf16_bits(const float *x, uint16_t *y, long n, cudaStream_t st)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    V4CU_LAUNCH(k_bf16_bits, v4cu_cdiv(n, NT), NT, st, x, y, n);
     return cudaGetLastError();
 }

@@ -66,15 +66,19 @@ cudaError_t v4cu_rope_at(float *v, int nvec, int stride, int npairs, const float
 
 /* Glue of the device step: y = a + b (f32); x = bf16(x); y = bf16(a + b);
  * y[rows[r]][:] += o[r][:] for r = 0..m-1 in order; hc_head's pre weights
- * (v4_hc_weights' pre formula on mixes [n][mix]); cand[i] = base + sel[i]*stride. */
+ * (v4_hc_weights' pre formula on mixes [n][mix]); cand[i] = base + sel[i]*stride (bf16
+ * rows). */
 cudaError_t v4cu_add(const float *a, const float *b, float *y, long n, cudaStream_t st);
 cudaError_t v4cu_round_bf16(float *x, long n, cudaStream_t st);
 cudaError_t v4cu_add_bf16(const float *a, const float *b, float *y, long n, cudaStream_t st);
 cudaError_t v4cu_scatter_add(float *y, int dim, const float *o, const int32_t *rows, int m, cudaStream_t st);
 cudaError_t v4cu_hc_head_pre(const float *mixes, int mix, const float *scale, const float *base, int hc, float eps,
                              float *pre, int n, cudaStream_t st);
-cudaError_t v4cu_cand_from_sel(const float **cand, const float *base, int stride, const int32_t *sel, int k,
+cudaError_t v4cu_cand_from_sel(const uint16_t **cand, const uint16_t *base, int stride, const int32_t *sel, int k,
                                cudaStream_t st);
+/* y[i] = the bits of bf16(x[i]) (v4_bf16_bits; exact for values already bf16, as the
+ * sequence caches' are) for i < n. */
+cudaError_t v4cu_bf16_bits(const float *x, uint16_t *y, long n, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -116,8 +116,11 @@ struct dcstate {
     int rows, width;
 };
 
+/* A sequence's caches are bf16 (uint16_t bits) like the CPU engine's (seq.c): the
+ * window ring [window][head_dim], the compressed entries [cap][head_dim] and the
+ * indexer keys [cap][index_head_dim]; the compressor states stay float. */
 struct dlstate {
-    float *win, *comp, *idx_keys;
+    uint16_t *win, *comp, *idx_keys;
     int n_comp, n_idx, cap;
     dcstate cs, ics;
 };
@@ -169,10 +172,11 @@ struct v4_cuda_engine {
 
     /* scratch [max_batch][...] */
     float *X, *mixes, *pre, *post, *comb, *x, *out, *qa, *q, *kv, *o, *z, *ckv, *csc, *iq, *iw, *ikv, *isc;
+    uint16_t *kvb;                  /* [max_batch][head_dim]: kv as bf16 bits (the candidates) */
     float *gate, *route_w_all, *ex_x, *ex_g, *ex_u, *ex_h, *ex_o, *ex_wt, *y, *logits, *tin, *tout, *e, *score, *xs;
     double *xq;
     int32_t *route_all, *tokens, *pos, *csel, *len, *rows;
-    const float **cand;
+    const uint16_t **cand;
     long lmax;                      /* candidate slots per row in cand */
     size_t score_cap;               /* entries in score */
 
@@ -188,7 +192,7 @@ struct v4_cuda_engine {
     /* host mirrors */
     int32_t *h_route_all, *h_route, *h_len, *h_rows, *h_csel, *h_pos, *h_nsel, *h_start;
     float *h_route_w_all, *h_route_w, *h_wt;
-    const float **h_cand;           /* pinned [cand_layers][max_batch][lmax] */
+    const uint16_t **h_cand;        /* pinned [cand_layers][max_batch][lmax] */
     int cand_layers;                /* n_layers: one staging area per layer, the uploads are
                                      * not waited for; 1 (too big): a wait per layer */
     int32_t *h_tok;                 /* pinned [max_batch]: the step's tokens */
@@ -389,6 +393,15 @@ static int copy2d(v4_cuda_engine *e, float *dst, int ldd, const float *src, int 
               "copy");
 }
 
+/* The same for rows of bf16 bits. */
+static int copy2d_b16(v4_cuda_engine *e, uint16_t *dst, int ldd, const uint16_t *src, int lds, int width, int rows)
+{
+    const size_t b = sizeof(uint16_t);
+    return ck(e, cudaMemcpy2DAsync(dst, b * (size_t)ldd, src, b * (size_t)lds, b * (size_t)width, (size_t)rows,
+                                   cudaMemcpyDeviceToDevice, e->st),
+              "copy");
+}
+
 static int to_host(v4_cuda_engine *e, void *h, const void *d, size_t bytes)
 {
     if (ck(e, cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, e->st), "copy to host"))
@@ -434,9 +447,10 @@ static int hc_post(v4_cuda_engine *e, int n)
 /* ------------------------------------------------------------- compressor */
 
 /* compressor.c v4_compressor_step on device state: kvp/sc [W] of this token; out
- * [d] written when a block completes (returns 1). */
+ * [d] (bf16 bits, v4_seq_store_bf16) written when a block completes (returns 1); the
+ * entry is computed in place in e->e. */
 static int comp_step(v4_cuda_engine *e, const dcomp *c, dcstate *st, int pos, const float *kvp, const float *sc,
-                     const float *freqs, int rotate, float *out)
+                     const float *freqs, int rotate, uint16_t *out)
 {
     const v4_config *cfg = &e->w->cfg;
     const int r = c->ratio, d = c->dim, W = st->width, rd = cfg->rope_head_dim;
@@ -451,15 +465,15 @@ static int comp_step(v4_cuda_engine *e, const dcomp *c, dcstate *st, int pos, co
     if (c->overlap && (copy2d(e, st->kv, W, st->kv + (size_t)r * W, W, W, r) ||
                        copy2d(e, st->sc, W, st->sc + (size_t)r * W, W, W, r)))
         return -1;
-    if (ck(e, v4cu_rmsnorm(e->e, d, c->norm, d, cfg->norm_eps, out, d, 1, e->st), "compressor") ||
-        ck(e, v4cu_rope_at(out + d - rd, 1, d, rd / 2, freqs, pos + 1 - r, 0, e->st), "compressor"))
+    float *v = e->e;
+    if (ck(e, v4cu_rmsnorm(v, d, c->norm, d, cfg->norm_eps, v, d, 1, e->st), "compressor") ||
+        ck(e, v4cu_rope_at(v + d - rd, 1, d, rd / 2, freqs, pos + 1 - r, 0, e->st), "compressor"))
         return -1;
-    if (rotate)
-        return ck(e, v4cu_hadamard(out, 1, d, d, e->st), "compressor") ||
-                       ck(e, v4cu_block_qdq(out, 1, d, d, 32, 1, e->st), "compressor")
-                   ? -1
-                   : 1;
-    return ck(e, v4cu_block_qdq(out, 1, d, d - rd, 64, 0, e->st), "compressor") ? -1 : 1;
+    if (rotate ? ck(e, v4cu_hadamard(v, 1, d, d, e->st), "compressor") ||
+                     ck(e, v4cu_block_qdq(v, 1, d, d, 32, 1, e->st), "compressor")
+               : ck(e, v4cu_block_qdq(v, 1, d, d - rd, 64, 0, e->st), "compressor"))
+        return -1;
+    return ck(e, v4cu_bf16_bits(v, out, d, e->st), "compressor") ? -1 : 1;
 }
 
 /* ----------------------------------------------------------- attention */
@@ -501,7 +515,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
     /* this layer's host staging of the candidate lists and lengths (pinned; its own
      * area per layer unless cand_layers is 1, then reused after a wait) */
     const size_t slot = e->cand_layers > 1 ? (size_t)layer : 0;
-    const float **h_cand = e->h_cand + slot * e->max_batch * e->lmax;
+    const uint16_t **h_cand = e->h_cand + slot * e->max_batch * e->lmax;
     int32_t *h_len = e->h_len + slot * e->max_batch;
     const int ql = cfg->q_lora_rank, G = cfg->o_groups, ol = cfg->o_lora_rank;
     const float eps = cfg->norm_eps;
@@ -521,7 +535,8 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
         ck(e, v4cu_rope(e->q + hd - rd, n * H, hd, rd / 2, freqs, e->pos, H, 0, e->st), "q") ||
         ck(e, v4cu_rmsnorm(e->kv, hd, lw->kv_norm, hd, eps, e->kv, hd, n, e->st), "kv") ||
         ck(e, v4cu_rope(e->kv + hd - rd, n, hd, rd / 2, freqs, e->pos, 1, 0, e->st), "kv") ||
-        ck(e, v4cu_block_qdq(e->kv, n, hd, hd - rd, 64, 0, e->st), "kv"))
+        ck(e, v4cu_block_qdq(e->kv, n, hd, hd - rd, 64, 0, e->st), "kv") ||
+        ck(e, v4cu_bf16_bits(e->kv, e->kvb, (long)n * hd, e->st), "kv"))
         return -1;
     if (lw->ratio == 4) {   /* the indexer queries of every row (indexer.c: rope, rotate, quantize) */
         const int ih = cfg->index_n_heads, id = cfg->index_head_dim;
@@ -549,10 +564,10 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
         }
         /* candidates (attention.c candidates()): window oldest -> newest (positions of
          * this step from its kv rows, earlier ones from the ring), then compressed */
-        const float **hc = h_cand + (size_t)b * e->lmax;
+        const uint16_t **hc = h_cand + (size_t)b * e->lmax;
         int m = 0;
         for (int q = pos >= win - 1 ? pos - win + 1 : 0; q <= pos; q++)
-            hc[m++] = q >= p0 ? e->kv + (size_t)row_at(rm, b, q - p0) * hd : L->win + (size_t)(q % win) * hd;
+            hc[m++] = q >= p0 ? e->kvb + (size_t)row_at(rm, b, q - p0) * hd : L->win + (size_t)(q % win) * hd;
         while (m < win)
             hc[m++] = NULL;
         if (lw->ratio && lw->ratio != 4)
@@ -563,7 +578,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
     }
     /* one upload of every row's list, then the indexer's picks appended on the device;
      * with one staging area for all layers, a wait (after the lengths) before reuse */
-    if (to_dev_async(e, e->cand, h_cand, sizeof(float *) * (size_t)n * e->lmax))
+    if (to_dev_async(e, e->cand, h_cand, sizeof(uint16_t *) * (size_t)n * e->lmax))
         return -1;
     for (int b = 0; b < n; b++) {
         if (e->h_nsel[b] &&
@@ -583,7 +598,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
     for (int b = 0; b < n; b++) {
         const int pos = e->h_pos[b], last = e->h_pos[rm->first[b]] + rm->count[rm->first[b]] - 1;
         if (pos > last - win &&
-            copy2d(e, S[b]->L[layer].win + (size_t)(pos % win) * hd, hd, e->kv + (size_t)b * hd, hd, hd, 1))
+            copy2d_b16(e, S[b]->L[layer].win + (size_t)(pos % win) * hd, hd, e->kvb + (size_t)b * hd, hd, hd, 1))
             return -1;
     }
     /* grouped low-rank output projection */
@@ -942,7 +957,7 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
         for (int l = 0; l < cfg->n_layers; l++) {
             dlstate *L = &s->L[l];
             L->n_comp = L->n_idx = 0;
-            if (ck(e, cudaMemsetAsync(L->win, 0, sizeof(float) * (size_t)cfg->window * cfg->head_dim, e->st),
+            if (ck(e, cudaMemsetAsync(L->win, 0, sizeof(uint16_t) * (size_t)cfg->window * cfg->head_dim, e->st),
                    "memset"))
                 return NULL;
             if ((L->cs.kv && cstate_reset(e, &L->cs)) || (L->ics.kv && cstate_reset(e, &L->ics)))
@@ -955,18 +970,18 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
         for (int l = 0; s->L && l < cfg->n_layers; l++) {
             dlstate *L = &s->L[l];
             const dlayer *lw = &e->L[l];
-            const size_t wb = sizeof(float) * (size_t)cfg->window * cfg->head_dim;
+            const size_t wb = sizeof(uint16_t) * (size_t)cfg->window * cfg->head_dim;
             if (ck(e, cudaMalloc((void **)&L->win, wb), "cudaMalloc") ||
                 ck(e, cudaMemsetAsync(L->win, 0, wb, e->st), "memset"))
                 break;
             if (!lw->ratio)
                 continue;
             L->cap = v->max_len / lw->ratio + 1;
-            if (ck(e, cudaMalloc((void **)&L->comp, sizeof(float) * (size_t)L->cap * cfg->head_dim), "cudaMalloc") ||
+            if (ck(e, cudaMalloc((void **)&L->comp, sizeof(uint16_t) * (size_t)L->cap * cfg->head_dim), "cudaMalloc") ||
                 cstate_init(e, &L->cs, &lw->comp))
                 break;
             if (lw->ratio == 4 &&
-                (ck(e, cudaMalloc((void **)&L->idx_keys, sizeof(float) * (size_t)L->cap * cfg->index_head_dim),
+                (ck(e, cudaMalloc((void **)&L->idx_keys, sizeof(uint16_t) * (size_t)L->cap * cfg->index_head_dim),
                     "cudaMalloc") ||
                  cstate_init(e, &L->ics, &lw->idx_comp)))
                 break;
@@ -1003,7 +1018,7 @@ static int ensure_cand(v4_cuda_engine *e, int max_len)
         cudaFreeHost(e->h_cand);
         e->cand = NULL;
         e->h_cand = NULL;
-        const size_t per_layer = sizeof(float *) * (size_t)need * e->max_batch;
+        const size_t per_layer = sizeof(uint16_t *) * (size_t)need * e->max_batch;
         e->cand_layers = per_layer * cfg->n_layers <= ((size_t)64 << 20) ? cfg->n_layers : 1;
         if (ck(e, cudaMallocHost((void **)&e->h_cand, per_layer * e->cand_layers), "cudaMallocHost") ||
             ck(e, cudaMalloc((void **)&e->cand, per_layer), "cudaMalloc"))
@@ -1220,7 +1235,7 @@ static int alloc_scratch(v4_cuda_engine *e)
 #define I32(p, n) ((p) = (int32_t *)dalloc(e, sizeof(int32_t) * (n)))
     F(e->X, B * hc * dim); F(e->mixes, B * mix); F(e->pre, B * hc); F(e->post, B * hc); F(e->comb, B * hc * hc);
     F(e->x, B * dim); F(e->out, B * dim); F(e->qa, B * c->q_lora_rank); F(e->q, B * H * hd); F(e->kv, B * hd);
-    F(e->o, B * H * hd); F(e->z, B * c->o_groups * c->o_lora_rank); F(e->ckv, B * 2 * hd); F(e->csc, B * 2 * hd);
+    F(e->o, B * H * hd); e->kvb = (uint16_t *)dalloc(e, sizeof(uint16_t) * B * hd); F(e->z, B * c->o_groups * c->o_lora_rank); F(e->ckv, B * 2 * hd); F(e->csc, B * 2 * hd);
     F(e->iq, B * ih * id); F(e->iw, B * ih); F(e->ikv, B * 2 * id); F(e->isc, B * 2 * id);
     F(e->gate, B * c->n_routed_experts); F(e->route_w_all, (size_t)c->n_layers * B * K); F(e->ex_x, B * K * dim); F(e->ex_g, B * K * I);
     F(e->ex_u, B * K * I); F(e->ex_h, B * K * I); F(e->ex_o, B * K * dim); F(e->ex_wt, B * K); F(e->y, B * dim);

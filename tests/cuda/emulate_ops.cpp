@@ -332,6 +332,13 @@ static void case_sparse_attn(int hd, int full = 0)
         cancel_pair(&pool[(size_t)r * hd], hd, 1);
     for (int r = 0; full && r < n * H; r++)
         cancel_pair(&q[(size_t)r * hd], hd, 0);
+    /* the device reads bf16 rows (the sequence caches' precision): the pool as bf16
+     * bits, the reference on float rows holding the same values */
+    std::vector<uint16_t> pool16(pool.size());
+    for (size_t i = 0; i < pool.size(); i++) {
+        pool16[i] = v4_bf16_bits(pool[i]);
+        pool[i] = v4_bf16_from_bits(pool16[i]);
+    }
     std::vector<const float *> cand((size_t)n * lmax, nullptr);
     std::vector<int32_t> len = {lmax, 40, 64 + 30};
     for (int c = 20; c < len[0]; c++)            /* row 0: 20 masked window slots first */
@@ -346,10 +353,34 @@ static void case_sparse_attn(int hd, int full = 0)
         for (int h = 0; h < H; h++)
             v4_sparse_attn_head(&q[((size_t)b * H + h) * hd], &cand[(size_t)b * lmax], len[b], hd, scale, sink[h],
                                 &R[((size_t)b * H + h) * hd]);
-    CK(v4cu_sparse_attn(q.data(), cand.data(), len.data(), lmax, n, H, hd, scale, sink.data(), G.data(), nullptr));
+    std::vector<const uint16_t *> cand16(cand.size(), nullptr);
+    for (size_t c = 0; c < cand.size(); c++)
+        cand16[c] = cand[c] ? pool16.data() + (cand[c] - pool.data()) : nullptr;
+    CK(v4cu_sparse_attn(q.data(), cand16.data(), len.data(), lmax, n, H, hd, scale, sink.data(), G.data(), nullptr));
     char what[96];
     snprintf(what, sizeof what, "sparse_attn hd=%d%s (masked, short, masked chunk)", hd, full ? " full floats" : "");
     cmp(what, R.data(), G.data(), R.size());
+}
+
+/* v4cu_bf16_bits against v4_bf16_bits: bf16 values (exact), full floats (rounded, ties
+ * to even), +-0, +-inf, NaN, the largest finite float (rounds to inf). */
+static void case_bf16_bits()
+{
+    std::vector<float> x;
+    for (int i = 0; i < 300; i++)
+        x.push_back(i % 2 ? rbf(-30, 30) : rfull(-130, 127));
+    const uint32_t special[] = {0u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffa00001u,
+                                0x7f7fffffu, 0x3f808000u, 0x3f818000u, 0x00000001u};
+    for (uint32_t u : special)
+        x.push_back(v4_f32_from_bits(u));
+    std::vector<uint16_t> g(x.size(), 0xdeadu);
+    CK(v4cu_bf16_bits(x.data(), g.data(), (long)x.size(), nullptr));
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); i++)
+        if (g[i] != v4_bf16_bits(x[i]) && bad++ < 3)
+            printf("  bf16_bits [%zu] x=%a ref=%04x got=%04x\n", i, (double)x[i], v4_bf16_bits(x[i]), g[i]);
+    printf("%-48s %s (%zu of %zu differ)\n", "bf16_bits (cache stores)", bad ? "FAIL" : "ok", bad, x.size());
+    bad_total += (int)bad;
 }
 
 static void case_comp_pool(int r, int d, int overlap, int fresh)
@@ -385,10 +416,15 @@ static void case_index(int ih, int id, int n, int full = 0)
         cancel_pair(&keys[(size_t)j * id], id, 1);
     for (int h = 0; full && h < ih; h++)
         cancel_pair(&q[(size_t)h * id], id, 0);
+    std::vector<uint16_t> keys16(keys.size());   /* the device reads bf16 keys */
+    for (size_t i = 0; i < keys.size(); i++) {
+        keys16[i] = v4_bf16_bits(keys[i]);
+        keys[i] = v4_bf16_from_bits(keys16[i]);
+    }
     std::vector<float> wh(ih), R(n), G(n, -1);
     v4_index_head_weights(iw.data(), ih, id, wh.data());
     v4_index_scores(q.data(), keys.data(), n, wh.data(), ih, id, R.data());
-    CK(v4cu_index_scores(q.data(), keys.data(), n, iw.data(), ih, id, G.data(), nullptr));
+    CK(v4cu_index_scores(q.data(), keys16.data(), n, iw.data(), ih, id, G.data(), nullptr));
     char what[96];
     snprintf(what, sizeof what, "index_scores ih=%d id=%d n=%d%s", ih, id, n, full ? " full floats" : "");
     cmp(what, R.data(), G.data(), R.size());
@@ -480,6 +516,7 @@ int main()
     case_sparse_attn(40);
     case_sparse_attn(512, 1);   /* rounding sums: the dot order matters */
     case_sparse_attn(200, 1);
+    case_bf16_bits();
     case_comp_pool(4, 128, 1, 1);
     case_comp_pool(4, 128, 1, 0);
     case_comp_pool(128, 512, 0, 0);
