@@ -305,25 +305,38 @@ int v4_attach_gpu(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, 
     return 0;
 }
 
+#ifdef V4_HAVE_CUDA
+/* Which GPU expert cache a CUDA backend runs: 1 = the hybrid mode's (*hs), 2 = the
+ * resident step engine's (*e, *xs: slots 0 when every expert is resident), -1 = none. */
+static int gpu_figs(const v4_backend *be, v4_gpu_experts_stats *hs, const struct v4_cuda_engine **e,
+                    v4_cuda_expert_stats *xs)
+{
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return -1;
+    if (v4_gpu_experts_stats_get(be, hs) == 0)
+        return 1;
+    if (!(*e = v4_cuda_backend_engine(be)))
+        return -1;
+    v4_cuda_engine_expert_stats(*e, xs);
+    return 2;
+}
+#endif
+
 int v4_gpu_memory_get(const v4_backend *be, unsigned long long *held, unsigned long long *experts)
 {
     *held = *experts = 0;
 #ifdef V4_HAVE_CUDA
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return -1;
     v4_gpu_experts_stats hs;
-    if (v4_gpu_experts_stats_get(be, &hs) == 0) {      /* hybrid: the products' expert pool */
-        *held = *experts = hs.pool_bytes;
-        return 0;
-    }
-    const struct v4_cuda_engine *e = v4_cuda_backend_engine(be);
-    if (!e)
-        return -1;
+    const struct v4_cuda_engine *e = NULL;
     v4_cuda_expert_stats xs;
-    v4_cuda_engine_expert_stats(e, &xs);
-    *held = v4_cuda_engine_bytes(e);
-    *experts = xs.slots > 0 ? (unsigned long long)xs.slots * xs.slot_bytes : 0;
-    return 0;
+    const int k = gpu_figs(be, &hs, &e, &xs);
+    if (k == 1) {                                       /* hybrid: the products' expert pool */
+        *held = *experts = hs.pool_bytes;
+    } else if (k == 2) {
+        *held = v4_cuda_engine_bytes(e);
+        *experts = xs.slots > 0 ? (unsigned long long)xs.slots * xs.slot_bytes : 0;
+    }
+    return k > 0 ? 0 : -1;
 #else
     (void)be;
     return -1;
@@ -334,19 +347,15 @@ int v4_gpu_cache_figs_get(const v4_backend *be, v4_runner_cache_figs *f)
 {
     memset(f, 0, sizeof *f);
 #ifdef V4_HAVE_CUDA
-    if (!be || strcmp(be->ops->name, "cuda") != 0)
-        return -1;
     v4_gpu_experts_stats hs;
-    if (v4_gpu_experts_stats_get(be, &hs) == 0) {      /* hybrid: the products' cache */
+    const struct v4_cuda_engine *e = NULL;
+    v4_cuda_expert_stats xs;
+    const int k = gpu_figs(be, &hs, &e, &xs);
+    if (k == 1) {                                       /* hybrid: the products' cache */
         *f = (v4_runner_cache_figs){hs.hits, hs.misses, hs.bytes_uploaded, hs.pool_bytes, hs.pool_bytes};
         return 0;
     }
-    const struct v4_cuda_engine *e = v4_cuda_backend_engine(be);
-    if (!e)
-        return -1;
-    v4_cuda_expert_stats xs;
-    v4_cuda_engine_expert_stats(e, &xs);
-    if (xs.slots <= 0)                                 /* every expert resident */
+    if (k != 2 || xs.slots <= 0)                        /* none, or every expert resident */
         return -1;
     const unsigned long long pool = (unsigned long long)xs.slots * xs.slot_bytes;
     *f = (v4_runner_cache_figs){xs.hits, xs.misses, xs.bytes_uploaded, pool, pool};
