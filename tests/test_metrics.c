@@ -271,8 +271,9 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 28, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
-                                               * expert_activations_total */
+    CHECK(fams == 29, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
+                                               * expert_activations_total, memory_bytes */
+    CHECK(t && strstr(t, "# TYPE v4fleet:memory_bytes gauge\n"), "the memory split family");
     free(t);
     v4_wmetrics_warmup(&m, 1.5, 12);
     v4_wmetrics_reload(&m, 1);
