@@ -137,7 +137,7 @@ int main(void)
         CHECK(v4_step(cc, ff, ids, 4, lg, NULL, &err) == 0 && v4_seq_pos(f) == 4, "4 rows fit: %s", err.msg);
         /* a step implementation takes at most its rows_per_seq rows per sequence: more are
          * refused before it runs (never_step fails the test if called) */
-        v4_step_impl impl = {never_step, NULL, 0};
+        v4_step_impl impl = {.step = never_step, .ud = NULL, .rows_per_seq = 0};
         v4_ctx_set_step_impl(cc, &impl);
         v4_seq_reset(f);
         CHECK(v4_ctx_rows_per_seq(cc) == 1 && v4_step(cc, ff, ids, 2, lg, NULL, &err) != 0 &&

@@ -77,7 +77,7 @@ int main(void)
     v4_ctx *ctx = v4_ctx_create(&m.w, cpu, R, &err);
     CHECK(ctx != NULL, "context of %d rows: %s", R, err.msg);
     if (ctx) {
-        v4_step_impl one = {no_step, NULL, 1}, chunks = {no_step, NULL, R};
+        v4_step_impl one = {.step = no_step, .rows_per_seq = 1}, chunks = {.step = no_step, .rows_per_seq = R};
         v4_ctx_set_step_impl(ctx, &one);
         CHECK(v4_fit_step_rows(ctx, &other, NULL, cfg, R, 4) == 4, "cuda, one row per sequence: the floor");
         v4_ctx_set_step_impl(ctx, &chunks);

@@ -129,6 +129,7 @@ struct dseq {
     const v4_seq *key;              /* NULL: free slot */
     int pos, max_len;
     long last_step;
+    size_t bytes;                   /* device bytes of its allocations (v4_cuda_seq_bytes) */
     dlstate *L;                     /* [n_layers] */
 };
 
@@ -198,6 +199,7 @@ struct v4_cuda_engine {
     int32_t *h_tok;                 /* pinned [max_batch]: the step's tokens */
     long step_no;
     dseq *seqs;
+    size_t seq_budget;              /* v4_cuda_engine_set_seq_budget; SIZE_MAX: none */
 };
 
 /* ------------------------------------------------------------ memory helpers */
@@ -905,16 +907,67 @@ static int cstate_reset(v4_cuda_engine *e, dcstate *st)
     return rc || ck(e, cudaMemsetAsync(st->kv, 0, n * sizeof(float), e->st), "memset") ? -1 : 0;
 }
 
-static int cstate_init(v4_cuda_engine *e, dcstate *st, const dcomp *c)
+/* A sequence's device allocation: out of memory is NOT sticky (the CUDA error is
+ * cleared and e->fail left alone, so the engine keeps serving the other sequences);
+ * *oom = 1 tells seq_state.  A sequence budget (v4_cuda_engine_set_seq_budget) refuses
+ * what would pass it the same way.  Counts the bytes into s->bytes. */
+static size_t seq_held(const v4_cuda_engine *e)
+{
+    size_t b = 0;
+    for (int i = 0; i < e->max_seqs; i++)
+        b += e->seqs[i].bytes;
+    return b;
+}
+
+static int seq_alloc(v4_cuda_engine *e, dseq *s, void **p, size_t bytes, int *oom)
+{
+    if (e->seq_budget != SIZE_MAX && seq_held(e) + bytes > e->seq_budget) {
+        *oom = 1;
+        return -1;
+    }
+    const cudaError_t rc = cudaMalloc(p, bytes ? bytes : 1);
+    if (rc == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();   /* clear it: not an engine failure */
+        *p = NULL;
+        *oom = 1;
+        return -1;
+    }
+    if (ck(e, rc, "cudaMalloc"))
+        return -1;
+    s->bytes += bytes;
+    return 0;
+}
+
+static int cstate_init(v4_cuda_engine *e, dseq *s, dcstate *st, const dcomp *c, int *oom)
 {
     const int k = c->overlap ? 2 : 1;
     st->rows = k * c->ratio;
     st->width = k * c->dim;
     const size_t n = (size_t)st->rows * st->width;
-    if (ck(e, cudaMalloc((void **)&st->kv, n * sizeof(float)), "cudaMalloc") ||
-        ck(e, cudaMalloc((void **)&st->sc, n * sizeof(float)), "cudaMalloc"))
+    if (seq_alloc(e, s, (void **)&st->kv, n * sizeof(float), oom) ||
+        seq_alloc(e, s, (void **)&st->sc, n * sizeof(float), oom))
         return -1;
     return cstate_reset(e, st);
+}
+
+/* Device bytes seq_state allocates for a sequence of max_len positions (see the header). */
+extern "C" size_t v4_cuda_seq_bytes(const v4_config *cfg, int max_len)
+{
+    if (max_len < 1)
+        return 0;
+    size_t b = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const int r = cfg->compress_ratios[l];
+        b += sizeof(uint16_t) * (size_t)cfg->window * cfg->head_dim;
+        if (!r)
+            continue;
+        const size_t cap = (size_t)(max_len / r + 1);
+        const size_t k = r == 4 ? 2 : 1;   /* ratio 4 compressors overlap: 2r rows of 2 dim */
+        b += sizeof(uint16_t) * cap * cfg->head_dim + 2 * sizeof(float) * (k * r) * (k * cfg->head_dim);
+        if (r == 4)
+            b += sizeof(uint16_t) * cap * cfg->index_head_dim + 2 * sizeof(float) * (2 * 4) * (2 * cfg->index_head_dim);
+    }
+    return b;
 }
 
 /* The device state of view v (created at position 0), or NULL + err. */
@@ -964,31 +1017,35 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
                 return NULL;
         }
     } else {
-        if (s->key)
+        if (s->L)
             free_dseq(s, cfg->n_layers);
+        int oom = 0;
         s->L = (dlstate *)calloc((size_t)cfg->n_layers, sizeof *s->L);
         for (int l = 0; s->L && l < cfg->n_layers; l++) {
             dlstate *L = &s->L[l];
             const dlayer *lw = &e->L[l];
             const size_t wb = sizeof(uint16_t) * (size_t)cfg->window * cfg->head_dim;
-            if (ck(e, cudaMalloc((void **)&L->win, wb), "cudaMalloc") ||
-                ck(e, cudaMemsetAsync(L->win, 0, wb, e->st), "memset"))
+            if (seq_alloc(e, s, (void **)&L->win, wb, &oom) || ck(e, cudaMemsetAsync(L->win, 0, wb, e->st), "memset"))
                 break;
             if (!lw->ratio)
                 continue;
             L->cap = v->max_len / lw->ratio + 1;
-            if (ck(e, cudaMalloc((void **)&L->comp, sizeof(uint16_t) * (size_t)L->cap * cfg->head_dim), "cudaMalloc") ||
-                cstate_init(e, &L->cs, &lw->comp))
+            if (seq_alloc(e, s, (void **)&L->comp, sizeof(uint16_t) * (size_t)L->cap * cfg->head_dim, &oom) ||
+                cstate_init(e, s, &L->cs, &lw->comp, &oom))
                 break;
             if (lw->ratio == 4 &&
-                (ck(e, cudaMalloc((void **)&L->idx_keys, sizeof(uint16_t) * (size_t)L->cap * cfg->index_head_dim),
-                    "cudaMalloc") ||
-                 cstate_init(e, &L->ics, &lw->idx_comp)))
+                (seq_alloc(e, s, (void **)&L->idx_keys, sizeof(uint16_t) * (size_t)L->cap * cfg->index_head_dim,
+                           &oom) ||
+                 cstate_init(e, s, &L->ics, &lw->idx_comp, &oom)))
                 break;
         }
-        if (!s->L || e->fail != cudaSuccess) {
+        if (!s->L || oom || e->fail != cudaSuccess) {
+            const size_t held = seq_held(e) - s->bytes;
             free_dseq(s, cfg->n_layers);
-            v4_err_set(err, V4_ERR_NOMEM, "cuda step", "no device memory for a sequence of %d positions", v->max_len);
+            v4_err_set(err, V4_ERR_NOMEM, "cuda step",
+                       "no device memory for a sequence of %d positions (%zu bytes; %zu held by other sequences)%s",
+                       v->max_len, v4_cuda_seq_bytes(cfg, v->max_len), held,
+                       e->fail != cudaSuccess ? "" : " - not an engine failure");
             return NULL;
         }
     }
@@ -1270,6 +1327,7 @@ static int alloc_scratch(v4_cuda_engine *e)
     e->h_route_w = (float *)calloc(B * K, sizeof(float));
     e->h_wt = (float *)calloc(B * K, sizeof(float));
     e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
+    e->seq_budget = SIZE_MAX;
     e->x_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
     if (!e->x_ids || !e->h_route || !e->h_rows || !e->h_csel || !e->h_nsel || !e->h_start || !e->h_route_w ||
         !e->h_wt || !e->seqs)
@@ -1595,10 +1653,60 @@ extern "C" void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_exp
 
 extern "C" size_t v4_cuda_engine_bytes(const v4_cuda_engine *e) { return e ? e->bytes : 0; }
 
+/* Admission: need = a new sequence's bytes (0 when key's slot already holds state of
+ * that size, which seq_state reuses); avail = free device memory (cudaMemGetInfo, or
+ * the sequence budget less what the slots hold) plus the bytes of idle slots (key
+ * released: none, release frees at once).  The emulation has no cudaMemGetInfo: without
+ * a budget it cannot tell (-1: admit). */
+static int engine_admit(void *ud, const v4_seq *key, int max_len, size_t *need, size_t *avail)
+{
+    v4_cuda_engine *e = (v4_cuda_engine *)ud;
+    *need = v4_cuda_seq_bytes(&e->w->cfg, max_len);
+    for (int i = 0; i < e->max_seqs; i++)
+        if (e->seqs[i].key == key && e->seqs[i].L && e->seqs[i].max_len == max_len)
+            *need = 0;
+    size_t idle = 0;
+    for (int i = 0; i < e->max_seqs; i++)
+        if (!e->seqs[i].key)
+            idle += e->seqs[i].bytes;
+    if (e->seq_budget != SIZE_MAX) {
+        const size_t held = seq_held(e);
+        *avail = (held < e->seq_budget ? e->seq_budget - held : 0) + idle;
+        return 0;
+    }
+#ifdef V4CU_HOST_EMULATION
+    return -1;
+#else
+    size_t fr = 0, total = 0;
+    if (use_device(e) || cudaMemGetInfo(&fr, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    *avail = fr + idle;
+    return 0;
+#endif
+}
+
+/* The task of key is over: free its device state now (a later position-0 row makes it
+ * again). */
+static void engine_release(void *ud, const v4_seq *key)
+{
+    v4_cuda_engine *e = (v4_cuda_engine *)ud;
+    for (int i = 0; i < e->max_seqs; i++)
+        if (e->seqs[i].key == key) {
+            (void)use_device(e);
+            free_dseq(&e->seqs[i], e->w->cfg.n_layers);
+        }
+}
+
+extern "C" void v4_cuda_engine_set_seq_budget(v4_cuda_engine *e, size_t bytes) { e->seq_budget = bytes; }
+
+extern "C" size_t v4_cuda_engine_seq_bytes_held(const v4_cuda_engine *e) { return seq_held(e); }
+
 extern "C" v4_step_impl v4_cuda_engine_impl(v4_cuda_engine *e)
 {
     /* prefill chunks need every routed expert resident (paged: one row per sequence, as
      * the slot pool must hold the union of a layer's experts over the step's rows) */
-    v4_step_impl s = {engine_step, e, e->paged ? 1 : e->max_batch};
+    v4_step_impl s = {engine_step, e, e->paged ? 1 : e->max_batch, engine_admit, engine_release};
     return s;
 }

@@ -37,7 +37,8 @@
  * hold one layer's experts of a step fails the step with the slot pool's message (how
  * many slots are needed).
  *
- * Errors: the first CUDA failure is sticky and names where it happened ("cuda step:
+ * Errors: the first CUDA failure is sticky (except a sequence's out of device memory,
+ * see v4_cuda_seq_bytes) and names where it happened ("cuda step:
  * WHERE: <CUDA error>").  Sync debug mode (V4_CUDA_SYNC_DEBUG=1, read once at create and
  * kept in the engine, cu_debug.h): every launcher call is followed by a wait for the
  * stream, so an asynchronous fault is caught at its own kernel and WHERE reads
@@ -105,8 +106,24 @@ typedef struct v4_cuda_expert_stats {
 void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st);
 /* Bytes of device memory held (weights + scratch + sequence state). */
 size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
+/* Sequence memory and admission (issue 20).  v4_cuda_seq_bytes: the device bytes a
+ * sequence of max_len positions takes (exactly what the step allocates at its first
+ * position: per layer the bf16 window ring, compressed KV and indexer keys, the f32
+ * compressor states; 0 for max_len < 1).  Its allocation failing is not sticky: the
+ * step fails with V4_ERR_NOMEM ("not an engine failure"), the engine keeps serving.
+ * The impl's admit hook reports that need and the bytes available (cudaMemGetInfo's
+ * free figure + idle slots; the emulation cannot tell without a budget), its release
+ * hook frees a finished sequence's state at once.  set_seq_budget: cap the sequences'
+ * device bytes at `bytes` (SIZE_MAX: no cap, the default): admission then reports the
+ * budget less what the slots hold, and an allocation past it fails as out of memory
+ * (tests drive admission with it, the emulation included).  seq_bytes_held: what the
+ * slots hold now.  Thread: e's. */
+size_t v4_cuda_seq_bytes(const v4_config *cfg, int max_len);
+void v4_cuda_engine_set_seq_budget(v4_cuda_engine *e, size_t bytes);
+size_t v4_cuda_engine_seq_bytes_held(const v4_cuda_engine *e);
 /* The step implementation to give v4_ctx_set_step_impl (ud = e; rows_per_seq:
- * max_batch with every expert resident, 1 with paged experts). */
+ * max_batch with every expert resident, 1 with paged experts; admit and release as
+ * above). */
 v4_step_impl v4_cuda_engine_impl(v4_cuda_engine *e);
 
 #ifdef __cplusplus

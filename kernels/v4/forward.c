@@ -137,6 +137,24 @@ void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl)
         memset(&c->impl, 0, sizeof c->impl);
 }
 
+int v4_ctx_admit(const v4_ctx *c, const v4_seq *s, size_t *need, size_t *avail)
+{
+    *need = 0;
+    *avail = SIZE_MAX;
+    if (!c->impl.admit || c->impl.admit(c->impl.ud, s, s->max_len, need, avail)) {
+        *need = 0;
+        *avail = SIZE_MAX;
+        return 1;
+    }
+    return 0;
+}
+
+void v4_ctx_release_seq(v4_ctx *c, const v4_seq *s)
+{
+    if (c->impl.release && s)
+        c->impl.release(c->impl.ud, s);
+}
+
 const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
 
 int v4_ctx_rows_per_seq(const v4_ctx *c)

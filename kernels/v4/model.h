@@ -117,16 +117,33 @@ typedef struct v4_seq_view {
     const v4_seq *key;
     int pos, max_len;
 } v4_seq_view;
+/* Admission and release (both optional; they also apply with step NULL, the CPU path):
+ *   admit(ud, key, max_len, need, avail): the bytes a new sequence (key, of capacity
+ *     max_len, not yet stepped) will allocate at its first step (*need) and the bytes
+ *     that can be allocated now (*avail: free memory plus what idle slots hold); 0, or
+ *     non-zero when the figures are unknown.  NULL: every sequence is admitted.
+ *   release(ud, key): the sequence's task is over; the implementation may free its
+ *     state now (key is not stepped again before a position-0 row; it may be freed).
+ * The continuous executor decides with them (worker/serve/admit.h). */
 typedef struct v4_step_impl {
     int (*step)(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits, const int *want,
                 v4_trace *const *traces, v4_error *err);
     void *ud;
     int rows_per_seq;
+    int (*admit)(void *ud, const v4_seq *key, int max_len, size_t *need, size_t *avail);
+    void (*release)(void *ud, const v4_seq *key);
 } v4_step_impl;
 
 v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_error *err);
 /* impl (copied; NULL = the CPU path through the backend) runs every later step of c. */
 void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl);
+/* Admission of sequence s (not yet stepped) through the step implementation's admit
+ * hook: 0 with *need / *avail filled (the executor applies admit.h's rule), or 1 when
+ * there is no hook or it cannot tell (always admit; *need = 0, *avail = SIZE_MAX).
+ * v4_ctx_release_seq: s's task is over (the hook, if any, may free its state).
+ * Thread: c's. */
+int v4_ctx_admit(const v4_ctx *c, const v4_seq *s, size_t *need, size_t *avail);
+void v4_ctx_release_seq(v4_ctx *c, const v4_seq *s);
 /* p (copied; NULL = the weights' own experts) serves every later step of c.  The
  * provider must outlive its use by c. */
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);

@@ -497,6 +497,70 @@ int v4_step_check(const char *data, int P)
         v4_ctx_free(dev5);
     }
 
+    /* 6. admission by device memory (issue 20): the exact size of a sequence's state,
+     * the admit hook under a sequence budget, an out-of-memory first step that fails
+     * alone (not sticky: the engine and the other sequence go on, same logits as the
+     * CPU), and release freeing a finished sequence's state at once */
+    {
+        const int before6 = bad_total;
+        v4_ctx *dev6 = v4_ctx_create(w, be, 3, &err);
+        v4_cuda_engine *eng6 = dev6 ? v4_cuda_engine_create(w, 3, 3, 0, &err) : NULL;
+        if (!eng6) {
+            printf("admission setup: %s\n", err.msg);
+            return 1;
+        }
+        v4_step_impl impl6 = v4_cuda_engine_impl(eng6);
+        v4_ctx_set_step_impl(dev6, &impl6);
+        const int ML = 16;
+        const size_t need = v4_cuda_seq_bytes(&w->cfg, ML);
+        v4_seq *sa = v4_seq_create(w, ML, &err), *sb = v4_seq_create(w, ML, &err);
+        size_t nd = 0, av = 0;
+        const int rc0 = v4_ctx_admit(dev6, sa, &nd, &av);
+        /* the emulation cannot tell (1: admit), a device reports cudaMemGetInfo's figure */
+        const int nobudget_ok = (rc0 == 1 && nd == 0) || (rc0 == 0 && nd == need && av > 0);
+        const size_t budget = need + need / 2;
+        v4_cuda_engine_set_seq_budget(eng6, budget);
+        const int adm_a = v4_ctx_admit(dev6, sa, &nd, &av) == 0 && nd == need && av == budget;
+        std::vector<int> t6(seq.begin() + 2, seq.begin() + 5);
+        std::vector<obs> r6;
+        if (run_one(cpu, w, t6, r6))
+            return 1;
+        obs o6;
+        v4_trace t;
+        obs_init(o6, &w->cfg, &t);
+        v4_trace *tp = &t;
+        int32_t k0 = t6[0];
+        const int step_a = v4_step(dev6, &sa, &k0, 1, o6.logits.data(), &tp, &err) == 0;
+        if (step_a)
+            compare("admission a0", r6[0], o6, 0);
+        const int exact = v4_cuda_engine_seq_bytes_held(eng6) == need;
+        const int adm_b = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == budget - need;
+        v4_error eb = {};
+        const int oom_b = v4_step(dev6, &sb, &k0, 1, NULL, NULL, &eb) != 0 && eb.code == V4_ERR_NOMEM &&
+                          strstr(eb.msg, "not an engine failure") != NULL;
+        int32_t k1 = t6[1];
+        const int after_oom = v4_step(dev6, &sa, &k1, 1, o6.logits.data(), &tp, &err) == 0;
+        if (after_oom)
+            compare("admission a1 after an OOM", r6[1], o6, 1);
+        v4_ctx_release_seq(dev6, sa);
+        const int freed = v4_cuda_engine_seq_bytes_held(eng6) == 0;
+        const int adm_b2 = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == budget;
+        v4_seq_reset(sb);
+        const int step_b = v4_step(dev6, &sb, &k0, 1, o6.logits.data(), &tp, &err) == 0;
+        if (step_b)
+            compare("admission b0 after the release", r6[0], o6, 0);
+        printf("admission: no budget %s; seq bytes %zu exact %s; admit %s/%s/%s; OOM not sticky %s (%s), then a "
+               "step %s; release frees %s; %s\n",
+               nobudget_ok ? "ok" : "FAIL", need, exact ? "ok" : "FAIL", adm_a ? "ok" : "FAIL", adm_b ? "ok" : "FAIL",
+               adm_b2 ? "ok" : "FAIL", oom_b ? "ok" : "FAIL", eb.msg, after_oom && step_a && step_b ? "ok" : "FAIL",
+               freed ? "ok" : "FAIL", bad_total > before6 ? "FAIL" : "ok");
+        bad_total += !nobudget_ok + !exact + !adm_a + !adm_b + !adm_b2 + !oom_b + !after_oom + !step_a + !step_b + !freed;
+        v4_seq_free(sa);
+        v4_seq_free(sb);
+        v4_cuda_engine_free(eng6);
+        v4_ctx_free(dev6);
+    }
+
     for (int r = 0; r < 3; r++)
         v4_seq_free(ss[r]);
     v4_seq_free(late);

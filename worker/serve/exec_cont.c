@@ -1,20 +1,25 @@
 /* exec_cont.c - the continuous-batching executor (see executor.h).
  *
- * Design: n slots.  A slot is free, active (a prepared generation job: v4_run_job with
- * its generation state), sync (a task of a kind without a state machine, run whole
+ * Design: n slots.  A slot is free, waiting (a prepared generation job not yet admitted),
+ * active (an admitted one: v4_run_job with its generation state), sync (a task of a kind without a state machine, run whole
  * inside the next step; none today) or done (waiting to be handed back).  A summarize
  * task holds one slot for its whole tree: its state machine (summarize.h) hands out one
  * generation at a time, which is stepped like any other active job; when it retires,
  * its output goes back to the summarizer and the next generation (next chunk, next
  * level, final pass) is prepared in the same slot at once, so the other tasks never
  * wait for a summary.  step(): run the sync jobs; poll every
- * active job's cancel hook (deadline, abort); gather one input row per active job
+ * waiting and active job's cancel hook (deadline, abort); admit waiting jobs by the
+ * step implementation's memory figures (v4_ctx_admit, admit.h: run, wait for another
+ * step - never failed while others' memory will free - or fail when it cannot fit
+ * even alone, error context_length_exceeded naming the bytes); gather one input row per active job
  * (prompt position or last sample), and for jobs still in their prompt a chunk of
  * prompt positions while the step has spare rows (prefill chunks: one weight pass for
  * many prompt tokens), into one v4_step; accept each row's logits in its
  * own generation state (sampling, stop strings, detokenization: the code the serial
  * path runs); retire finished jobs.  A slot freed by a step is free for the driver's
- * next submit, so the next step already carries the new job.
+ * next submit, so the next step already carries the new job.  A retiring job's sequence
+ * is released to the step implementation first (v4_ctx_release_seq: the CUDA engine
+ * frees its device state at once, so a waiting job can be admitted at the next step).
  *
  * Ownership: jobs are lent by submit() until step() hands them back; the executor owns
  * its scratch (logits [n][vocab], row arrays) and borrows the runner.
@@ -24,11 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admit.h"
 #include "executor.h"
 #include "summarize.h"
 #include "task_run_internal.h"
 
-enum { SLOT_FREE = 0, SLOT_ACTIVE, SLOT_SYNC, SLOT_DONE };
+enum { SLOT_FREE = 0, SLOT_WAIT, SLOT_ACTIVE, SLOT_SYNC, SLOT_DONE };
 
 typedef struct cslot {
     int state;
@@ -116,7 +122,7 @@ static void summ_feed(cont_exec *c, cslot *s)
     const v4_task *g;
     while (v4_summ_next(s->summ, &g)) {
         if (!v4_runner_prepare(c->r, g, job->deadline_ms, v4_job_abort_poll, job, &s->rj, &s->sub, &job->err)) {
-            s->state = SLOT_ACTIVE;
+            s->state = SLOT_WAIT;
             return;
         }
         v4_summ_accept(s->summ, -1, &s->sub);
@@ -164,13 +170,14 @@ static int cont_submit(v4_exec *x, v4_job *job)
         job->rc = -1;
         s->state = SLOT_DONE;
     } else {
-        s->state = SLOT_ACTIVE;
+        s->state = SLOT_WAIT;
     }
     return 0;
 }
 
 static void retire(cont_exec *c, cslot *s, int failed, const v4_error *err)
 {
+    v4_ctx_release_seq(c->r->ctx, s->rj.seq);   /* before the job frees it */
     if (s->summ) {
         int rc = v4_runner_finish(&s->rj, failed, err, &s->sub, &s->job->err);
         v4_summ_accept(s->summ, rc, &s->sub);
@@ -179,6 +186,50 @@ static void retire(cont_exec *c, cslot *s, int failed, const v4_error *err)
     }
     s->job->rc = v4_runner_finish(&s->rj, failed, err, &s->job->out, &s->job->err);
     s->state = SLOT_DONE;
+}
+
+/* Admission of the waiting slots, in slot order, before the rows are gathered.  The
+ * figures are taken per job; `pending` is what the jobs admitted in this round will
+ * allocate at this step (not yet in the free figure).  The first job that must wait
+ * stops the round (later, smaller jobs do not overtake it: no starvation).  A job that
+ * cannot fit even with no other sequence active fails (the others keep running). */
+static void admit_waiting(cont_exec *c)
+{
+    v4_ctx *ctx = c->r->ctx;
+    size_t pending = 0;
+    int active = 0;
+    for (int i = 0; i < c->n; i++)
+        active += c->slots[i].state == SLOT_ACTIVE;
+    for (int i = 0; i < c->n; i++) {
+        cslot *s = &c->slots[i];
+        if (s->state != SLOT_WAIT)
+            continue;
+        size_t need, avail;
+        if (v4_ctx_admit(ctx, s->rj.seq, &need, &avail)) {   /* no figures: admit */
+            s->state = SLOT_ACTIVE;
+            active++;
+            continue;
+        }
+        const size_t left = avail > pending ? avail - pending : 0;
+        const v4_admit_verdict v = v4_admit_decide(need, left, active > 0);
+        if (v == V4_ADMIT_RUN) {
+            s->state = SLOT_ACTIVE;
+            pending += need;
+            active++;
+        } else if (v == V4_ADMIT_WAIT) {
+            c->figs.admit_waits++;
+            return;
+        } else {
+            v4_error err = {0};
+            v4_err_set(&err, V4_ERR_NOMEM, "device_memory",
+                       "a sequence of %d positions needs %zu bytes of device memory, %zu available with no other "
+                       "sequence active",
+                       v4_seq_capacity(s->rj.seq), need, left);
+            retire(c, s, 1, &err);   /* a summary may move on to its next generation: WAIT again */
+            if (s->state == SLOT_WAIT)
+                i--;
+        }
+    }
 }
 
 /* One forward step over the active slots: one row each, and a prefill chunk (several
@@ -192,12 +243,13 @@ static int forward(cont_exec *c)
     int rows = 0, any_logits = 0, active = 0;
     for (int i = 0; i < c->n; i++) {
         cslot *s = &c->slots[i];
-        if (s->state != SLOT_ACTIVE)
+        if (s->state != SLOT_ACTIVE && s->state != SLOT_WAIT)
             continue;
         v4_error err = {0};
         if (v4_gen_poll_cancel(s->rj.gen, &err))
             retire(c, s, 1, &err);
     }
+    admit_waiting(c);
     for (int i = 0; i < c->n; i++)   /* after the retirements (a summary may have moved on) */
         active += c->slots[i].state == SLOT_ACTIVE;
     int spare = c->cap_rows - active;
@@ -287,7 +339,7 @@ static void cont_destroy(v4_exec *x)
         cslot *s = &c->slots[i];
         if (s->state == SLOT_FREE)
             continue;
-        if (s->state == SLOT_ACTIVE) {
+        if (s->state == SLOT_ACTIVE || s->state == SLOT_WAIT) {
             v4_error err = {0};
             v4_err_set(&err, V4_ERR_INVALID, "batch", "executor closed");
             retire(c, s, 1, &err);

@@ -67,6 +67,8 @@ typedef struct v4_exec_figs {
     double weight_bytes, macs;
     /* the routed experts' share of those (the rest is the trunk's) */
     double expert_bytes, expert_macs;
+    /* steps at which a job's admission had to wait for device memory (continuous) */
+    long admit_waits;
 } v4_exec_figs;
 
 typedef struct v4_exec_ops {

@@ -29,6 +29,9 @@ double v4_now_ms(void)
 
 static int from_v4(v4_task_error *e, const v4_error *err)
 {
+    /* admission (exec_cont.c): a sequence that cannot fit the device memory even alone */
+    if (err->code == V4_ERR_NOMEM && !strcmp(err->where, "device_memory"))
+        return v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, err->where, "%s", err->msg);
     return v4_task_fail(e, err->code == V4_ERR_CORRUPT ? V4_TASK_EXPERT_CORRUPT : V4_TASK_INTERNAL, err->where, "%s",
                         err->msg);
 }
