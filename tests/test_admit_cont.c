@@ -110,14 +110,9 @@ static void run(v4_exec *x, const char *const *lines, int n, out *o)
 
 int main(void)
 {
-    char dir[4200], cmd[9000], err[256];
-    snprintf(dir, sizeof dir, "%s/admit_cont_model", t_env("V4_TMP", "/tmp"));
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 11 --force --no-sync >/dev/null 2>&1",
-             t_env("V4_BIN", "build/v4fleet"), dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+    char dir[4200], err[256];
+    if (t_mkmodel_tiny("admit_cont_model", 11, dir, sizeof dir))
         return 1;
-    }
     v4_task_error e = {0};
     v4_runner_opts ro = {.threads = 2, .max_batch = 4};
     v4_runner *r = v4_runner_open(dir, "tiny", &ro, &e);

@@ -55,14 +55,9 @@ static int count_poll(void *ud)
 
 int main(void)
 {
-    char dir[4200], cmd[9000];
-    snprintf(dir, sizeof dir, "%s/gen_model", t_env("V4_TMP", "/tmp"));
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 7 --force --no-sync >/dev/null 2>&1",
-             t_env("V4_BIN", "build/v4fleet"), dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+    char dir[4200];
+    if (t_mkmodel_tiny("gen_model", 7, dir, sizeof dir))
         return 1;
-    }
     env e = {0};
     v4_error err = {0};
     if (v4_model_open(dir, &e.m, &err) || v4_tok_load(dir, &e.tok, &err)) {

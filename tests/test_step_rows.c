@@ -23,14 +23,9 @@ static int no_step(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int
 
 int main(void)
 {
-    char dir[4200], cmd[9000];
-    snprintf(dir, sizeof dir, "%s/step_rows_model", t_env("V4_TMP", "/tmp"));
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 5 --force --no-sync >/dev/null 2>&1",
-             t_env("V4_BIN", "build/v4fleet"), dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+    char dir[4200];
+    if (t_mkmodel_tiny("step_rows_model", 5, dir, sizeof dir))
         return 1;
-    }
     v4_model_files m;
     v4_error err = {0};
     if (v4_model_open(dir, &m, &err)) {

@@ -163,14 +163,9 @@ done:
 
 int main(void)
 {
-    char dir[4200], cmd[9000];
-    snprintf(dir, sizeof dir, "%s/summarize_model", t_env("V4_TMP", "/tmp"));
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 11 --force --no-sync >/dev/null 2>&1",
-             t_env("V4_BIN", "build/v4fleet"), dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+    char dir[4200];
+    if (t_mkmodel_tiny("summarize_model", 11, dir, sizeof dir))
         return 1;
-    }
     v4_tokenizer *tok = NULL;
     v4_error err = {0};
     CHECK(v4_tok_load(dir, &tok, &err) == 0, "tokenizer: %s", err.msg);

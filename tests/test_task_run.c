@@ -36,14 +36,9 @@ static int abort_now(void *ud)
 
 int main(void)
 {
-    char dir[4200], cmd[9000];
-    snprintf(dir, sizeof dir, "%s/task_run_model", t_env("V4_TMP", "/tmp"));
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed 11 --force --no-sync >/dev/null 2>&1",
-             t_env("V4_BIN", "build/v4fleet"), dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+    char dir[4200];
+    if (t_mkmodel_tiny("task_run_model", 11, dir, sizeof dir))
         return 1;
-    }
     v4_task_error e = {0};
     v4_runner *r = v4_runner_open(dir, "flash,deepseek-v4,v4", NULL, &e);
     CHECK(r != NULL, "runner: %s: %s", e.where, e.message);

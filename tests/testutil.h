@@ -22,4 +22,19 @@ static inline const char *t_env(const char *name, const char *dflt)
     return v && *v ? v : dflt;
 }
 
+/* A tiny-preset model of `seed` written by `$V4_BIN mkmodel` into $V4_TMP/name (path in
+ * dir[cap]).  0, or -1 after a line on stderr naming the command. */
+static inline int t_mkmodel_tiny(const char *name, int seed, char *dir, size_t cap)
+{
+    char cmd[9000];
+    snprintf(dir, cap, "%s/%s", t_env("V4_TMP", "/tmp"), name);
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --out '%s' --preset tiny --seed %d --force --no-sync >/dev/null 2>&1",
+             t_env("V4_BIN", "build/v4fleet"), dir, seed);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "mkmodel failed: %s\n", cmd);
+        return -1;
+    }
+    return 0;
+}
+
 #endif
