@@ -1,8 +1,9 @@
 /* test_step_rows.c - the rows-per-step policy (worker/serve/step_rows.h) on a synthetic tiny
  * model (made by `v4fleet mkmodel`) with real host expert caches: the CPU backend with
- * resident experts gets want_rows; with a cache of S slots and n_act experts per token
- * it gets min(want, max(floor, S / n_act)); any other backend gets floor_rows, unless
- * the context's step implementation takes several rows per sequence. */
+ * resident experts gets want_rows; with a cache of S slots (fewer than a layer's E
+ * experts) and n_act experts per token it gets min(want, max(floor, S / n_act)), with
+ * S >= E want; any other backend gets floor_rows, unless the context's step
+ * implementation takes several rows per sequence (then the same cache limit). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,8 @@ int main(void)
     const v4_config *cfg = &m.cfg;
     const int K = cfg->n_act_experts;
     CHECK(K == 4, "the tiny preset routes each token to 4 experts (got %d)", K);
+    CHECK(cfg->n_routed_experts == 16, "the tiny preset has 16 routed experts per layer (got %d)",
+          cfg->n_routed_experts);
     v4_backend *cpu = v4_cpu_backend_create(1, "auto", &err);
     CHECK(cpu != NULL, "cpu backend: %s", err.msg);
     if (!cpu)
@@ -82,8 +85,9 @@ int main(void)
         v4_ctx_free(ctx);
     }
 
-    /* paged experts: slots / n_act, between floor and want.  The slot size comes from
-     * a first cache; the others get budgets of exactly S slots. */
+    /* paged experts: slots / n_act, between floor and want, when the slots hold fewer
+     * than one layer's experts (E = 16 here), else want.  The slot size comes from a
+     * first cache; the others get budgets of exactly S slots. */
     v4_xprov_opts xo = {dir, NULL, 64u << 20, "lru", 1, 0};
     v4_xprov *xp = v4_xprov_open(cfg, m.ck, &xo, &err);
     CHECK(xp != NULL, "open a 64 MiB cache: %s", err.msg);
@@ -95,20 +99,21 @@ int main(void)
         CHECK(st.slots == cfg->n_layers * cfg->n_routed_experts, "64 MiB: one slot per expert (%d slots)",
               st.slots);
         CHECK(v4_fit_step_rows(NULL, cpu, xp, cfg, V4_GEN_CHUNK, 1) == V4_GEN_CHUNK, "a large cache: want");
-        CHECK(v4_fit_step_rows(NULL, cpu, xp, cfg, 8 + V4_GEN_CHUNK - 1, 8) == st.slots / K,
-              "a large cache, batch 8: slots / n_act = %d rows", st.slots / K);
+        CHECK(v4_fit_step_rows(NULL, cpu, xp, cfg, 8 + V4_GEN_CHUNK - 1, 8) == 8 + V4_GEN_CHUNK - 1,
+              "a large cache, batch 8: a layer's experts fit, so want (%d rows)", 8 + V4_GEN_CHUNK - 1);
         CHECK(v4_fit_step_rows(NULL, &other, xp, cfg, V4_GEN_CHUNK, 1) == 1, "a large cache on cuda: floor");
         v4_xprov_close(xp);
     }
     static const struct { int slots, want, floor, expect; } cases[] = {
-        {16, V4_GEN_CHUNK, 1, 4},       /* 16 / 4 */
-        {19, V4_GEN_CHUNK, 1, 4},       /* rounds down */
-        {63, V4_GEN_CHUNK, 1, 15},
-        {64, V4_GEN_CHUNK, 1, 16},
+        {8, V4_GEN_CHUNK, 1, 2},        /* 8 / 4 */
+        {11, V4_GEN_CHUNK, 1, 2},       /* rounds down */
+        {15, V4_GEN_CHUNK, 1, 3},
+        {16, V4_GEN_CHUNK, 1, V4_GEN_CHUNK},   /* a whole layer's experts: any rows fit */
+        {63, V4_GEN_CHUNK, 1, V4_GEN_CHUNK},
         {64, 12, 1, 12},                /* never above want */
-        {16, 8 + V4_GEN_CHUNK - 1, 8, 8},   /* never below the floor (a batch of 8) */
-        {40, 8 + V4_GEN_CHUNK - 1, 8, 10},
-        {16, 1, 1, 1},
+        {8, 8 + V4_GEN_CHUNK - 1, 8, 8},    /* never below the floor (a batch of 8) */
+        {15, 8 + V4_GEN_CHUNK - 1, 2, 3},
+        {8, 1, 1, 1},
     };
     for (size_t i = 0; slot_bytes && i < sizeof cases / sizeof cases[0]; i++) {
         xo.budget_bytes = slot_bytes * (size_t)cases[i].slots;
@@ -124,6 +129,19 @@ int main(void)
               cases[i].want, cases[i].floor, got, cases[i].expect);
         CHECK(v4_fit_step_rows(NULL, &other, xp, cfg, cases[i].want, cases[i].floor) == cases[i].floor,
               "%d slots on cuda: the floor", cases[i].slots);
+        /* a device step that takes chunks, its misses fetched through this cache: the
+         * same limit (within the context's rows) */
+        v4_ctx *cx = v4_ctx_create(&m.w, cpu, 64, &err);
+        if (cx) {
+            v4_step_impl chunks = {.step = no_step, .rows_per_seq = 64};
+            v4_ctx_set_step_impl(cx, &chunks);
+            const int dev = v4_fit_step_rows(cx, &other, xp, cfg, cases[i].want, cases[i].floor);
+            CHECK(dev == cases[i].expect, "%d slots on a chunk-taking device step: %d rows (expected %d)",
+                  cases[i].slots, dev, cases[i].expect);
+            v4_ctx_free(cx);
+        } else {
+            CHECK(0, "context of 64 rows: %s", err.msg);
+        }
         v4_xprov_close(xp);
     }
     cpu->ops->destroy(cpu);

@@ -158,6 +158,7 @@ struct v4_cuda_engine {
     /* paged experts (expert_budget > 0): device slots with uploads on a copy stream
      * (xslots.h; bookkeeping and eviction policy in slot_pool.c) */
     int paged;
+    int nslots;                     /* device expert slots (paged) */
     v4cu_xslots *xsl;
     size_t xoff[6];                 /* slot layout: w1.w, w1.scale, w3.w, w3.scale, w2.w, w2.scale */
     int *x_ids;                     /* [n_routed]: the layer's experts with rows, ascending */
@@ -1265,7 +1266,8 @@ static int setup_paging(v4_cuda_engine *e, size_t budget, const v4_expert_provid
     const v4_config *c = &e->w->cfg;
     const size_t slot_bytes = v4cu_xslots_layout(c, e->xoff, NULL);
     e->paged = 1;
-    e->bytes += (size_t)v4cu_xslots_count(c, budget) * slot_bytes;
+    e->nslots = v4cu_xslots_count(c, budget);
+    e->bytes += (size_t)e->nslots * slot_bytes;
     if (e->count_only)
         return 0;
     if (!(e->xsl = v4cu_xslots_create(e->w, inner, budget, policy, e->st, e->device, "cuda step", err)))
@@ -1703,10 +1705,23 @@ extern "C" void v4_cuda_engine_set_seq_budget(v4_cuda_engine *e, size_t bytes) {
 
 extern "C" size_t v4_cuda_engine_seq_bytes_held(const v4_cuda_engine *e) { return seq_held(e); }
 
+/* Prefill chunks (several rows of a sequence in a step): with every expert resident,
+ * always; with paged experts when the slots hold the union of a layer's experts over a
+ * full step (min(E, max_batch x K): every step of max_batch rows fits, whichever rows
+ * they are), else one row per sequence (a step of max_batch sequences is then already
+ * the most the slots can serve). */
+static int rows_per_seq(const v4_cuda_engine *e)
+{
+    const v4_config *c = &e->w->cfg;
+    const long fullstep = (long)e->max_batch * c->n_act_experts;
+    const long need = fullstep < c->n_routed_experts ? fullstep : c->n_routed_experts;
+    return !e->paged || e->nslots >= need ? e->max_batch : 1;
+}
+
 extern "C" v4_step_impl v4_cuda_engine_impl(v4_cuda_engine *e)
 {
-    /* prefill chunks need every routed expert resident (paged: one row per sequence, as
-     * the slot pool must hold the union of a layer's experts over the step's rows) */
-    v4_step_impl s = {engine_step, e, e->paged ? 1 : e->max_batch, engine_admit, engine_release};
+    v4_step_impl s = {
+        .step = engine_step, .ud = e, .rows_per_seq = rows_per_seq(e), .admit = engine_admit,
+        .release = engine_release};
     return s;
 }

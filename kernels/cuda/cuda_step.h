@@ -20,7 +20,9 @@
  * Rows: a step carries up to max_batch rows; with every routed expert resident a
  * sequence may fill several of them (a prefill chunk: v4_step_impl.rows_per_seq =
  * max_batch; consecutive positions in row order; the results equal one-row steps), with
- * paged experts one row per sequence.  The LM head runs on the rows whose logits are
+ * paged experts too when the device slots hold the union of a layer's experts over a
+ * full step (min(n_routed_experts, max_batch x n_act_experts) slots), else one row per
+ * sequence.  The LM head runs on the rows whose logits are
  * wanted only.
  * Sequences: device state is keyed by the v4_seq pointer and created at position 0;
  * up to max_seqs sequences keep state at once (a new one takes the least recently

@@ -21,7 +21,9 @@
  *      of the mapped weights: the same numbers, the misses loaded through the cache.
  *   5. prefill chunks: up to 40 rows of one sequence in a step, another sequence's
  *      row among them, some steps wanting only some rows' logits: every row equals
- *      the one-row CPU run.
+ *      the one-row CPU run, with every expert resident and with paged experts in slots
+ *      for one layer's experts (a step's union fits: chunks, evicting inside a step);
+ *      slots below that give one row per sequence.
  * The misses are copied on a copy stream; in the emulation (simt_emu.h) such copies
  * run only when waited for, so a kernel that read a slot before its ready event
  * would see stale bytes and this check would fail.
@@ -183,6 +185,97 @@ static int run_batch(v4_ctx *dev, const v4_weights *w, v4_seq *const *ss, const 
         }
     }
     return steps;
+}
+
+/* 5. prefill chunks: an engine of 48 rows (budget 0: every expert resident, else
+ * paged experts in budget bytes of slots) takes sequence A's first P positions in
+ * chunks of 1..40 rows (across the window's wrap, CSA and HCA blocks completing inside
+ * a chunk), with a row of sequence B (tokens bt, one per step) in the middle of each
+ * chunk; every step's rows equal the one-row CPU runs a / bref (logits, routes, indexer
+ * selections); odd steps want only A's last row and B's row (the head runs on those
+ * alone; the other rows' traces are still compared).  An engine whose rows_per_seq is 1
+ * (paged slots below one step's union) must say so and is then fed one row per
+ * sequence.  Returns 1 ok, 0 mismatches (counted), -1 a setup or step failure (printed). */
+static int chunk_check(v4_backend *be, const v4_weights *w, size_t budget, const char *what, int P,
+                       const std::vector<int> &seq, const std::vector<obs> &a, const std::vector<int> &bt,
+                       const std::vector<obs> &bref)
+{
+    v4_error err = {};
+    const int before5 = bad_total, R = 48, K = w->cfg.n_act_experts, E = w->cfg.n_routed_experts;
+    v4_ctx *dev5 = v4_ctx_create(w, be, R, &err);
+    v4_cuda_engine *eng5 = !dev5     ? NULL
+                           : budget ? v4_cuda_engine_create_paged(w, R, 4, budget, NULL, V4_XPOL_NEXT, &err)
+                                    : v4_cuda_engine_create(w, R, 4, 0, &err);
+    if (!eng5) {
+        printf("chunk engine (%s): %s: %s\n", what, err.where, err.msg);
+        return -1;
+    }
+    v4_step_impl impl5 = v4_cuda_engine_impl(eng5);
+    v4_ctx_set_step_impl(dev5, &impl5);
+    const int per_seq = v4_ctx_rows_per_seq(dev5);
+    v4_cuda_expert_stats xs0;
+    v4_cuda_engine_expert_stats(eng5, &xs0);
+    const int union_fits = !budget || xs0.slots >= (R * K < E ? R * K : E);
+    v4_seq *A = v4_seq_create(w, P + 1, &err), *B = v4_seq_create(w, 64, &err);
+    const int chunks[] = {1, 5, 37, 2, 40, 16, 35};
+    int at = 0, bp = 0, steps = 0, maxc = 0;
+    const int V = w->cfg.vocab_size;
+    while (at < P && bp < (int)bt.size()) {
+        int c = chunks[steps % 7] < P - at ? chunks[steps % 7] : P - at;
+        c = c < per_seq ? c : per_seq;
+        const int n = c + 1;
+        std::vector<v4_seq *> rows((size_t)n);
+        std::vector<int32_t> tk((size_t)n);
+        std::vector<int> want((size_t)n), src((size_t)n);   /* src: A's position, or -1 for B */
+        for (int k = 0, j = 0; k < n; k++) {
+            const int isb = k == c / 2;
+            rows[k] = isb ? B : A;
+            src[k] = isb ? -1 : at + j;
+            tk[k] = isb ? bt[(size_t)bp] : seq[(size_t)(at + j)];
+            want[k] = !(steps & 1) || isb || j == c - 1;
+            j += !isb;
+        }
+        std::vector<obs> o((size_t)n);
+        std::vector<v4_trace> t((size_t)n);
+        std::vector<v4_trace *> tp((size_t)n);
+        std::vector<float> lg((size_t)n * V);
+        for (int k = 0; k < n; k++) {
+            obs_init(o[k], &w->cfg, &t[k]);
+            tp[k] = &t[k];
+        }
+        if (v4_step_rows(dev5, rows.data(), tk.data(), n, lg.data(), want.data(), tp.data(), &err)) {
+            printf("chunk step %d (%s, %d rows) failed: %s: %s\n", steps, what, n, err.where, err.msg);
+            return -1;
+        }
+        for (int k = 0; k < n; k++) {
+            const obs &r = src[k] < 0 ? bref[(size_t)bp] : a[(size_t)src[k]];
+            if (want[k])
+                o[k].logits.assign(lg.begin() + (long)k * V, lg.begin() + (long)(k + 1) * V);
+            else
+                o[k].logits = r.logits;   /* unspecified: only the traces are compared */
+            compare(src[k] < 0 ? "chunk B" : "chunk A", r, o[k], src[k] < 0 ? bp : src[k]);
+        }
+        at += c;
+        bp++;
+        steps++;
+        maxc = c > maxc ? c : maxc;
+    }
+    v4_cuda_expert_stats xs;
+    v4_cuda_engine_expert_stats(eng5, &xs);
+    const int pos_ok = union_fits ? v4_seq_pos(A) == P && v4_seq_pos(B) == steps
+                                  : v4_seq_pos(A) == steps && v4_seq_pos(B) == steps;
+    const int paged_ok = !budget || (xs.misses > 0 && (union_fits ? xs.evictions > 0 : 1));
+    const int ok5 = bad_total == before5 && per_seq == (union_fits ? R : 1) && pos_ok && paged_ok;
+    printf("prefill chunks, %s (%d slots; %d rows per sequence): %d positions of A in %d steps (up to %d rows) with "
+           "B's rows between: %s (%d mismatches; A at %d, B at %d; misses %llu, evictions %llu)\n",
+           what, xs.slots, per_seq, at, steps, maxc, ok5 ? "ok" : "FAIL", bad_total - before5, v4_seq_pos(A),
+           v4_seq_pos(B), (unsigned long long)xs.misses, (unsigned long long)xs.evictions);
+    bad_total += !ok5 && bad_total == before5;
+    v4_seq_free(A);
+    v4_seq_free(B);
+    v4_cuda_engine_free(eng5);
+    v4_ctx_free(dev5);
+    return ok5;
 }
 
 int v4_step_check(const char *data, int P)
@@ -427,74 +520,18 @@ int v4_step_check(const char *data, int P)
         v4_xprov_close(hx);
     }
 
-    /* 5. prefill chunks: an engine of 48 rows takes sequence A's first P positions in
-     * chunks of 1..40 rows (across the window's wrap, CSA and HCA blocks completing
-     * inside a chunk), with a row of sequence B (its own tokens, one per step) in the
-     * middle of each chunk; every step's rows equal the one-row CPU runs (logits, routes,
-     * indexer selections); odd steps want only A's last row and B's row (the head runs
-     * on those alone; the other rows' traces are still compared) */
+    /* 5. prefill chunks (chunk_check): every expert resident, then paged experts in
+     * slots for one layer's experts (E: a full step's union fits, so chunks; every layer
+     * evicts the previous one's experts inside each chunk step) - the same numbers - and
+     * in fewer slots than that (one row per sequence: no chunks) */
     {
-        const int before5 = bad_total, R = 48;
-        v4_ctx *dev5 = v4_ctx_create(w, be, R, &err);
-        v4_cuda_engine *eng5 = dev5 ? v4_cuda_engine_create(w, R, 4, 0, &err) : NULL;
-        if (!eng5) {
-            printf("chunk engine: %s: %s\n", err.where, err.msg);
+        const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
+        const int E = w->cfg.n_routed_experts;
+        if (chunk_check(be, w, 0, "resident", P, seq, a, rt[0], ref[0]) < 0 ||
+            chunk_check(be, w, xb * (size_t)E + xb / 2, "paged in one layer's slots", P, seq, a, rt[0], ref[0]) < 0 ||
+            chunk_check(be, w, xb * (size_t)(E / 2) + xb / 2, "paged in half a layer's slots", P < 24 ? P : 24, seq,
+                        a, rt[0], ref[0]) < 0)
             return 1;
-        }
-        v4_step_impl impl5 = v4_cuda_engine_impl(eng5);
-        v4_ctx_set_step_impl(dev5, &impl5);
-        const int per_seq = v4_ctx_rows_per_seq(dev5);
-        v4_seq *A = v4_seq_create(w, P + 1, &err), *B = v4_seq_create(w, 64, &err);
-        const int chunks[] = {1, 5, 37, 2, 40, 16, 35};
-        int at = 0, bp = 0, steps = 0, maxc = 0;
-        const int V = w->cfg.vocab_size;
-        while (at < P && bp < (int)rt[0].size()) {
-            const int c = chunks[steps % 7] < P - at ? chunks[steps % 7] : P - at, n = c + 1;
-            std::vector<v4_seq *> rows((size_t)n);
-            std::vector<int32_t> tk((size_t)n);
-            std::vector<int> want((size_t)n), src((size_t)n);   /* src: A's position, or -1 for B */
-            for (int k = 0, j = 0; k < n; k++) {
-                const int isb = k == c / 2;
-                rows[k] = isb ? B : A;
-                src[k] = isb ? -1 : at + j;
-                tk[k] = isb ? rt[0][(size_t)bp] : seq[(size_t)(at + j)];
-                want[k] = !(steps & 1) || isb || j == c - 1;
-                j += !isb;
-            }
-            std::vector<obs> o((size_t)n);
-            std::vector<v4_trace> t((size_t)n);
-            std::vector<v4_trace *> tp((size_t)n);
-            std::vector<float> lg((size_t)n * V);
-            for (int k = 0; k < n; k++) {
-                obs_init(o[k], &w->cfg, &t[k]);
-                tp[k] = &t[k];
-            }
-            if (v4_step_rows(dev5, rows.data(), tk.data(), n, lg.data(), want.data(), tp.data(), &err)) {
-                printf("chunk step %d (%d rows) failed: %s: %s\n", steps, n, err.where, err.msg);
-                return 1;
-            }
-            for (int k = 0; k < n; k++) {
-                const obs &r = src[k] < 0 ? ref[0][(size_t)bp] : a[(size_t)src[k]];
-                if (want[k])
-                    o[k].logits.assign(lg.begin() + (long)k * V, lg.begin() + (long)(k + 1) * V);
-                else
-                    o[k].logits = r.logits;   /* unspecified: only the traces are compared */
-                compare(src[k] < 0 ? "chunk B" : "chunk A", r, o[k], src[k] < 0 ? bp : src[k]);
-            }
-            at += c;
-            bp++;
-            steps++;
-            maxc = c > maxc ? c : maxc;
-        }
-        const int ok5 = bad_total == before5 && per_seq == R && v4_seq_pos(A) == P && v4_seq_pos(B) == steps;
-        printf("prefill chunks (%d rows per sequence): %d positions of A in %d steps (up to %d rows) with B's rows "
-               "between: %s (%d mismatches; A at %d, B at %d)\n",
-               per_seq, at, steps, maxc, ok5 ? "ok" : "FAIL", bad_total - before5, v4_seq_pos(A), v4_seq_pos(B));
-        bad_total += !ok5 && bad_total == before5;
-        v4_seq_free(A);
-        v4_seq_free(B);
-        v4_cuda_engine_free(eng5);
-        v4_ctx_free(dev5);
     }
 
     /* 6. admission by device memory (issue 20): the exact size of a sequence's state,

@@ -10,18 +10,18 @@ int v4_fit_step_rows(const v4_ctx *ctx, const v4_backend *be, v4_xprov *xp, cons
         floor_rows = 1;
     if (want_rows <= floor_rows)
         return floor_rows;
+    int rows = want_rows;
     if (strcmp(be->ops->name, "cpu")) {   /* a device step that takes prefill chunks, or one row per sequence */
         if (!ctx || v4_ctx_rows_per_seq(ctx) <= 1)
             return floor_rows;
-        const int rows = want_rows < v4_ctx_max_rows(ctx) ? want_rows : v4_ctx_max_rows(ctx);
-        return rows > floor_rows ? rows : floor_rows;
+        if (rows > v4_ctx_max_rows(ctx))
+            rows = v4_ctx_max_rows(ctx);
     }
-    int rows = want_rows;
     if (xp && cfg->n_act_experts > 0) {
         v4_xcache_stats st;
         v4_xprov_stats(xp, &st);
         const int fit = st.slots / cfg->n_act_experts;
-        if (fit < rows)
+        if (fit < rows && st.slots < cfg->n_routed_experts)   /* slots for a whole layer: any rows fit */
             rows = fit;
     }
     return rows > floor_rows ? rows : floor_rows;

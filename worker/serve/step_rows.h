@@ -5,13 +5,15 @@
  * Policy: on the CPU backend a step may carry want_rows rows (a prefill chunk of
  * several positions costs one pass over the weights).  With paged experts (a host
  * expert cache) a step's MoE layer acquires the union of its rows' experts at once,
- * up to rows x n_act_experts of them, and that union must fit the cache's slots: the
- * rows shrink to slots / n_act_experts, never below floor_rows (the rows the caller
- * needs anyway: one per sequence of a batch).  Any other backend gets floor_rows, unless
- * ctx's step implementation takes several rows per sequence (the resident CUDA step
- * with every expert resident): then want_rows, at most ctx's rows (the hybrid mode and
- * the resident step with paged experts size their device expert slots for one row
- * per sequence).
+ * up to min(rows x n_act_experts, n_routed_experts) of them, and that union must fit
+ * the cache's slots: unless the slots hold a whole layer's experts, the rows shrink to
+ * slots / n_act_experts, never below floor_rows (the rows the caller needs anyway: one
+ * per sequence of a batch).  Any other backend gets floor_rows, unless ctx's step
+ * implementation takes several rows per sequence (the resident CUDA step with every
+ * expert resident, or with device expert slots for a whole step's union: cuda_step.h):
+ * then want_rows, at most ctx's rows, and with a host expert cache behind the device
+ * slots (xp) the same limit by its slots as on the CPU (the misses of a layer are
+ * fetched through it at once).  The hybrid mode takes one row per sequence.
  *
  * The prefill chunk (v4_prefill_chunk): the most prompt positions of one sequence a
  * step carries.  Asked for (--prefill-chunk, V4_PREFILL_CHUNK): that, within
@@ -36,11 +38,12 @@
 #include "kernels/v4/model.h"
 #include "generate.h"
 
-/* The rows a step may carry: want_rows on the CPU backend, at most
- * xp's slots / cfg->n_act_experts when xp (the host expert cache; NULL = experts
- * resident) is given, never below floor_rows; on any other backend floor_rows, or
- * with a chunk-taking step implementation on ctx (NULL: none yet) want_rows within
- * ctx's rows.  Also never above want_rows (floor_rows > want_rows gives floor_rows). */
+/* The rows a step may carry: want_rows on the CPU backend, on any other backend
+ * floor_rows, or with a chunk-taking step implementation on ctx (NULL: none yet)
+ * want_rows within ctx's rows; either way at most xp's slots / cfg->n_act_experts
+ * when xp (the host expert cache; NULL = experts resident) is given and holds fewer
+ * slots than one layer's experts; never below floor_rows.  Also never above want_rows
+ * (floor_rows > want_rows gives floor_rows). */
 int v4_fit_step_rows(const v4_ctx *ctx, const v4_backend *be, v4_xprov *xp, const v4_config *cfg, int want_rows,
                      int floor_rows);
 

@@ -98,8 +98,9 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, &go, &err))
         goto fail;
     /* one row per sequence plus a prefill chunk's spare rows, as worker/serve/step_rows.h
-     * decides (fewer with paged experts; on CUDA the resident step with every expert
-     * resident takes chunks, the hybrid mode and paged GPU experts one row per sequence) */
+     * decides (fewer with paged experts; on CUDA the resident step takes chunks when its
+     * experts are resident or its device slots hold a full step's union, the hybrid mode
+     * one row per sequence) */
     r->step_rows = v4_ctx_rows_per_seq(r->ctx) > 1
                        ? v4_fit_step_rows(r->ctx, r->be, r->xp, &r->m.cfg, v4_ctx_max_rows(r->ctx), r->max_batch)
                        : r->max_batch;
