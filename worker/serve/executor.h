@@ -69,6 +69,9 @@ typedef struct v4_exec_figs {
     double expert_bytes, expert_macs;
     /* steps at which a job's admission had to wait for device memory (continuous) */
     long admit_waits;
+    /* first steps of a job retried later: the step implementation found no memory for
+     * its new sequence while other jobs ran (v4_step_fault; continuous) */
+    long oom_retries;
 } v4_exec_figs;
 
 typedef struct v4_exec_ops {
