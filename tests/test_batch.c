@@ -22,9 +22,9 @@
 
 /* a step implementation that must not be reached */
 static int never_step(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits,
-                      const int *want, v4_trace *const *traces, v4_error *err)
+                      const int *want, v4_trace *const *traces, v4_step_fault *fault, v4_error *err)
 {
-    (void)ud; (void)seqs; (void)tokens; (void)n; (void)logits; (void)want; (void)traces;
+    (void)ud; (void)seqs; (void)tokens; (void)n; (void)logits; (void)want; (void)traces; (void)fault;
     return v4_err_set(err, V4_ERR_INVALID, "never_step", "reached");
 }
 

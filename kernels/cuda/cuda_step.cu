@@ -971,8 +971,10 @@ extern "C" size_t v4_cuda_seq_bytes(const v4_config *cfg, int max_len)
     return b;
 }
 
-/* The device state of view v (created at position 0), or NULL + err. */
-static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_view *all, int n, v4_error *err)
+/* The device state of view v (created at position 0), or NULL + err; *oom = 1 when its
+ * allocation found no device memory and the engine is still usable. */
+static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_view *all, int n, int *oom_out,
+                       v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
     dseq *s = NULL;
@@ -1047,6 +1049,7 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
                        "no device memory for a sequence of %d positions (%zu bytes; %zu held by other sequences)%s",
                        v->max_len, v4_cuda_seq_bytes(cfg, v->max_len), held,
                        e->fail != cudaSuccess ? "" : " - not an engine failure");
+            *oom_out = e->fail == cudaSuccess;
             return NULL;
         }
     }
@@ -1121,8 +1124,11 @@ static int head_rows(v4_cuda_engine *e, int n, const int *want, float *logits)
 
 /* The step's rows by sequence (rm), each sequence's device state in S (the same
  * pointer for every row of a sequence); a later row of a sequence must be at the
- * position after its previous row. */
-static int map_rows(v4_cuda_engine *e, const v4_seq_view *views, int n, rowmap *rm, dseq **S, v4_error *err)
+ * position after its previous row.  A new sequence without device memory fails it with
+ * fault->row = its first row (retryable; nothing is enqueued yet but the fresh state of
+ * the new sequences before it, which stays at position 0). */
+static int map_rows(v4_cuda_engine *e, const v4_seq_view *views, int n, rowmap *rm, dseq **S, v4_step_fault *fault,
+                    v4_error *err)
 {
     for (int b = 0; b < n; b++) {
         int f = b, prev = -1;
@@ -1138,8 +1144,12 @@ static int map_rows(v4_cuda_engine *e, const v4_seq_view *views, int n, rowmap *
             S[b] = S[prev];
         } else {
             rm->count[b] = 0;
-            if (!(S[b] = seq_state(e, &views[b], views, n, err)))
+            int oom = 0;
+            if (!(S[b] = seq_state(e, &views[b], views, n, &oom, err))) {
+                if (oom)
+                    *fault = (v4_step_fault){.row = b, .retryable = 1};
                 return -1;
+            }
         }
         rm->first[b] = f;
         rm->count[f]++;
@@ -1161,7 +1171,7 @@ static int map_rows(v4_cuda_engine *e, const v4_seq_view *views, int n, rowmap *
 static int use_device(const v4_cuda_engine *e);
 
 static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens, int n, float *logits,
-                       const int *want, v4_trace *const *tr, v4_error *err)
+                       const int *want, v4_trace *const *tr, v4_step_fault *fault, v4_error *err)
 {
     v4_cuda_engine *e = (v4_cuda_engine *)ud;
     const v4_config *cfg = &e->w->cfg;
@@ -1180,7 +1190,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
     rowmap rm;
     int max_len = 0;
     memcpy(e->h_tok, tokens, sizeof(int32_t) * (size_t)n);   /* pinned: the upload is not waited for */
-    if (map_rows(e, views, n, &rm, S, err))
+    if (map_rows(e, views, n, &rm, S, fault, err))   /* (a fault: before any kernel) */
         return -1;
     for (int b = 0; b < n; b++) {
         if (views[b].max_len > max_len)

@@ -40,8 +40,9 @@
  * many slots are needed).
  *
  * Errors: the first CUDA failure is sticky (except a sequence's out of device memory,
- * see v4_cuda_seq_bytes) and names where it happened ("cuda step:
- * WHERE: <CUDA error>").  Sync debug mode (V4_CUDA_SYNC_DEBUG=1, read once at create and
+ * see v4_cuda_seq_bytes: the step fails before any kernel is enqueued and reports the
+ * row as a retryable v4_step_fault, v4_ctx_step_fault) and names where it happened
+ * ("cuda step: WHERE: <CUDA error>").  Sync debug mode (V4_CUDA_SYNC_DEBUG=1, read once at create and
  * kept in the engine, cu_debug.h): every launcher call is followed by a wait for the
  * stream, so an asynchronous fault is caught at its own kernel and WHERE reads
  * "kernel v4cu_NAME (label)" (the launcher of k_NAME); slow, for debugging.
@@ -112,7 +113,10 @@ size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
  * sequence of max_len positions takes (exactly what the step allocates at its first
  * position: per layer the bf16 window ring, compressed KV and indexer keys, the f32
  * compressor states; 0 for max_len < 1).  Its allocation failing is not sticky: the
- * step fails with V4_ERR_NOMEM ("not an engine failure"), the engine keeps serving.
+ * step fails with V4_ERR_NOMEM ("not an engine failure") and the fault {row: the first
+ * row of that sequence, retryable 1} before any kernel runs (no other sequence's state
+ * changes; the new ones before it keep fresh state at position 0), the engine keeps
+ * serving.
  * The impl's admit hook reports that need and the bytes available (cudaMemGetInfo's
  * free figure + idle slots; the emulation cannot tell without a budget), its release
  * hook frees a finished sequence's state at once.  set_seq_budget: cap the sequences'

@@ -112,6 +112,7 @@ v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_err
     c->w = w;
     c->be = be;
     c->max_batch = max_batch;
+    c->fault = (v4_step_fault){.row = -1, .retryable = 0};
     c->attn = v4_attn_kern_for_isa(v4_cpu_backend_isa_asked(be));   /* not the CPU backend: auto */
     const v4_config *cfg = &w->cfg;
     v4_rope_freqs(c->freqs_swa, cfg->rope_head_dim, cfg->rope_theta, 1.0, 0, 0, 0);
@@ -153,6 +154,12 @@ void v4_ctx_release_seq(v4_ctx *c, const v4_seq *s)
 {
     if (c->impl.release && s)
         c->impl.release(c->impl.ud, s);
+}
+
+int v4_ctx_step_fault(const v4_ctx *c, v4_step_fault *f)
+{
+    *f = c->fault;
+    return c->fault.row >= 0 ? 0 : -1;
 }
 
 const v4_config *v4_ctx_config(const v4_ctx *c) { return &c->w->cfg; }
@@ -287,6 +294,18 @@ static void head_rows(v4_ctx *c, int n, const int *want, float *logits)
             memmove(logits + (size_t)c->s.rowsel[j] * V, logits + (size_t)j * V, sizeof(float) * V);
 }
 
+/* Whether a step implementation's fault names the first row of a sequence at position
+ * 0 (anything else is taken as a failure of the whole step). */
+static int fault_of_new_seq(v4_seq *const *seqs, int n, const v4_step_fault *f)
+{
+    if (f->row < 0 || f->row >= n || seqs[f->row]->pos != 0)
+        return 0;
+    for (int b = 0; b < f->row; b++)
+        if (seqs[b] == seqs[f->row])
+            return 0;
+    return 1;
+}
+
 int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
             float *logits, v4_trace *const *tr, v4_error *err)
 {
@@ -296,12 +315,18 @@ int v4_step(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n,
 int v4_step_rows(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, float *logits, const int *want,
                  v4_trace *const *tr, v4_error *err)
 {
+    c->fault = (v4_step_fault){.row = -1, .retryable = 0};
     if (check_inputs(c, seqs, tokens, n, err))
         return -1;
     if (c->impl.step) {
         for (int b = 0; b < n; b++)
             c->views[b] = (v4_seq_view){seqs[b], c->s.rowpos[b], seqs[b]->max_len};
-        if (c->impl.step(c->impl.ud, c->views, tokens, n, logits, want, tr, err)) {
+        v4_step_fault f = {.row = -1, .retryable = 0};
+        if (c->impl.step(c->impl.ud, c->views, tokens, n, logits, want, tr, &f, err)) {
+            if (fault_of_new_seq(seqs, n, &f)) {   /* nothing ran: no sequence is broken */
+                c->fault = (v4_step_fault){.row = f.row, .retryable = f.retryable != 0};
+                return -1;
+            }
             for (int b = 0; b < n; b++)
                 seqs[b]->broken = 1;
             return -1;

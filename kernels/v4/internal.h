@@ -101,6 +101,7 @@ struct v4_ctx {
     float freqs_swa[64], freqs_comp[64];   /* RoPE tables (rope_dim/2 <= 64) */
     v4_step_impl impl;       /* impl.step == NULL: the CPU path */
     v4_seq_view *views;      /* [max_batch] for impl.step */
+    v4_step_fault fault;     /* the last step's fault of one new sequence (row -1: none) */
     /* The attention / indexer loops (attn_kern.h) for the CPU backend's ISA, chosen at
      * v4_ctx_create; NULL = the reference loops (ISA "scalar"). */
     const struct v4_attn_kern *attn;

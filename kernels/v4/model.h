@@ -108,8 +108,16 @@ typedef struct v4_expert_provider {
  * on the GPU with its own device copies of the weights and of every sequence's state).
  * v4_step checks its inputs as usual, hands the step to impl.step with a view of each
  * row (key: the v4_seq, identity only; the row's position; the capacity), then
- * advances the positions; a failure marks the sequences broken.  The backend and the
- * expert provider are not used while an implementation is set.  rows_per_seq: the rows
+ * advances the positions; a failure marks the sequences broken (except a fault, below).
+ * The backend and the expert provider are not used while an implementation is set.
+ * fault (never NULL; preset to {.row = -1}): a failure confined to one new sequence,
+ * which step reports by setting fault->row to that sequence's first row of the step (its
+ * position 0) before returning non-zero with err filled: nothing of the step ran and no
+ * sequence's state changed (sequences new in the step may keep fresh state at position
+ * 0), so the caller may run the other rows again without it; fault->retryable = 1 when
+ * it may succeed later (the implementation's memory for sequences was short), 0 when the
+ * sequence cannot run at all.  Leave it untouched when the whole step failed.
+ * rows_per_seq: the rows
  * one sequence may fill in a step (a prefill chunk: its rows take consecutive positions
  * in row order, like v4_step's; 0 or 1: one row per sequence).  want: as v4_step_rows'
  * (NULL: every row's logits; else only rows with want[b] != 0 need them). */
@@ -117,6 +125,12 @@ typedef struct v4_seq_view {
     const v4_seq *key;
     int pos, max_len;
 } v4_seq_view;
+/* A step failure confined to one new sequence (see v4_step_impl.step and
+ * v4_ctx_step_fault).  A plain value. */
+typedef struct v4_step_fault {
+    int row;        /* the sequence's first row in the step; -1: none */
+    int retryable;  /* 1: out of memory for it now, may run later; 0: it cannot run */
+} v4_step_fault;
 /* Admission and release (both optional; they also apply with step NULL, the CPU path):
  *   admit(ud, key, max_len, need, avail): the bytes a new sequence (key, of capacity
  *     max_len, not yet stepped) will allocate at its first step (*need) and the bytes
@@ -127,7 +141,7 @@ typedef struct v4_seq_view {
  * The continuous executor decides with them (worker/serve/admit.h). */
 typedef struct v4_step_impl {
     int (*step)(void *ud, const v4_seq_view *seqs, const int32_t *tokens, int n, float *logits, const int *want,
-                v4_trace *const *traces, v4_error *err);
+                v4_trace *const *traces, v4_step_fault *fault, v4_error *err);
     void *ud;
     int rows_per_seq;
     int (*admit)(void *ud, const v4_seq *key, int max_len, size_t *need, size_t *avail);
@@ -144,6 +158,13 @@ void v4_ctx_set_step_impl(v4_ctx *c, const v4_step_impl *impl);
  * Thread: c's. */
 int v4_ctx_admit(const v4_ctx *c, const v4_seq *s, size_t *need, size_t *avail);
 void v4_ctx_release_seq(v4_ctx *c, const v4_seq *s);
+/* After a failed v4_step_rows / v4_step on c: 0 with *f filled when the step
+ * implementation reported a fault of one new sequence (v4_step_impl.step: f->row is the
+ * first row of a sequence at position 0 in that call's rows): no sequence advanced and
+ * none is marked broken, so the caller may step the other rows again without that row's
+ * sequence (release it first: v4_ctx_release_seq); -1 (*f = {-1, 0}) when the last step
+ * succeeded or failed as a whole.  Thread: c's. */
+int v4_ctx_step_fault(const v4_ctx *c, v4_step_fault *f);
 /* p (copied; NULL = the weights' own experts) serves every later step of c.  The
  * provider must outlive its use by c. */
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);
@@ -167,9 +188,10 @@ const char *v4_ctx_attn_path(const v4_ctx *c);
  * ones before it, and the results equal feeding them one step at a time.  With a step
  * implementation (v4_ctx_set_step_impl), at most its rows_per_seq rows per sequence.
  * Fails (state unchanged) on a bad token id or a full sequence.  When the expert
- * provider fails mid-step, the step fails with its error and the n sequences are
- * marked broken (their caches hold part of a position): later steps on them fail
- * until v4_seq_reset. */
+ * provider (or a step implementation) fails mid-step, the step fails with its error and
+ * the n sequences are marked broken (their caches hold part of a position): later steps
+ * on them fail until v4_seq_reset; a step implementation's fault of one new sequence
+ * (v4_ctx_step_fault) marks none. */
 /* v4_step, with the LM head only for the rows with want[b] != 0 (want NULL: all): the
  * other rows of logits are left unspecified (a prefill chunk needs no logits but its
  * last row's).  A step implementation may compute them all. */

@@ -537,7 +537,9 @@ int v4_step_check(const char *data, int P)
     /* 6. admission by device memory (issue 20): the exact size of a sequence's state,
      * the admit hook under a sequence budget, an out-of-memory first step that fails
      * alone (not sticky: the engine and the other sequence go on, same logits as the
-     * CPU), and release freeing a finished sequence's state at once */
+     * CPU) in a step with the other sequence's next row, reported as the fault of its
+     * row (v4_ctx_step_fault: row 1, retryable; neither sequence advanced nor broken),
+     * and release freeing a finished sequence's state at once */
     {
         const int before6 = bad_total;
         v4_ctx *dev6 = v4_ctx_create(w, be, 3, &err);
@@ -573,25 +575,34 @@ int v4_step_check(const char *data, int P)
         const int exact = v4_cuda_engine_seq_bytes_held(eng6) == need;
         const int adm_b = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == budget - need;
         v4_error eb = {};
-        const int oom_b = v4_step(dev6, &sb, &k0, 1, NULL, NULL, &eb) != 0 && eb.code == V4_ERR_NOMEM &&
-                          strstr(eb.msg, "not an engine failure") != NULL;
         int32_t k1 = t6[1];
+        v4_seq *pair[2] = {sa, sb};
+        const int32_t k10[2] = {k1, k0};
+        const int oom_b = v4_step(dev6, pair, k10, 2, NULL, NULL, &eb) != 0 && eb.code == V4_ERR_NOMEM &&
+                          strstr(eb.msg, "not an engine failure") != NULL;
+        v4_step_fault fb = {};
+        const int fault_b = v4_ctx_step_fault(dev6, &fb) == 0 && fb.row == 1 && fb.retryable == 1 &&
+                            v4_seq_pos(sa) == 1 && v4_seq_pos(sb) == 0;
         const int after_oom = v4_step(dev6, &sa, &k1, 1, o6.logits.data(), &tp, &err) == 0;
         if (after_oom)
             compare("admission a1 after an OOM", r6[1], o6, 1);
+        v4_step_fault fa = {};
+        const int fault_gone = v4_ctx_step_fault(dev6, &fa) != 0 && fa.row == -1;
         v4_ctx_release_seq(dev6, sa);
         const int freed = v4_cuda_engine_seq_bytes_held(eng6) == 0;
         const int adm_b2 = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == budget;
-        v4_seq_reset(sb);
         const int step_b = v4_step(dev6, &sb, &k0, 1, o6.logits.data(), &tp, &err) == 0;
         if (step_b)
             compare("admission b0 after the release", r6[0], o6, 0);
-        printf("admission: no budget %s; seq bytes %zu exact %s; admit %s/%s/%s; OOM not sticky %s (%s), then a "
-               "step %s; release frees %s; %s\n",
+        printf("admission: no budget %s; seq bytes %zu exact %s; admit %s/%s/%s; OOM not sticky %s (%s), its row "
+               "reported %s (row %d, retryable %d; cleared by the next step %s), then a step %s; release frees %s; "
+               "%s\n",
                nobudget_ok ? "ok" : "FAIL", need, exact ? "ok" : "FAIL", adm_a ? "ok" : "FAIL", adm_b ? "ok" : "FAIL",
-               adm_b2 ? "ok" : "FAIL", oom_b ? "ok" : "FAIL", eb.msg, after_oom && step_a && step_b ? "ok" : "FAIL",
-               freed ? "ok" : "FAIL", bad_total > before6 ? "FAIL" : "ok");
-        bad_total += !nobudget_ok + !exact + !adm_a + !adm_b + !adm_b2 + !oom_b + !after_oom + !step_a + !step_b + !freed;
+               adm_b2 ? "ok" : "FAIL", oom_b ? "ok" : "FAIL", eb.msg, fault_b ? "ok" : "FAIL", fb.row, fb.retryable,
+               fault_gone ? "ok" : "FAIL", after_oom && step_a && step_b ? "ok" : "FAIL", freed ? "ok" : "FAIL",
+               bad_total > before6 ? "FAIL" : "ok");
+        bad_total += !nobudget_ok + !exact + !adm_a + !adm_b + !adm_b2 + !oom_b + !fault_b + !fault_gone + !after_oom +
+                     !step_a + !step_b + !freed;
         v4_seq_free(sa);
         v4_seq_free(sb);
         v4_cuda_engine_free(eng6);

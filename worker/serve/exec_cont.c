@@ -14,7 +14,14 @@
  * even alone, error context_length_exceeded naming the bytes); gather one input row per active job
  * (prompt position or last sample), and for jobs still in their prompt a chunk of
  * prompt positions while the step has spare rows (prefill chunks: one weight pass for
- * many prompt tokens), into one v4_step; accept each row's logits in its
+ * many prompt tokens), into one v4_step.  Admission's figures can be wrong
+ * (fragmentation, other processes on the device): when the step fails because one new
+ * sequence got no memory (v4_ctx_step_fault: the step implementation names its row;
+ * nothing ran), that job alone leaves the step, its sequence released - it waits again
+ * while others are active (counted in figs.oom_retries), or fails as admission's "cannot
+ * fit even alone" when none is - and the step runs again at once without it, so the
+ * others' results are as if it had never been there; any other step failure fails every
+ * job of the step.  Accept each row's logits in its
  * own generation state (sampling, stop strings, detokenization: the code the serial
  * path runs); retire finished jobs.  A slot freed by a step is free for the driver's
  * next submit, so the next step already carries the new job.  A retiring job's sequence
@@ -232,25 +239,16 @@ static void admit_waiting(cont_exec *c)
     }
 }
 
-/* One forward step over the active slots: one row each, and a prefill chunk (several
+/* The rows of a step over the active slots: one row each, and a prefill chunk (several
  * rows) for slots still in their prompt while the step has room: every active slot
  * keeps its row, the spare rows (cap_rows - active slots) go to prompts in slot order.
- * Returns the rows stepped. */
-static int forward(cont_exec *c)
+ * Returns the rows; *any_logits: whether a row wants logits. */
+static int gather(cont_exec *c, int *any_logits)
 {
-    v4_runner *r = c->r;
-    const int V = r->m.cfg.vocab_size, per_seq = v4_ctx_rows_per_seq(r->ctx);
-    int rows = 0, any_logits = 0, active = 0;
-    for (int i = 0; i < c->n; i++) {
-        cslot *s = &c->slots[i];
-        if (s->state != SLOT_ACTIVE && s->state != SLOT_WAIT)
-            continue;
-        v4_error err = {0};
-        if (v4_gen_poll_cancel(s->rj.gen, &err))
-            retire(c, s, 1, &err);
-    }
-    admit_waiting(c);
-    for (int i = 0; i < c->n; i++)   /* after the retirements (a summary may have moved on) */
+    const int per_seq = v4_ctx_rows_per_seq(c->r->ctx);
+    int rows = 0, active = 0;
+    *any_logits = 0;
+    for (int i = 0; i < c->n; i++)
         active += c->slots[i].state == SLOT_ACTIVE;
     int spare = c->cap_rows - active;
     for (int i = 0; i < c->n; i++) {
@@ -265,15 +263,72 @@ static int forward(cont_exec *c)
             c->row_slot[rows] = i;
             c->row_k[rows] = j;
             c->row_gen[rows] = s->rj.gen;
-            any_logits |= c->row_want[rows];
+            *any_logits |= c->row_want[rows];
         }
     }
-    if (!rows)
-        return 0;
-    if (r->xp)
-        v4_xprov_outcomes_reset(r->xp);
-    v4_error err = {0};
-    int rc = v4_step_rows(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->row_want, c->trs, &err);
+    return rows;
+}
+
+/* The step failed with a fault of the new sequence at row f->row (v4_ctx_step_fault:
+ * nothing ran, no sequence changed).  Its job leaves the step, its sequence released
+ * (any device state it got is freed: it starts afresh at position 0): out of memory
+ * (retryable) while another job is active, it waits (SLOT_WAIT: admitted again at a
+ * later step, as admit.h's rule waits, not charged, first_step untouched); out of memory
+ * alone, it fails as admission's "cannot fit even alone" does (device_memory); a
+ * sequence that cannot run fails with the step's error.  The caller steps the others
+ * again at once. */
+static void drop_faulted(cont_exec *c, const v4_step_fault *f, const v4_error *err)
+{
+    cslot *s = &c->slots[c->row_slot[f->row]];
+    int others = 0;
+    for (int i = 0; i < c->n; i++)
+        others += &c->slots[i] != s && c->slots[i].state == SLOT_ACTIVE;
+    v4_ctx_release_seq(c->r->ctx, s->rj.seq);
+    if (f->retryable && others) {
+        s->state = SLOT_WAIT;
+        c->figs.oom_retries++;
+        return;
+    }
+    v4_error e = *err;
+    if (f->retryable)
+        v4_err_set(&e, V4_ERR_NOMEM, "device_memory",
+                   "a sequence of %d positions got no device memory with no other sequence active (%s: %s)",
+                   v4_seq_capacity(s->rj.seq), err->where, err->msg);
+    retire(c, s, 1, &e);
+}
+
+/* One forward step over the active slots (gather).  A step that fails with a fault of
+ * one new sequence (drop_faulted) is run again at once without it (each try drops one
+ * slot: at most n tries), so the other rows get exactly the results they would have
+ * had without it.  Returns the rows stepped. */
+static int forward(cont_exec *c)
+{
+    v4_runner *r = c->r;
+    const int V = r->m.cfg.vocab_size;
+    for (int i = 0; i < c->n; i++) {
+        cslot *s = &c->slots[i];
+        if (s->state != SLOT_ACTIVE && s->state != SLOT_WAIT)
+            continue;
+        v4_error err = {0};
+        if (v4_gen_poll_cancel(s->rj.gen, &err))
+            retire(c, s, 1, &err);
+    }
+    admit_waiting(c);
+    int rows, any_logits, rc;
+    v4_error err;
+    for (;;) {   /* after the retirements (a summary may have moved on) */
+        rows = gather(c, &any_logits);
+        if (!rows)
+            return 0;
+        if (r->xp)
+            v4_xprov_outcomes_reset(r->xp);
+        memset(&err, 0, sizeof err);
+        rc = v4_step_rows(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->row_want, c->trs, &err);
+        v4_step_fault f;
+        if (!rc || v4_ctx_step_fault(r->ctx, &f) || f.row >= rows)
+            break;
+        drop_faulted(c, &f, &err);
+    }
     long step = c->steps++;
     if (!rc)
         count_step(c, rows);

@@ -69,6 +69,9 @@ typedef struct v4_exec_figs {
     double expert_bytes, expert_macs;
     /* steps at which a job's admission had to wait for device memory (continuous) */
     long admit_waits;
+    /* first steps of a job retried later: the step implementation found no memory for
+     * its new sequence while other jobs ran (v4_step_fault; continuous) */
+    long oom_retries;
 } v4_exec_figs;
 
 typedef struct v4_exec_ops {
@@ -105,9 +108,12 @@ v4_exec *v4_exec_serial(v4_runner *r, int (*abort_fn)(void *), void *abort_ud);
  * handed back, freeing their slots before the next step.  Sampling, stop strings and
  * detokenization are per job (generate.h), so outputs equal the serial executor's,
  * greedy or seeded.  A summarize task holds one slot for its whole tree: its chunk and
- * summary generations are stepped with the other jobs (exec_cont.c).  Limitations: a
- * step whose expert provider fails fails every job it carried (their sequences are
- * broken), with the provider's error.  Paged experts: the step acquires the union of
+ * summary generations are stepped with the other jobs (exec_cont.c).  A step the step
+ * implementation fails for one new sequence only (v4_ctx_step_fault: out of device
+ * memory despite admission) takes that job out and runs again without it: the job waits
+ * while others are active (figs.oom_retries) or fails alone.  Limitations: a step whose
+ * expert provider fails fails every job it carried (their sequences are broken), with
+ * the provider's error.  Paged experts: the step acquires the union of
  * its jobs' experts once; each block the step loaded (a miss or a prefetch) is charged
  * to the first row, in row order, whose activations used it, so a job's experts figures
  * (task_run.h) add up to its activations and the jobs' figures to the step's loads, and
