@@ -3,7 +3,8 @@
  * the full V4-Flash (~156 GB) on one H200 (139 GiB) -> the resident step with paged
  * experts (not hybrid), a small model -> every expert resident, explicit settings
  * respected (hybrid, a V4_GPU_EXPERT_MEM budget, resident that cannot fit -> a precise
- * error), and no room for one step's experts -> hybrid. */
+ * error), and no room for one step's experts -> hybrid; and the fast mode's MoE path
+ * by rows per expert (grouped for decode, tensor cores for large prefill chunks). */
 #include <string.h>
 
 #include "kernels/cuda/cuda_plan.h"
@@ -85,5 +86,17 @@ int main(void)
               r == V4_CUDA_REQ_HYBRID && !v4_cuda_mode_req_parse("resident", &r) && r == V4_CUDA_REQ_RESIDENT &&
               v4_cuda_mode_req_parse("Resident", &r) == -1,
           "mode names");
+
+    /* the fast mode's MoE path: grouped while rows per routed expert <= 4 */
+    CHECK(v4_cuda_fast_moe_grouped(1, 6, 256) && v4_cuda_fast_moe_grouped(64, 6, 256) &&
+              v4_cuda_fast_moe_grouped(170, 6, 256) && !v4_cuda_fast_moe_grouped(171, 6, 256) &&
+              !v4_cuda_fast_moe_grouped(256, 6, 256),
+          "V4-Flash (K 6, E 256): decode up to 170 rows grouped, a 256-row prefill chunk on the tensor cores");
+    CHECK(v4_cuda_fast_moe_grouped(16, 4, 16) && !v4_cuda_fast_moe_grouped(17, 4, 16) &&
+              v4_cuda_fast_moe_grouped(3, 4, 16),
+          "tiny (K 4, E 16): up to 16 rows grouped");
+    CHECK(!v4_cuda_fast_moe_grouped(0, 6, 256) && !v4_cuda_fast_moe_grouped(4, 0, 256) &&
+              !v4_cuda_fast_moe_grouped(4, 6, 0),
+          "no rows / experts: not grouped");
     TEST_DONE();
 }

@@ -159,6 +159,15 @@ extern "C" cudaError_t v4cu_moe_routed(const v4cu_moe_bufs *B, const uint8_t *co
     return v4cu_quant_grouped(fp4, nbt, tab + 4 * E, tab + 5 * E, B->eid, B->tile, d, I, P, B->xq, B->xs, B->go, st);
 }
 
+extern "C" cudaError_t v4cu_gather_rows(const float *x, int d, const int32_t *rows, int m, float *out,
+                                        cudaStream_t st)
+{
+    if (m < 1)
+        return cudaSuccess;
+    V4CU_LAUNCH(k_moe_gather, dim3(v4cu_cdiv(d, MOE_NT), (unsigned)m), MOE_NT, st, x, d, rows, out);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t v4cu_moe_combine(const float *go, int d, const int32_t *comb, int n, int K,
                                         const float *shared, float *out, cudaStream_t st)
 {

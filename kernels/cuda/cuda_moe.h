@@ -62,6 +62,9 @@ cudaError_t v4cu_moe_lists(const int32_t *ids, const float *w, int n, int K, int
 cudaError_t v4cu_moe_routed(const v4cu_moe_bufs *B, const uint8_t *const *tab, int fp4, int E, int d, int I,
                             float lim, const int32_t *ids, const float *w, const float *x, int n, int K,
                             cudaStream_t st);
+/* out[r] = x[rows[r]] for r < m, rows of d floats (a row id < 0 gives zeros): the
+ * gather of one expert's rows for the host-driven path. */
+cudaError_t v4cu_gather_rows(const float *x, int d, const int32_t *rows, int m, float *out, cudaStream_t st);
 /* out[b] = bf16((+0 + go[comb[b][0]] + go[comb[b][1]] + ...) + shared[b]) for b < n. */
 cudaError_t v4cu_moe_combine(const float *go, int d, const int32_t *comb, int n, int K, const float *shared,
                              float *out, cudaStream_t st);

@@ -70,3 +70,11 @@ int v4_cuda_auto_plan(const v4_cuda_plan_in *in, v4_cuda_plan *out, v4_error *er
     out->why = "no room for the resident step with paged experts";
     return 0;
 }
+
+int v4_cuda_fast_moe_grouped(int n, int K, int E)
+{
+    if (n < 1 || K < 1 || E < 1)
+        return 0;
+    const long pairs = (long)n * K, experts = pairs < E ? pairs : E;
+    return pairs <= (long)V4_CUDA_FAST_GROUPED_ROWS * experts;
+}

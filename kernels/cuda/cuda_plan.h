@@ -22,11 +22,11 @@
 
 #include <stddef.h>
 
-#include "../../config/error.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "../../config/error.h"   /* (inside: C linkage from C++ too) */
 
 typedef enum v4_cuda_mode_req { V4_CUDA_REQ_AUTO = 0, V4_CUDA_REQ_RESIDENT, V4_CUDA_REQ_HYBRID } v4_cuda_mode_req;
 
@@ -47,6 +47,19 @@ typedef struct v4_cuda_plan {
     size_t trunk_bytes, pool_bytes, headroom;   /* the split (pool: experts resident or paged) */
     const char *why;            /* one phrase for the log */
 } v4_cuda_plan;
+
+/* The fast mode's routed experts in a step of n rows (K experts per row, E per layer):
+ * 1 = the grouped on-device path (cuda_moe.h: the exact grouped kernels, reading
+ * resident or paged experts through the layer's table; no host wait, or one in a
+ * score-routed layer with paged experts), 0 = one tensor-core product per expert
+ * (cuBLASLt, the host picks the experts: 4 waits per layer).  Grouped while the rows
+ * per routed expert, n*K / min(E, n*K), are at most V4_CUDA_FAST_GROUPED_ROWS (the
+ * grouped kernels' tile height): decode and small prefill chunks, where each expert's
+ * product is a few rows and its weights' bytes, not its arithmetic, set the time; a
+ * larger step (a prefill chunk of V4-Flash's 256 rows: 6 rows per expert) takes the
+ * tensor cores.  n, K, E < 1: 0. */
+#define V4_CUDA_FAST_GROUPED_ROWS 4
+int v4_cuda_fast_moe_grouped(int n, int K, int E);
 
 /* "auto" | "resident" | "hybrid" ("" = auto); 0 or -1 (unknown). */
 int v4_cuda_mode_req_parse(const char *s, v4_cuda_mode_req *out);

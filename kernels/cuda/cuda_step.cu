@@ -17,9 +17,10 @@
  * the layer's expert set - from the tokens for a hash layer, prepared before its
  * attention; from the route ids copied back for a score layer - pins the slots,
  * uploads the misses, one copy per expert on the copy stream of xslots.cu, makes the
- * stream wait for the slots' ready events and uploads the table).  The fast mode runs
- * the host-driven MoE (routes back, the host picks the experts, per-expert products
- * through lin(): routed_experts, for resident and paged experts).  The routes of every
+ * stream wait for the slots' ready events and uploads the table).  The fast mode takes
+ * the grouped path for steps of few rows per expert (moe_on_device), else the
+ * host-driven MoE (routes back, the host picks the experts, one gather kernel and the
+ * per-expert products through lin(): routed_experts, for resident and paged experts).  The routes of every
  * layer live in route_all and come back once, at the end of the step, for the traces.
  * Everything stays on the one stream of the engine, except the uploads of paged
  * experts on the copy stream.
@@ -32,7 +33,7 @@
  * only for the logits (the routes for the traces come back in the same wait) and at
  * its end; traced index selections add a wait per CSA layer; paged experts add one
  * wait per score-routed MoE layer (none per hash layer); the fast mode's host-driven
- * MoE adds 4 per layer (routes back, row lists up).  The counts are kept (moe_syncs,
+ * MoE (large steps) adds 4 per layer (routes back, row lists up).  The counts are kept (moe_syncs,
  * v4_cuda_expert_stats.moe_host_syncs).  Results copied to the host are complete when
  * the step returns.
  *
@@ -64,6 +65,7 @@
 #endif
 #include "cu_debug.h"
 #include "cuda_moe.h"
+#include "cuda_plan.h"
 #include "cuda_step.h"
 #include "slot_pool.h"
 #include "xslots.h"
@@ -106,7 +108,7 @@ struct dlayer {
                                      * (cuda_moe.h): fixed (all resident) or the slot table
                                      * of the paged experts (rewritten per step: the layer's
                                      * experts -> their slots, the others NULL); NULL: the
-                                     * host-driven MoE (fast mode with paging) */
+                                     * host-driven MoE only (beyond the grouped limits) */
     int xfp4;                       /* the routed experts are FP4 (else FP8) */
 };
 
@@ -640,9 +642,8 @@ static int routed_expert(v4_cuda_engine *e, const dlayer *lw, int i, v4_error *e
     const int dim = e->w->cfg.dim, x = e->x_ids[i], s0 = e->h_start[x], m = e->h_start[x + 1] - s0;
     if (e->xsl && v4cu_xslots_wait(e->xsl, v4cu_xslots_slot_of(e->xsl, i), err))
         return -1;
-    for (int r = 0; r < m; r++)
-        if (copy2d(e, e->ex_x + (size_t)(s0 + r) * dim, dim, e->x + (size_t)e->h_rows[s0 + r] * dim, dim, dim, 1))
-            return -1;
+    if (ck(e, v4cu_gather_rows(e->x, dim, e->rows + s0, m, e->ex_x + (size_t)s0 * dim, e->st), "moe gather"))
+        return -1;
     return expert_forward(e, e->xsl ? &e->x_mats[x] : &lw->experts[x], s0, m, e->ex_wt + s0);
 }
 
@@ -799,11 +800,20 @@ static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *rout
     return rc ? -1 : 0;
 }
 
+/* Whether layer's routed experts of a step of n rows take the grouped on-device path:
+ * always in the exact mode, in the fast mode for steps of few rows per expert
+ * (cuda_plan.h: v4_cuda_fast_moe_grouped); only where the layer has its table. */
+static int moe_on_device(const v4_cuda_engine *e, int layer, int n)
+{
+    const v4_config *c = &e->w->cfg;
+    return e->L[layer].xtab && (!e->lt || v4_cuda_fast_moe_grouped(n, c->n_act_experts, c->n_routed_experts));
+}
+
 /* Before layer l's attention: a hash layer's experts are known from the tokens, so with
  * paged experts on the grouped path their uploads start here and overlap the attention. */
 static int moe_ahead(v4_cuda_engine *e, int layer, int n, v4_error *err)
 {
-    if (!e->paged || !e->L[layer].xtab || e->lt || !e->w->layers[layer].tid2eid)
+    if (!e->paged || !moe_on_device(e, layer, n) || !e->w->layers[layer].tid2eid)
         return 0;
     return paged_select(e, layer, n, NULL, err);
 }
@@ -811,9 +821,11 @@ static int moe_ahead(v4_cuda_engine *e, int layer, int n, v4_error *err)
 /* The layer's routes go to its part of route_all (copied back for the traces at the
  * end of the step).  The grouped path (cuda_moe.h) serves resident and paged experts
  * alike, reading the layer's pointer table: fixed, or the slot table paged_select
- * wrote (no wait for a hash layer, one for a score layer).  The fast mode with paged
- * experts keeps the host-driven MoE: the routes and weights come back, the host picks
- * the experts and uploads the row lists (4 waits per layer). */
+ * wrote (no wait for a hash layer, one for a score layer); the fast mode takes it for
+ * steps of few rows per expert (moe_on_device).  A fast-mode step of many rows takes
+ * the host-driven MoE: the routes and weights come back, the host picks the experts and
+ * uploads the row lists (4 waits per layer), each expert's products on the tensor
+ * cores (lin). */
 static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
@@ -826,7 +838,7 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
         ck(e, v4cu_route(e->gate, E, K, lw->gate_bias, lw->tid2eid, e->tokens, cfg->route_scale, route, route_w, n,
                          e->st), "router"))
         return -1;
-    if (lw->xtab && !e->lt) {   /* the fast mode runs each expert's products through lin() */
+    if (moe_on_device(e, layer, n)) {   /* else (fast mode, many rows) each expert through lin() */
         if (e->paged && e->x_held != layer && paged_select(e, layer, n, route, err))
             return -1;
         const int rc = moe_grouped(e, lw, n, route, route_w);

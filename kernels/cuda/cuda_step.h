@@ -12,8 +12,10 @@
  * launch reading each expert's weights through a device table (fixed, or the layer's
  * slot table with paged experts): no host wait with every expert resident or in a
  * hash-routed layer, one (the route ids back) in a score-routed layer with paged
- * experts.  The fast mode copies the routes back each MoE layer and the host picks the
- * experts to run, as moe.c does (4 waits per layer).
+ * experts.  The fast mode takes the same grouped path for steps of at most
+ * V4_CUDA_FAST_GROUPED_ROWS rows per routed expert (cuda_plan.h: decode); for larger
+ * steps it copies the routes back each MoE layer and the host picks the experts to run,
+ * as moe.c does, each expert's products on the tensor cores (4 waits per layer).
  * Traces: route_ids / route_w and index_ids / index_count are filled; the debug dumps
  * (q, kv, sub_out, streams, hidden) and checksums are not (left untouched).
  *
@@ -96,7 +98,7 @@ size_t v4_cuda_engine_fast_need(const v4_weights *w);
  * by the on-device grouped path (resident or paged experts alike), every MoE layer
  * step, and the host's waits for the engine's stream inside them (moe_host_syncs:
  * grouped path 0 per layer when resident or hash-routed, 1 per score-routed layer with
- * paged experts; the fast mode's host-driven paged MoE 4 per layer).  staging_waits:
+ * paged experts; the fast mode's host-driven MoE of a large step 4 per layer).  staging_waits:
  * paged uploads that found their pinned staging buffer still being copied and waited
  * for the copy stream (host waits outside the engine's stream). */
 typedef struct v4_cuda_expert_stats {

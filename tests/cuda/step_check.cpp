@@ -23,7 +23,9 @@
  *      row among them, some steps wanting only some rows' logits: every row equals
  *      the one-row CPU run, with every expert resident and with paged experts in slots
  *      for one layer's experts (a step's union fits: chunks, evicting inside a step);
- *      slots below that give one row per sequence.
+ *      slots below that give one row per sequence; in the emulation also the fast
+ *      mode's orchestration (its products decline, so the exact ones run): grouped and
+ *      host-driven MoE layers mixed by rows per expert, the same bytes, counted.
  * The misses are copied on a copy stream; in the emulation (simt_emu.h) such copies
  * run only when waited for, so a kernel that read a slot before its ready event
  * would see stale bytes and this check would fail.
@@ -37,6 +39,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cuda/cuda_plan.h"
 #include "kernels/cuda/cuda_step.h"
 #include "step_check.h"
 
@@ -198,7 +201,7 @@ static int run_batch(v4_ctx *dev, const v4_weights *w, v4_seq *const *ss, const 
  * sequence.  Returns 1 ok, 0 mismatches (counted), -1 a setup or step failure (printed). */
 static int chunk_check(v4_backend *be, const v4_weights *w, size_t budget, const char *what, int P,
                        const std::vector<int> &seq, const std::vector<obs> &a, const std::vector<int> &bt,
-                       const std::vector<obs> &bref)
+                       const std::vector<obs> &bref, void *lt)
 {
     v4_error err = {};
     const int before5 = bad_total, R = 48, K = w->cfg.n_act_experts, E = w->cfg.n_routed_experts;
@@ -208,6 +211,10 @@ static int chunk_check(v4_backend *be, const v4_weights *w, size_t budget, const
                                     : v4_cuda_engine_create(w, R, 4, 0, &err);
     if (!eng5) {
         printf("chunk engine (%s): %s: %s\n", what, err.where, err.msg);
+        return -1;
+    }
+    if (lt && v4_cuda_engine_use_fast(eng5, lt, &err)) {
+        printf("chunk engine (%s): fast mode: %s: %s\n", what, err.where, err.msg);
         return -1;
     }
     v4_step_impl impl5 = v4_cuda_engine_impl(eng5);
@@ -265,11 +272,30 @@ static int chunk_check(v4_backend *be, const v4_weights *w, size_t budget, const
     const int pos_ok = union_fits ? v4_seq_pos(A) == P && v4_seq_pos(B) == steps
                                   : v4_seq_pos(A) == steps && v4_seq_pos(B) == steps;
     const int paged_ok = !budget || (xs.misses > 0 && (union_fits ? xs.evictions > 0 : 1));
-    const int ok5 = bad_total == before5 && per_seq == (union_fits ? R : 1) && pos_ok && paged_ok;
+    /* the fast mode: the grouped path for the steps of few rows per expert, the
+     * host-driven one (4 waits per layer) for the others, counted exactly */
+    uint64_t grouped = 0, syncs = 0;
+    int score_layers = 0;
+    for (int l = 0; l < w->cfg.n_layers; l++)
+        score_layers += w->layers[l].tid2eid == NULL;
+    for (int st = 0, left = P, bpos = 0; lt && left > 0 && bpos < (int)bt.size(); st++, bpos++) {
+        int c = chunks[st % 7] < left ? chunks[st % 7] : left;
+        c = c < per_seq ? c : per_seq;
+        const int g = v4_cuda_fast_moe_grouped(c + 1, K, E);
+        grouped += g ? (uint64_t)w->cfg.n_layers : 0;
+        syncs += g ? (budget ? (uint64_t)score_layers : 0) : 4 * (uint64_t)w->cfg.n_layers;
+        left -= c;
+    }
+    const int fast_ok = !lt || (xs.grouped_moe_layers == grouped && xs.moe_host_syncs == syncs && grouped > 0 &&
+                                grouped < xs.moe_layers);
+    const int ok5 = bad_total == before5 && per_seq == (union_fits ? R : 1) && pos_ok && paged_ok && fast_ok;
     printf("prefill chunks, %s (%d slots; %d rows per sequence): %d positions of A in %d steps (up to %d rows) with "
-           "B's rows between: %s (%d mismatches; A at %d, B at %d; misses %llu, evictions %llu)\n",
+           "B's rows between: %s (%d mismatches; A at %d, B at %d; misses %llu, evictions %llu; grouped %llu of %llu "
+           "layer steps, host waits %llu)\n",
            what, xs.slots, per_seq, at, steps, maxc, ok5 ? "ok" : "FAIL", bad_total - before5, v4_seq_pos(A),
-           v4_seq_pos(B), (unsigned long long)xs.misses, (unsigned long long)xs.evictions);
+           v4_seq_pos(B), (unsigned long long)xs.misses, (unsigned long long)xs.evictions,
+           (unsigned long long)xs.grouped_moe_layers, (unsigned long long)xs.moe_layers,
+           (unsigned long long)xs.moe_host_syncs);
     bad_total += !ok5 && bad_total == before5;
     v4_seq_free(A);
     v4_seq_free(B);
@@ -278,7 +304,7 @@ static int chunk_check(v4_backend *be, const v4_weights *w, size_t budget, const
     return ok5;
 }
 
-int v4_step_check(const char *data, int P)
+int v4_step_check(const char *data, int P, void *stand_in_lt)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
     char dir[4200], path[4300];
@@ -527,10 +553,22 @@ int v4_step_check(const char *data, int P)
     {
         const size_t xb = (size_t)v4_expert_bytes(&w->layers[0].experts[0]);
         const int E = w->cfg.n_routed_experts;
-        if (chunk_check(be, w, 0, "resident", P, seq, a, rt[0], ref[0]) < 0 ||
-            chunk_check(be, w, xb * (size_t)E + xb / 2, "paged in one layer's slots", P, seq, a, rt[0], ref[0]) < 0 ||
+        if (chunk_check(be, w, 0, "resident", P, seq, a, rt[0], ref[0], NULL) < 0 ||
+            chunk_check(be, w, xb * (size_t)E + xb / 2, "paged in one layer's slots", P, seq, a, rt[0], ref[0],
+                        NULL) < 0 ||
             chunk_check(be, w, xb * (size_t)(E / 2) + xb / 2, "paged in half a layer's slots", P < 24 ? P : 24, seq,
-                        a, rt[0], ref[0]) < 0)
+                        a, rt[0], ref[0], NULL) < 0)
+            return 1;
+        /* the fast mode's MoE choice (v4_cuda_fast_moe_grouped) with the emulation's
+         * declining products: resident and paged experts, grouped and host-driven
+         * layers mixed within one sequence's steps, the same bytes */
+        if (!stand_in_lt)
+            printf("fast-mode orchestration: not run on a GPU (test_cuda_fast and numerics-check cover the fast "
+                   "mode there)\n");
+        else if (chunk_check(be, w, 0, "fast mode, resident", P < 64 ? P : 64, seq, a, rt[0], ref[0],
+                             stand_in_lt) < 0 ||
+                 chunk_check(be, w, xb * (size_t)E + xb / 2, "fast mode, paged", P < 64 ? P : 64, seq, a, rt[0],
+                             ref[0], stand_in_lt) < 0)
             return 1;
     }
 

@@ -18,5 +18,5 @@ int main(int argc, char **argv)
         printf("no usable CUDA device: skipped\n");
         return 77;
     }
-    return v4_step_check(argc > 1 ? argv[1] : "tests/data", argc > 2 ? atoi(argv[2]) : 136);
+    return v4_step_check(argc > 1 ? argv[1] : "tests/data", argc > 2 ? atoi(argv[2]) : 136, NULL);
 }
