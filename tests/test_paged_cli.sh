@@ -34,8 +34,10 @@ for src in pack safetensors; do
     done
 done
 # prefill chunks with paged experts (worker/serve/step_rows.h): a step carries at most
-# slots / n_act prompt positions (between 1 and the CPU's chunk, 64), and the ids stay identical
+# slots / n_act prompt positions (between 1 and the CPU's chunk, 64) unless the slots hold a
+# whole layer's experts (then 64), and the ids stay identical
 K=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["num_experts_per_tok"])' "$M/config.json")
+E=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["n_routed_experts"])' "$M/config.json")
 for budget in 400K 500K 900K 1100K 64M; do
     "$V4_BIN" generate --model "$M" --prompt-ids "$WORK/ids.json" --max-tokens 12 --greedy \
         --host-cache-bytes "$budget" > "$WORK/p.txt" 2> "$WORK/err" || fail "generate $budget: $(cat "$WORK/err")"
@@ -43,7 +45,8 @@ for budget in 400K 500K 900K 1100K 64M; do
     line=$(grep "host cache of" "$WORK/err" || true)
     slots=$(sed -n 's/.*host cache of \([0-9]*\) slots.*/\1/p' <<< "$line")
     rows=$(sed -n 's/.*chunks of up to \([0-9]*\) prompt positions.*/\1/p' <<< "$line")
-    want=$(( slots / K )); [ "$want" -gt 64 ] && want=64; [ "$want" -lt 1 ] && want=1
+    want=$(( slots / K )); [ -n "$slots" ] && [ "$slots" -ge "$E" ] && want=64
+    [ "$want" -gt 64 ] && want=64; [ "$want" -lt 1 ] && want=1
     [ -n "$slots" ] && [ "$rows" = "$want" ] ||
         fail "$budget: chunk of '$rows' rows for '$slots' slots and $K experts per token (want $want): $line"
     echo "  $budget: $slots slots -> prefill chunks of $rows"
