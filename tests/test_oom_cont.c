@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec_jobs.h"
 #include "testutil.h"
 #include "worker/serve/executor.h"
 #include "worker/serve/task_run_internal.h"
@@ -132,37 +133,6 @@ static int fake_step(void *ud, const v4_seq_view *views, const int32_t *tokens, 
         rows[b] = f->shadow[i];
     }
     return v4_step_rows(f->cpu, rows, tokens, n, logits, want, traces, err);
-}
-
-typedef struct out {
-    int rc, code, n_tokens;
-    char text[2048], msg[512];
-    int32_t tokens[64];
-    long first_step, done_at;
-} out;
-
-static v4_job *job_of(const char *line)
-{
-    v4_job *j = calloc(1, sizeof *j);
-    v4_task_error e = {0};
-    if (v4_task_parse(line, strlen(line), 1 << 20, &j->task, &e))
-        fprintf(stderr, "task invalid: %s\n", e.message);
-    return j;
-}
-
-static void take(v4_exec *x, v4_job *j, out *o)
-{
-    o->rc = j->rc;
-    o->code = j->rc ? (int)j->err.code : 0;
-    snprintf(o->msg, sizeof o->msg, "%s", j->rc ? j->err.message : "");
-    snprintf(o->text, sizeof o->text, "%.*s", (int)j->out.text_len, j->out.text ? j->out.text : "");
-    o->n_tokens = j->out.n_tokens < 64 ? j->out.n_tokens : 64;
-    if (j->out.tokens)
-        memcpy(o->tokens, j->out.tokens, sizeof(int32_t) * (size_t)o->n_tokens);
-    o->first_step = j->first_step;
-    o->done_at = v4_exec_steps(x);
-    v4_job_free(j);
-    free(j);
 }
 
 /* A fresh executor of capacity 2; submit the n jobs at once, step until all are back;
