@@ -66,16 +66,8 @@ static void fake_release(void *ud, const v4_seq *key)
 /* Submit the n jobs at once (n <= capacity), step until all are back. */
 static void run(v4_exec *x, const char *const *lines, int n, out *o)
 {
-    v4_job *jobs[8], *fin[8];
-    for (int i = 0; i < n; i++) {
-        jobs[i] = job_of(lines[i]);
-        jobs[i]->ud = &o[i];
-        CHECK(x->ops->submit(x, jobs[i]) == 0, "submit %d", i);
-    }
-    for (int guard = 0; x->ops->in_flight(x) > 0 && guard < 10000; guard++)
-        for (int k = x->ops->step(x, fin, 8), q = 0; q < k; q++)
-            take(x, fin[q], (out *)fin[q]->ud);
-    CHECK(x->ops->in_flight(x) == 0, "every job came back");
+    const int rc = run_jobs(x, lines, n, o);
+    CHECK(rc == 0, "%s", rc == -1 ? "a submit was refused" : "jobs still in flight after 10000 steps");
 }
 
 int main(void)

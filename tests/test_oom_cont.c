@@ -144,17 +144,9 @@ static void run(v4_runner *r, const char *const *lines, int n, out *o, v4_exec_f
     CHECK(x != NULL, "executor: %s", err);
     if (!x)
         return;
-    v4_job *jobs[8], *fin[8];
     memset(o, 0, sizeof *o * (size_t)n);
-    for (int i = 0; i < n; i++) {
-        jobs[i] = job_of(lines[i]);
-        jobs[i]->ud = &o[i];
-        CHECK(x->ops->submit(x, jobs[i]) == 0, "submit %d", i);
-    }
-    for (int guard = 0; x->ops->in_flight(x) > 0 && guard < 10000; guard++)
-        for (int k = x->ops->step(x, fin, 8), q = 0; q < k; q++)
-            take(x, fin[q], (out *)fin[q]->ud);
-    CHECK(x->ops->in_flight(x) == 0, "every job came back");
+    const int rc = run_jobs(x, lines, n, o);
+    CHECK(rc == 0, "%s", rc == -1 ? "a submit was refused" : "jobs still in flight after 10000 steps");
     x->ops->figs(x, fg);
     x->ops->destroy(x);
 }
