@@ -10,7 +10,9 @@
  *   - batch invariance: every row's bytes are the same at n = 1, 5, 8 and 64, and in
  *     a second identical call (pinned algorithms, no split-K);
  *   - shapes the tensor-core path declines (K % 128 != 0) give the exact bits;
- *   - y's padding (ldy > rows) is untouched.
+ *   - y's padding (ldy > rows) is untouched;
+ * and the resident step's grouped tensor-core expert products (cuda_mma.h) pass their
+ * self-test (calc_diff <= 1e-5 against the exact kernels, FP4 and FP8).
  */
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +27,7 @@
 #ifdef V4_HAVE_CUDA
 #include "kernels/calc_diff.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_mma.h"
 #include "testutil.h"   /* only the GPU part checks anything */
 #endif
 
@@ -171,6 +174,13 @@ int main(void)
         mat m = make(V4_W_FP8, 256, 320);
         one(cpu, cu, &m.W, V4_LIN_QUANT, 4, "fp8 quant 256x320 (declined: exact)", 0.0);
         drop(&m);
+    }
+    {   /* the resident step's grouped tensor-core expert products (cuda_mma.h) */
+        char mwhy[240] = "";
+        const int r = v4cu_mma_selftest(0, mwhy, sizeof mwhy);
+        CHECK(r == 1, "grouped tensor-core expert products (FP4, FP8): %s", mwhy);
+        if (r == 1)
+            printf("grouped tensor-core expert products (FP4, FP8) against the exact kernels: ok\n");
     }
     v4_error st = {0};
     CHECK(v4_cuda_backend_status(cu, &st) == 0, "backend status: %s", st.msg);

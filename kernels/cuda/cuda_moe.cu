@@ -14,6 +14,7 @@
 
 #include "cu_launch.h"
 #include "cuda_linear.h"
+#include "cuda_mma.h"
 #include "cuda_moe.h"
 #include "cuda_num.cuh"
 #include "cuda_ops.h"
@@ -131,7 +132,7 @@ extern "C" cudaError_t v4cu_moe_lists(const int32_t *ids, const float *w, int n,
                                       const v4cu_moe_bufs *B, cudaStream_t st)
 {
     if (n < 1 || K < 1 || (long)n * K > V4CU_MOE_MAX_PAIRS || E < 1 || E > V4CU_MOE_MAX_EXPERTS ||
-        (nbt != 1 && nbt != 4))
+        (nbt != 1 && nbt != 4 && nbt != V4CU_MMA_ROWS))
         return cudaErrorInvalidValue;
     V4CU_LAUNCH(k_moe_lists, 1, LIST_NT, st, ids, w, n, K, E, nbt, B->rows, B->wt, B->eid, B->tile, B->comb,
                 B->start, B->active, B->nact);
@@ -157,6 +158,28 @@ extern "C" cudaError_t v4cu_moe_routed(const v4cu_moe_bufs *B, const uint8_t *co
         (rc = v4cu_act_quant(B->gh, P, I, B->xq, B->xs, st)) != cudaSuccess)
         return rc;
     return v4cu_quant_grouped(fp4, nbt, tab + 4 * E, tab + 5 * E, B->eid, B->tile, d, I, P, B->xq, B->xs, B->go, st);
+}
+
+extern "C" cudaError_t v4cu_moe_routed_mma(const v4cu_moe_bufs *B, const uint8_t *const *tab, int fp4, int E,
+                                           int d, int I, float lim, const int32_t *ids, const float *w,
+                                           const float *x, int n, int K, cudaStream_t st)
+{
+    const int P = n * K, ntl = v4cu_mma_tile_bound(P, E);
+    cudaError_t rc = v4cu_moe_lists(ids, w, n, K, E, V4CU_MMA_ROWS, B, st);
+    if (rc != cudaSuccess || (rc = v4cu_mma_tiles(B->tile, P, E, B->tl, st)) != cudaSuccess)
+        return rc;
+    V4CU_LAUNCH(k_moe_gather, dim3(v4cu_cdiv(d, MOE_NT), (unsigned)P), MOE_NT, st, x, d, B->rows, B->gx);
+    if ((rc = cudaGetLastError()) != cudaSuccess || (rc = v4cu_act_quant(B->gx, P, d, B->xq, B->xs, st)) != cudaSuccess ||
+        (rc = v4cu_mma_act(B->xq, B->xs, P, d, B->xb, st)) != cudaSuccess ||
+        (rc = v4cu_mma_grouped(fp4, tab, tab + E, B->eid, B->tile, B->tl, ntl, I, d, B->xb, B->gg, st)) !=
+            cudaSuccess ||
+        (rc = v4cu_mma_grouped(fp4, tab + 2 * E, tab + 3 * E, B->eid, B->tile, B->tl, ntl, I, d, B->xb, B->gu, st)) !=
+            cudaSuccess ||
+        (rc = v4cu_swiglu(B->gg, B->gu, I, lim, B->wt, B->gh, P, st)) != cudaSuccess ||
+        (rc = v4cu_act_quant(B->gh, P, I, B->xq, B->xs, st)) != cudaSuccess ||
+        (rc = v4cu_mma_act(B->xq, B->xs, P, I, B->xb, st)) != cudaSuccess)
+        return rc;
+    return v4cu_mma_grouped(fp4, tab + 4 * E, tab + 5 * E, B->eid, B->tile, B->tl, ntl, d, I, B->xb, B->go, st);
 }
 
 extern "C" cudaError_t v4cu_gather_rows(const float *x, int d, const int32_t *rows, int m, float *out,

@@ -50,9 +50,12 @@ typedef struct v4cu_moe_bufs {
     float *gx, *gg, *gu, *gh, *go;   /* [P][d] in, [P][I] w1 / w3 / swiglu, [P][d] out */
     double *xq;                      /* [P][max(d, I)] */
     float *xs;                       /* [P*(max(d, I)/128) + 1] */
+    uint16_t *xb;                    /* [P][max(d, I)] bf16 (tensor-core path only) */
+    int32_t *tl;                     /* [v4cu_mma_tile_bound(P, E)] (tensor-core path only) */
 } v4cu_moe_bufs;
 
-/* The sorted pairs and lists above from ids/w [n][K] (one block). nbt: tile size, 1 or 4. */
+/* The sorted pairs and lists above from ids/w [n][K] (one block). nbt: tile size, 1, 4
+ * or 16 (V4CU_MMA_ROWS, the tensor-core path's). */
 cudaError_t v4cu_moe_lists(const int32_t *ids, const float *w, int n, int K, int E, int nbt, const v4cu_moe_bufs *B,
                            cudaStream_t st);
 /* The routed experts of a layer: lists, gather of x [n][d] into gx, w1/w3 (grouped),
@@ -62,6 +65,13 @@ cudaError_t v4cu_moe_lists(const int32_t *ids, const float *w, int n, int K, int
 cudaError_t v4cu_moe_routed(const v4cu_moe_bufs *B, const uint8_t *const *tab, int fp4, int E, int d, int I,
                             float lim, const int32_t *ids, const float *w, const float *x, int n, int K,
                             cudaStream_t st);
+/* The same routed experts with the products on the tensor cores (cuda_mma.h; the fast
+ * mode's steps of many rows per expert): tiles of up to V4CU_MMA_ROWS pairs, the
+ * activations dequantized to bf16 (xb, tl in B), one WMMA launch per matrix; lists,
+ * gather, quantization and SwiGLU as above.  Within the fast contract, not bit-exact. */
+cudaError_t v4cu_moe_routed_mma(const v4cu_moe_bufs *B, const uint8_t *const *tab, int fp4, int E, int d, int I,
+                                float lim, const int32_t *ids, const float *w, const float *x, int n, int K,
+                                cudaStream_t st);
 /* out[r] = x[rows[r]] for r < m, rows of d floats (a row id < 0 gives zeros): the
  * gather of one expert's rows for the host-driven path. */
 cudaError_t v4cu_gather_rows(const float *x, int d, const int32_t *rows, int m, float *out, cudaStream_t st);

@@ -61,6 +61,7 @@
 #include "cuda_fast.h"
 #include "cuda_linear.h"
 #include "cuda_lt.h"
+#include "cuda_mma.h"
 #include "cuda_ops.h"
 #endif
 #include "cu_debug.h"
@@ -189,7 +190,9 @@ struct v4_cuda_engine {
     v4cu_moe_bufs mb;
     v4cu_lt *lt;                    /* fast numerics (borrowed from the backend), NULL = exact */
     int grouped;                    /* every layer has xtab */
+    int mma;                        /* fast mode: large steps' routed experts on the tensor cores (cuda_mma.h) */
     uint64_t grouped_layers;        /* MoE layers run by the grouped path (stats) */
+    uint64_t mma_layers;            /* ... of them with the tensor-core products (stats) */
     uint64_t moe_layers, moe_syncs; /* MoE layer steps; host waits for the stream in them */
     const uint8_t **h_xtab;         /* host source of the xtab uploads [n_layers][6][E] */
 
@@ -716,18 +719,29 @@ static int shared_expert(v4_cuda_engine *e, const dexpert *x, int n)
                : 0;
 }
 
+/* Whether the fast mode's step of n rows runs its routed experts on the tensor cores
+ * (cuda_mma.h): many rows per expert (cuda_plan.h: v4_cuda_fast_moe_grouped says few). */
+static int moe_mma(const v4_cuda_engine *e, int n)
+{
+    const v4_config *c = &e->w->cfg;
+    return e->lt && e->mma && !v4_cuda_fast_moe_grouped(n, c->n_act_experts, c->n_routed_experts);
+}
+
 /* The routed experts with every expert resident: lists, products and the ordered sum
  * on the device (cuda_moe.h), no copy to the host; then the shared expert. */
 static int moe_grouped(v4_cuda_engine *e, const dlayer *lw, int n, const int32_t *route, const float *route_w)
 {
     const v4_config *cfg = &e->w->cfg;
-    const int dim = cfg->dim;
-    if (ck(e, v4cu_moe_routed(&e->mb, lw->xtab, lw->xfp4, cfg->n_routed_experts, dim, cfg->moe_inter,
-                              cfg->swiglu_limit, route, route_w, e->x, n, cfg->n_act_experts, e->st), "moe") ||
+    const int dim = cfg->dim, mma = moe_mma(e, n);
+    if (ck(e, (mma ? v4cu_moe_routed_mma : v4cu_moe_routed)(&e->mb, lw->xtab, lw->xfp4, cfg->n_routed_experts, dim,
+                                                              cfg->moe_inter, cfg->swiglu_limit, route, route_w, e->x,
+                                                              n, cfg->n_act_experts, e->st),
+           mma ? "moe (tensor cores)" : "moe") ||
         shared_expert(e, &lw->shared, n) ||
         ck(e, v4cu_moe_combine(e->mb.go, dim, e->mb.comb, n, cfg->n_act_experts, e->ex_o, e->out, e->st), "moe"))
         return -1;
     e->grouped_layers++;
+    e->mma_layers += mma;
     return 0;
 }
 
@@ -801,12 +815,14 @@ static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *rout
 }
 
 /* Whether layer's routed experts of a step of n rows take the grouped on-device path:
- * always in the exact mode, in the fast mode for steps of few rows per expert
- * (cuda_plan.h: v4_cuda_fast_moe_grouped); only where the layer has its table. */
+ * always in the exact mode; in the fast mode for steps of few rows per expert (the
+ * exact grouped kernels) and, while the tensor-core path passed its self-test, for the
+ * others too (moe_mma); only where the layer has its table. */
 static int moe_on_device(const v4_cuda_engine *e, int layer, int n)
 {
     const v4_config *c = &e->w->cfg;
-    return e->L[layer].xtab && (!e->lt || v4_cuda_fast_moe_grouped(n, c->n_act_experts, c->n_routed_experts));
+    return e->L[layer].xtab &&
+           (!e->lt || moe_mma(e, n) || v4_cuda_fast_moe_grouped(n, c->n_act_experts, c->n_routed_experts));
 }
 
 /* Before layer l's attention: a hash layer's experts are known from the tokens, so with
@@ -822,10 +838,11 @@ static int moe_ahead(v4_cuda_engine *e, int layer, int n, v4_error *err)
  * end of the step).  The grouped path (cuda_moe.h) serves resident and paged experts
  * alike, reading the layer's pointer table: fixed, or the slot table paged_select
  * wrote (no wait for a hash layer, one for a score layer); the fast mode takes it for
- * steps of few rows per expert (moe_on_device).  A fast-mode step of many rows takes
- * the host-driven MoE: the routes and weights come back, the host picks the experts and
- * uploads the row lists (4 waits per layer), each expert's products on the tensor
- * cores (lin). */
+ * steps of few rows per expert with the exact kernels, for the others with the
+ * tensor-core products (moe_mma, cuda_mma.h).  Only when those failed their self-test
+ * (or were turned off) does a fast-mode step of many rows take the host-driven MoE: the
+ * routes and weights come back, the host picks the experts and uploads the row lists
+ * (4 waits per layer), each expert's products through cuBLASLt (lin). */
 static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
@@ -1332,6 +1349,8 @@ static int alloc_scratch(v4_cuda_engine *e)
         I32(m->active, E); I32(m->nact, 1); F(m->wt, P); F(m->gx, P * dim); F(m->gg, P * I); F(m->gu, P * I);
         F(m->gh, P * I); F(m->go, P * dim); F(m->xs, P * (wide / 128 + 1) + 1);
         m->xq = (double *)dalloc(e, sizeof(double) * P * wide);
+        m->xb = (uint16_t *)dalloc(e, sizeof(uint16_t) * P * wide);   /* the fast mode's tensor-core path */
+        I32(m->tl, (size_t)v4cu_mma_tile_bound((int)P, (int)E));
     }
 #undef F
 #undef I32
@@ -1621,6 +1640,31 @@ extern "C" int v4_cuda_engine_use_fast(v4_cuda_engine *e, void *lt, v4_error *er
         return v4_err_set(err, V4_ERR_NOMEM, "cuda engine", "fast mode: the bf16 weight forms (%s): %s", e->fail_where,
                           cudaGetErrorString(e->fail));
     e->lt = (v4cu_lt *)lt;
+    /* the routed experts of large steps on the tensor cores, once they passed the self-test */
+    e->mma = 0;
+    if (e->grouped) {
+        char why[240] = "";
+        const int r = v4cu_mma_selftest(e->st, why, sizeof why);
+        if (r < 0)
+            return v4_err_set(err, V4_ERR_INTERNAL, "cuda engine", "fast mode: grouped tensor-core %s", why);
+        if (r == 0)
+            fprintf(stderr, "v4fleet: fast mode: the grouped tensor-core expert products are off (%s); large steps "
+                            "run one cuBLASLt product per expert\n", why);
+        e->mma = r == 1;
+    }
+    return 0;
+}
+
+extern "C" int v4_cuda_engine_set_mma(v4_cuda_engine *e, int on)
+{
+    if (on && (!e->lt || !e->grouped))
+        return -1;
+    if (on) {
+        char why[240] = "";
+        if (v4cu_mma_selftest(e->st, why, sizeof why) != 1)
+            return -1;
+    }
+    e->mma = on != 0;
     return 0;
 }
 
@@ -1659,6 +1703,7 @@ extern "C" void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_exp
     memset(st, 0, sizeof *st);
     if (e) {
         st->grouped_moe_layers = e->grouped_layers;
+        st->mma_moe_layers = e->mma_layers;
         st->moe_layers = e->moe_layers;
         st->moe_host_syncs = e->moe_syncs;
         st->staging_waits = e->xsl ? v4cu_xslots_staging_waits(e->xsl) : 0;

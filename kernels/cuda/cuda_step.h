@@ -90,22 +90,30 @@ size_t v4_cuda_engine_need(const v4_weights *w, int max_batch, size_t expert_bud
 /* The fast numerics mode (cuda_lt.h): the step's QUANT products and its V4_LIN_BF16
  * ones (head, wo_a, from bf16 forms made here: v4_cuda_engine_fast_need bytes more)
  * run on tensor cores through lt (a struct v4cu_lt: v4_cuda_backend_lt, borrowed; it
- * must outlive e), every MoE layer by per-expert products instead of the grouped
- * kernel; the rest of the step is unchanged.  0, or -1 + err (no device memory). */
+ * must outlive e).  The routed experts: steps of few rows per expert
+ * (v4_cuda_fast_moe_grouped) take the exact grouped kernels; larger steps the grouped
+ * tensor-core products (cuda_mma.h) once their self-test passed here (else, said on
+ * stderr, one cuBLASLt product per expert with host waits); the rest of the step is
+ * unchanged.  0, or -1 + err (no device memory, a CUDA failure in the self-test). */
 int v4_cuda_engine_use_fast(v4_cuda_engine *e, void *lt, v4_error *err);
+/* The fast mode's grouped tensor-core expert products on (1: runs the self-test again,
+ * -1 when it fails or the engine is not in the fast mode with grouped tables) or off
+ * (0: the per-expert cuBLASLt path, as before them).  0 done.  Thread: e's. */
+int v4_cuda_engine_set_mma(v4_cuda_engine *e, int on);
 size_t v4_cuda_engine_fast_need(const v4_weights *w);
 /* Paged experts' counters (all 0 when every expert is resident), the MoE layers run
  * by the on-device grouped path (resident or paged experts alike), every MoE layer
  * step, and the host's waits for the engine's stream inside them (moe_host_syncs:
  * grouped path 0 per layer when resident or hash-routed, 1 per score-routed layer with
- * paged experts; the fast mode's host-driven MoE of a large step 4 per layer).  staging_waits:
+ * paged experts; the fast mode's host-driven MoE of a large step, without the
+ * tensor-core grouped path, 4 per layer).  staging_waits:
  * paged uploads that found their pinned staging buffer still being copied and waited
  * for the copy stream (host waits outside the engine's stream). */
 typedef struct v4_cuda_expert_stats {
     int slots;
     size_t slot_bytes;
     uint64_t hits, misses, evictions, bytes_uploaded;
-    uint64_t grouped_moe_layers;
+    uint64_t grouped_moe_layers, mma_moe_layers;   /* the latter: with tensor-core products */
     uint64_t moe_layers, moe_host_syncs, staging_waits;
 } v4_cuda_expert_stats;
 void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st);

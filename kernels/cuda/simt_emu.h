@@ -26,6 +26,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <cstdio>
 #include <ucontext.h>
 #include <vector>
@@ -101,6 +102,7 @@ static void emu_entry()
 #define __launch_bounds__(x)
 #define __restrict__
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct uint4 {
     uint32_t x, y, z, w;
@@ -446,6 +448,73 @@ static inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *
         std::memmove((char *)d + r * dpitch, (const char *)s + r * spitch, width);
     return cudaSuccess;
 }
+
+/* bf16 as the tensor-core kernels store it (cuda_mma.cu): bits only. */
+struct __nv_bfloat16 {
+    uint16_t x;
+};
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { return __nv_bfloat16{b}; }
+
+/* The WMMA API (mma.h) for the 16x16x16 bf16 shape with float accumulation, by its
+ * documented semantics, which do not depend on how the hardware spreads a fragment
+ * over the warp's lanes: every thread's fragment holds the whole 16x16 tile (loaded
+ * from the same pointer by all 32 lanes, as the API requires), mma_sync computes
+ * d[i][j] = c[i][j] + sum_k a[i][k] b[k][j] with float adds in ascending k (the
+ * products of two bf16 values are exact in float), store_matrix_sync writes the whole
+ * tile (32 identical writes).  The tensor cores' own summation order and rounding are
+ * not modelled: this checks a kernel's tiling, layouts and pointers. */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    float v[16][16];
+    static constexpr int num_elements = 256;
+};
+template <typename Use, typename Layout>
+static inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f, const __nv_bfloat16 *p,
+                                    unsigned ld)
+{
+    const bool rm = std::is_same<Layout, row_major>::value;
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++)
+            f.v[i][j] = __uint_as_float((uint32_t)(rm ? p[(size_t)i * ld + j] : p[(size_t)j * ld + i]).x << 16);
+}
+static inline void fill_fragment(fragment<accumulator, 16, 16, 16, float> &f, float x)
+{
+    for (auto &r : f.v)
+        for (float &e : r)
+            e = x;
+}
+template <typename LA, typename LB>
+static inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                            const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+                            const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+                            const fragment<accumulator, 16, 16, 16, float> &c)
+{
+    float out[16][16];
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            float acc = c.v[i][j];
+            for (int k = 0; k < 16; k++)
+                acc += a.v[i][k] * b.v[k][j];
+            out[i][j] = acc;
+        }
+    std::memcpy(d.v, out, sizeof out);
+}
+static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ld,
+                                     layout_t l)
+{
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++)
+            p[l == mem_row_major ? (size_t)i * ld + j : (size_t)j * ld + i] = f.v[i][j];
+}
+} /* namespace wmma */
+} /* namespace nvcuda */
 
 /* V4CU_LAUNCH (cu_launch.h) in emulation. */
 static inline void v4emu_launch(dim3 grid, dim3 block, const std::function<void()> &fn)

@@ -23,6 +23,8 @@
 #include "kernels/cuda/cuda_linear.cu"
 #include "kernels/cuda/cuda_ops.cu"
 #include "kernels/cuda/cuda_moe.cu"
+static const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated CUDA error" : "no error"; }
+#include "kernels/cuda/cuda_mma.cu"
 
 /* the driver's random stream: tests/linear_gen.h's splitmix64 from a fixed seed */
 static rng g_r = {0x0123456789abcdefull};
@@ -38,15 +40,18 @@ struct bufs {
     std::vector<int32_t> rows, eid, tile, comb, start, active, nact;
     std::vector<float> wt, gx, gg, gu, gh, go, xs;
     std::vector<double> xq;
+    std::vector<uint16_t> xb;
+    std::vector<int32_t> tl;
     v4cu_moe_bufs b;
     bufs(int P, int E, int d, int I)
         : rows(P, -9), eid(P, -9), tile(P, -9), comb(P, -9), start(E + 1, -9), active(E, -9), nact(1, -9),
           wt(P, -9.0f), gx((size_t)P * d), gg((size_t)P * I), gu((size_t)P * I), gh((size_t)P * I),
-          go((size_t)P * d), xs((size_t)P * ((d > I ? d : I) / 128 + 1) + 1), xq((size_t)P * (d > I ? d : I))
+          go((size_t)P * d), xs((size_t)P * ((d > I ? d : I) / 128 + 1) + 1), xq((size_t)P * (d > I ? d : I)),
+          xb((size_t)P * (d > I ? d : I)), tl((size_t)v4cu_mma_tile_bound(P, E), -9)
     {
         b = v4cu_moe_bufs{rows.data(), eid.data(), tile.data(), comb.data(), start.data(), active.data(),
                           nact.data(), wt.data(), gx.data(), gg.data(), gu.data(), gh.data(), go.data(),
-                          xq.data(), xs.data()};
+                          xq.data(), xs.data(), xb.data(), tl.data()};
     }
 };
 
@@ -129,29 +134,42 @@ static void lists_cases()
     lists_case("lists: an id out of range is dropped", {3, 17, 1, 3, -1, 2}, 2, 3, 16, 4);
 }
 
+/* E random experts (w1/w3 I x d, w2 d x I; FP4 or FP8 without NaN codes) and their
+ * pointer table [6][E].  exact_sums: FP8 codes in +-[1, 3.75] and every scale 2^0, so
+ * that products of small-integer activations sum exactly in float (mma_case). */
+struct experts {
+    std::vector<std::vector<uint8_t>> W, S;
+    std::vector<const uint8_t *> tab;
+    experts(int fp4, int E, int d, int I, int exact_sums) : W(3 * (size_t)E), S(3 * (size_t)E), tab(6 * (size_t)E)
+    {
+        for (int x = 0; x < E; x++)
+            for (int k = 0; k < 3; k++) {
+                const int rows = k == 2 ? d : I, cols = k == 2 ? I : d;
+                auto &w = W[(size_t)x * 3 + k];
+                auto &s = S[(size_t)x * 3 + k];
+                w.resize(fp4 ? (size_t)rows * cols / 2 : (size_t)rows * cols);
+                for (auto &b : w) {
+                    b = (uint8_t)rnd();
+                    if (!fp4 && exact_sums)
+                        b = (uint8_t)((b & 0x80) | (0x38 + (b & 0x0f)));   /* e4m3 in [1, 3.75]: multiples of 1/8 */
+                    if (!fp4 && (b & 0x7f) == 0x7f)
+                        b = 0x21;
+                }
+                s.resize(fp4 ? (size_t)rows * (cols / 32) : (size_t)((rows + 127) / 128) * ((cols + 127) / 128));
+                for (auto &v : s)
+                    v = exact_sums ? (uint8_t)127 : (uint8_t)(120 + rnd() % 10);
+                tab[(size_t)(2 * k) * E + x] = w.data();
+                tab[(size_t)(2 * k + 1) * E + x] = s.data();
+            }
+    }
+};
+
 /* Grouped path vs the host-driven per-expert launches, bit for bit. */
 static void grouped_case(int fp4, int n, int K, int E, int d, int I)
 {
     const int P = n * K;
-    std::vector<std::vector<uint8_t>> W(3 * (size_t)E), S(3 * (size_t)E);
-    std::vector<const uint8_t *> tab(6 * (size_t)E);
-    for (int x = 0; x < E; x++)
-        for (int k = 0; k < 3; k++) {
-            const int rows = k == 2 ? d : I, cols = k == 2 ? I : d;
-            auto &w = W[(size_t)x * 3 + k];
-            auto &s = S[(size_t)x * 3 + k];
-            w.resize(fp4 ? (size_t)rows * cols / 2 : (size_t)rows * cols);
-            for (auto &b : w) {
-                b = (uint8_t)rnd();
-                if (!fp4 && (b & 0x7f) == 0x7f)
-                    b = 0x21;
-            }
-            s.resize(fp4 ? (size_t)rows * (cols / 32) : (size_t)((rows + 127) / 128) * ((cols + 127) / 128));
-            for (auto &v : s)
-                v = (uint8_t)(120 + rnd() % 10);
-            tab[(size_t)(2 * k) * E + x] = w.data();
-            tab[(size_t)(2 * k + 1) * E + x] = s.data();
-        }
+    const experts X(fp4, E, d, I, 0);
+    const std::vector<const uint8_t *> &tab = X.tab;
     std::vector<float> x((size_t)n * d), sh((size_t)n * d), rw((size_t)P);
     std::vector<int32_t> ids((size_t)P);
     for (auto &v : x)
@@ -214,6 +232,70 @@ static void grouped_case(int fp4, int n, int K, int E, int d, int I)
     bad_total += bad;
 }
 
+/* The tensor-core grouped path (cuda_mma.h) against the exact grouped path on the same
+ * inputs.  exact_sums: x small integers and weights with scale 1 (FP4) or a power-of-two
+ * grid (FP8) chosen so every sum of the w1/w3 products is exact in float: those outputs
+ * must then be bit-identical (any tiling, staging, masking or layout fault shows as a
+ * wrong sum, not as rounding), and the tile list must be the 16-pair tiles of each
+ * expert; otherwise random inputs.  Always: the final outputs within calc_diff 1e-5 of
+ * the exact path's, the same NaN/Inf pattern. */
+static void mma_case(int fp4, int exact_sums, int n, int K, int E, int d, int I)
+{
+    const int P = n * K;
+    const experts X(fp4, E, d, I, exact_sums);
+    const std::vector<const uint8_t *> &tab = X.tab;
+    std::vector<float> x((size_t)n * d), sh((size_t)n * d), rw((size_t)P);
+    std::vector<int32_t> ids((size_t)P);
+    for (auto &v : x)   /* exact: integers |x| <= 15 (e4m3 keeps x * 16 exactly) */
+        v = exact_sums ? (float)((int)(rnd() % 31) - 15) : rbf((int)(rnd() % 6) - 3);
+    for (auto &v : sh)
+        v = rbf((int)(rnd() % 6) - 8);
+    for (int b = 0; b < n; b++)
+        for (int k = 0; k < K; k++) {
+            ids[(size_t)b * K + k] = (int32_t)(rnd() % E);
+            rw[(size_t)b * K + k] = rbf(-1);
+        }
+    if (exact_sums)
+        for (int j = 0; j < d; j++)
+            x[(size_t)j] = (float)(j % 31) - 15.0f;   /* amax 15 in every block of row 0 */
+    const float lim = 10.0f;
+    bufs R(P, E, d, I), T(P, E, d, I);
+    std::vector<float> ref((size_t)n * d, -7.0f), out((size_t)n * d, -7.0f);
+    int bad = v4cu_moe_routed(&R.b, tab.data(), fp4, E, d, I, lim, ids.data(), rw.data(), x.data(), n, K, nullptr) !=
+                      cudaSuccess ||
+              v4cu_moe_combine(R.go.data(), d, R.comb.data(), n, K, sh.data(), ref.data(), nullptr) != cudaSuccess ||
+              v4cu_moe_routed_mma(&T.b, tab.data(), fp4, E, d, I, lim, ids.data(), rw.data(), x.data(), n, K,
+                                  nullptr) != cudaSuccess ||
+              v4cu_moe_combine(T.go.data(), d, T.comb.data(), n, K, sh.data(), out.data(), nullptr) != cudaSuccess;
+    /* the tile list: each expert's pairs from its first slot in steps of 16 */
+    std::vector<int32_t> rtl;
+    for (int e = 0; e < E; e++)
+        for (int s = T.start[(size_t)e]; s < T.start[(size_t)e + 1]; s += 16)
+            rtl.push_back(s);
+    int tiles_bad = 0, straddle = 0;
+    for (size_t t = 0; t < T.tl.size(); t++)
+        tiles_bad += T.tl[t] != (t < rtl.size() ? rtl[t] : -1);
+    for (int e = 0; e < E; e++)
+        straddle += T.start[(size_t)e + 1] - T.start[(size_t)e] > 16;
+    int exact_bad = 0;
+    if (exact_sums)
+        for (size_t i = 0; i < (size_t)P * I; i++)
+            exact_bad += memcmp(&R.gg[i], &T.gg[i], 4) != 0 || memcmp(&R.gu[i], &T.gu[i], 4) != 0;
+    long pat = 0;
+    const double cd = v4_calc_diff(ref.data(), out.data(), out.size(), &pat);
+    bad += tiles_bad + exact_bad + (pat != 0) + !(cd <= 1e-5) + (straddle == 0);
+    char what[120];
+    snprintf(what, sizeof what, "tensor-core %s%s n=%d K=%d E=%d d=%d I=%d vs exact grouped", fp4 ? "fp4" : "fp8",
+             exact_sums ? " (exact sums)" : "", n, K, E, d, I);
+    char eq[64] = "";
+    if (exact_sums)
+        snprintf(eq, sizeof eq, "; w1/w3 %d of %zu differ", exact_bad, (size_t)P * I);
+    printf("%-58s %s (calc_diff %.3g; %zu tiles, %d experts over 16 pairs; tile list %d bad%s; %ld NaN/Inf "
+           "mismatches)\n",
+           what, bad ? "FAIL" : "ok", cd, rtl.size(), straddle, tiles_bad, eq, pat);
+    bad_total += bad != 0;
+}
+
 /* The combination alone on order-sensitive values (+-2^25 and small ones, so partial
  * sums cancel): against the scatter-adds of the host path in ascending expert id. */
 static void combine_case(int n, int K, int E, int d)
@@ -255,6 +337,16 @@ int main()
     grouped_case(1, 5, 4, 8, 256, 128);
     grouped_case(0, 1, 3, 6, 256, 256);
     grouped_case(0, 5, 3, 6, 256, 128);
+    mma_case(1, 1, 24, 4, 5, 256, 128);
+    mma_case(0, 1, 24, 4, 5, 256, 128);
+    mma_case(1, 0, 40, 6, 8, 256, 256);
+    mma_case(0, 0, 33, 3, 4, 384, 128);
+    {
+        char why[240] = "";
+        const int r = v4cu_mma_selftest(nullptr, why, sizeof why);
+        printf("%-58s %s %s\n", "tensor-core self-test (as the engine runs it)", r == 1 ? "ok" : "FAIL", why);
+        bad_total += r != 1;
+    }
     combine_case(7, 6, 5, 300);
     combine_case(1, 4, 16, 256);
     printf("%s: %d mismatches\n", bad_total ? "FAILED" : "all equal", bad_total);

@@ -19,6 +19,7 @@
 #include "kernels/cuda/cuda_moe.cu"
 static const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated CUDA error" : "no error"; }
 #include "kernels/cuda/xslots.cu"
+#include "kernels/cuda/cuda_mma.cu"
 #include "kernels/cuda/cuda_fast.cu"
 /* cuBLASLt does not run under the emulation: the step's fast mode (e->lt) stays off
  * here, and these stand-ins, never called, let cuda_step.cu compile (the fast-mode
