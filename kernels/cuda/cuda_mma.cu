@@ -48,16 +48,16 @@ __device__ __forceinline__ float e2m1_f32(uint32_t c)
     return (c & 8u) ? -v : v;
 }
 
-__global__ void k_mma_tiles(const int32_t *tile, int P, int ntl, int32_t *tl)
+/* 16 weight bytes: one 16-byte load where aligned (vec), else byte by byte. */
+__device__ __forceinline__ void mma_load16(const uint8_t *p, bool vec, uint8_t out[16])
 {
-    if (threadIdx.x != 0)
-        return;
-    int nt = 0;
-    for (int s = 0; s < P && nt < ntl; s++)
-        if (tile[s] > 0)
-            tl[nt++] = s;
-    for (; nt < ntl; nt++)
-        tl[nt] = -1;
+    if (vec) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p));
+        memcpy(out, &v, 16);
+    } else {
+        for (int i = 0; i < 16; i++)
+            out[i] = p[i];
+    }
 }
 
 __global__ void k_mma_act(const double *xq, const float *xs, int K, uint16_t *xb)
@@ -85,6 +85,7 @@ k_mma_grouped(const uint8_t *const *__restrict__ wtab, const uint8_t *const *__r
     const int m = tile[s], x = eid[s], n0 = blockIdx.x * NBK, t = threadIdx.x, warp = t >> 5;
     const uint8_t *w = wtab[x], *scale = stab[x];
     const int scols = (K + 127) / 128;
+    const bool vec = ((uintptr_t)w % 16u) == 0;   /* row and column offsets below are multiples of 16 */
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
@@ -103,16 +104,19 @@ k_mma_grouped(const uint8_t *const *__restrict__ wtab, const uint8_t *const *__r
                 for (int i = 0; i < 32; i++)
                     dst[i] = __ushort_as_bfloat16((uint16_t)0);
             } else if (FP4) {
-                const uint8_t *src = w + (size_t)row * (K / 2) + (k0 + c) / 2;
+                uint8_t b[16];
+                mma_load16(w + (size_t)row * (K / 2) + (k0 + c) / 2, vec, b);
                 const float sw = v4d_e8m0(scale[(size_t)row * (K / 32) + (k0 + c) / 32]);
                 for (int i = 0; i < 32; i++)
                     dst[i] = __ushort_as_bfloat16(
-                        v4d_bf16_bits(__fmul_rn(e2m1_f32((src[i >> 1] >> (4 * (i & 1))) & 15u), sw)));
+                        v4d_bf16_bits(__fmul_rn(e2m1_f32((b[i >> 1] >> (4 * (i & 1))) & 15u), sw)));
             } else {
-                const uint8_t *src = w + (size_t)row * K + k0 + c;
+                uint8_t b[32];
+                mma_load16(w + (size_t)row * K + k0 + c, vec, b);
+                mma_load16(w + (size_t)row * K + k0 + c + 16, vec, b + 16);
                 const float sw = v4d_e8m0(scale[(size_t)(row / 128) * scols + (k0 + c) / 128]);
                 for (int i = 0; i < 32; i++)
-                    dst[i] = __ushort_as_bfloat16(v4d_bf16_bits(__fmul_rn(v4d_e4m3(src[i]), sw)));
+                    dst[i] = __ushort_as_bfloat16(v4d_bf16_bits(__fmul_rn(v4d_e4m3(b[i]), sw)));
             }
         }
         __syncthreads();
@@ -153,14 +157,6 @@ struct st_bufs {
 
 } /* namespace */
 
-extern "C" cudaError_t v4cu_mma_tiles(const int32_t *tile, int P, int E, int32_t *tl, cudaStream_t st)
-{
-    if (P < 1 || E < 1)
-        return cudaErrorInvalidValue;
-    V4CU_LAUNCH(k_mma_tiles, 1, 32, st, tile, P, v4cu_mma_tile_bound(P, E), tl);
-    return cudaGetLastError();
-}
-
 extern "C" cudaError_t v4cu_mma_act(const double *xq, const float *xs, int P, int K, uint16_t *xb, cudaStream_t st)
 {
     if (P < 1 || K % 128)
@@ -195,7 +191,7 @@ extern "C" int v4cu_mma_selftest(cudaStream_t st, char *why, size_t nwhy)
     uint64_t seed = 0x5eedf00d12345678ull;
     uint8_t *hw = (uint8_t *)malloc(wbytes);
     float *hx = (float *)malloc(sizeof(float) * P * K), *hy = (float *)malloc(sizeof(float) * 2 * P * rows);
-    int32_t hi[3 * 64];
+    int32_t hi[3 * 64];   /* eid, tile, tile list */
     if (!hw || !hx || !hy) {
         free(hw), free(hx), free(hy);
         snprintf(why, nwhy, "self-test: host memory");
@@ -223,6 +219,13 @@ extern "C" int v4cu_mma_selftest(cudaStream_t st, char *why, size_t nwhy)
         const int r = s < m0 ? s : s - m0, mx = s < m0 ? m0 : P - m0;
         hi[64 + s] = s < P && r % MB == 0 ? (mx - r < MB ? mx - r : MB) : 0;
     }
+    for (int s = 0, nt = 0; s < 64; s++) {
+        if (s < P && hi[64 + s] > 0)
+            hi[128 + nt++] = s;
+        if (s == 63)
+            for (; nt < 64; nt++)
+                hi[128 + nt] = -1;
+    }
     st_bufs B;
     const size_t bytes[4] = {wbytes, sizeof(float) * (size_t)P * K + sizeof(float) * 2 * (size_t)P * rows,
                              sizeof(double) * (size_t)P * K + sizeof(float) * ((size_t)P * (K / 128) + 1),
@@ -248,15 +251,13 @@ extern "C" int v4cu_mma_selftest(cudaStream_t st, char *why, size_t nwhy)
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(dx, hx, sizeof(float) * (size_t)P * K, cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess)
-        e = cudaMemcpyAsync(deid, hi, sizeof(int32_t) * 128, cudaMemcpyHostToDevice, st);
+        e = cudaMemcpyAsync(deid, hi, sizeof hi, cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess)
         e = cudaMemcpyAsync((void *)dtab, htab, sizeof htab, cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess)
         e = v4cu_act_quant(dx, P, K, dxq, dxs, st);
     if (e == cudaSuccess)
         e = v4cu_mma_act(dxq, dxs, P, K, dxb, st);
-    if (e == cudaSuccess)
-        e = v4cu_mma_tiles(dtile, P, E, dtl, st);
     int rc = 1;
     for (int fp4 = 0; fp4 < 2 && e == cudaSuccess && rc == 1; fp4++) {
         for (int x = 0; x < E && e == cudaSuccess; x++) {

@@ -54,13 +54,12 @@ static inline int v4cu_mma_tile_bound(int P, int E)
     return (P + 15 * a + 15) / 16;
 }
 
-/* tl [v4cu_mma_tile_bound(P, E)]: the slots s < P with tile[s] > 0, ascending, then -1. */
-cudaError_t v4cu_mma_tiles(const int32_t *tile, int P, int E, int32_t *tl, cudaStream_t st);
 /* xb [P][K] bf16 bits = xq * xs (the dequantized activations; exact). */
 cudaError_t v4cu_mma_act(const double *xq, const float *xs, int P, int K, uint16_t *xb, cudaStream_t st);
 /* y [P][rows] for every tile of tl: y[s + i] = bf16(W_eid[s] . xb[s + i]) for i < tile[s]
- * (rows of other slots untouched).  wtab/stab: the weight and scale pointers by expert
- * id; ntl: tl's size (v4cu_mma_tile_bound). */
+ * (rows of other slots untouched).  tl: the tiles' first slots ascending, -1 padded to
+ * its size ntl (v4cu_mma_tile_bound; cuda_moe.h's list builder writes it); wtab/stab:
+ * the weight and scale pointers by expert id. */
 cudaError_t v4cu_mma_grouped(int fp4, const uint8_t *const *wtab, const uint8_t *const *stab, const int32_t *eid,
                              const int32_t *tile, const int32_t *tl, int ntl, int rows, int K, const uint16_t *xb,
                              float *y, cudaStream_t st);

@@ -26,7 +26,8 @@ constexpr int LIST_NT = 256;    /* threads of the list builder's block */
 
 __global__ void __launch_bounds__(LIST_NT)
 k_moe_lists(const int32_t *ids, const float *w, int n, int K, int E, int nbt, int32_t *rows, float *wt,
-            int32_t *eid, int32_t *tile, int32_t *comb, int32_t *start, int32_t *active, int32_t *nact)
+            int32_t *eid, int32_t *tile, int32_t *comb, int32_t *start, int32_t *active, int32_t *nact, int32_t *tl,
+            int ntl)
 {
     __shared__ int32_t s_ids[V4CU_MOE_MAX_PAIRS], s_pos[V4CU_MOE_MAX_PAIRS];
     __shared__ int32_t s_cnt[V4CU_MOE_MAX_EXPERTS], s_start[V4CU_MOE_MAX_EXPERTS + 1];
@@ -53,6 +54,14 @@ k_moe_lists(const int32_t *ids, const float *w, int n, int K, int E, int nbt, in
         }
         s_start[E] = start[E] = off;
         *nact = na;
+        if (tl) {   /* the tiles' first slots, ascending (the tensor-core path's list) */
+            int nt = 0;
+            for (int x = 0; x < E; x++)
+                for (int r = 0; r < s_cnt[x] && nt < ntl; r += nbt)
+                    tl[nt++] = s_start[x] + r;
+            for (; nt < ntl; nt++)
+                tl[nt] = -1;
+        }
     }
     __syncthreads();
     /* pair p = b*K + k: its rank among its expert's pairs is the count of earlier p
@@ -134,8 +143,9 @@ extern "C" cudaError_t v4cu_moe_lists(const int32_t *ids, const float *w, int n,
     if (n < 1 || K < 1 || (long)n * K > V4CU_MOE_MAX_PAIRS || E < 1 || E > V4CU_MOE_MAX_EXPERTS ||
         (nbt != 1 && nbt != 4 && nbt != V4CU_MMA_ROWS))
         return cudaErrorInvalidValue;
+    int32_t *tl = nbt == V4CU_MMA_ROWS ? B->tl : NULL;
     V4CU_LAUNCH(k_moe_lists, 1, LIST_NT, st, ids, w, n, K, E, nbt, B->rows, B->wt, B->eid, B->tile, B->comb,
-                B->start, B->active, B->nact);
+                B->start, B->active, B->nact, tl, tl ? v4cu_mma_tile_bound(n * K, E) : 0);
     return cudaGetLastError();
 }
 
@@ -165,8 +175,8 @@ extern "C" cudaError_t v4cu_moe_routed_mma(const v4cu_moe_bufs *B, const uint8_t
                                            const float *x, int n, int K, cudaStream_t st)
 {
     const int P = n * K, ntl = v4cu_mma_tile_bound(P, E);
-    cudaError_t rc = v4cu_moe_lists(ids, w, n, K, E, V4CU_MMA_ROWS, B, st);
-    if (rc != cudaSuccess || (rc = v4cu_mma_tiles(B->tile, P, E, B->tl, st)) != cudaSuccess)
+    cudaError_t rc = v4cu_moe_lists(ids, w, n, K, E, V4CU_MMA_ROWS, B, st);   /* tiles + list tl */
+    if (rc != cudaSuccess)
         return rc;
     V4CU_LAUNCH(k_moe_gather, dim3(v4cu_cdiv(d, MOE_NT), (unsigned)P), MOE_NT, st, x, d, B->rows, B->gx);
     if ((rc = cudaGetLastError()) != cudaSuccess || (rc = v4cu_act_quant(B->gx, P, d, B->xq, B->xs, st)) != cudaSuccess ||

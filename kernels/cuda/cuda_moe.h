@@ -55,7 +55,8 @@ typedef struct v4cu_moe_bufs {
 } v4cu_moe_bufs;
 
 /* The sorted pairs and lists above from ids/w [n][K] (one block). nbt: tile size, 1, 4
- * or 16 (V4CU_MMA_ROWS, the tensor-core path's). */
+ * or 16 (V4CU_MMA_ROWS, the tensor-core path's: then also B->tl, the tiles' first slots
+ * ascending, -1 padded to v4cu_mma_tile_bound(n*K, E)). */
 cudaError_t v4cu_moe_lists(const int32_t *ids, const float *w, int n, int K, int E, int nbt, const v4cu_moe_bufs *B,
                            cudaStream_t st);
 /* The routed experts of a layer: lists, gather of x [n][d] into gx, w1/w3 (grouped),

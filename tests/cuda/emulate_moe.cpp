@@ -136,18 +136,20 @@ static void lists_cases()
 
 /* E random experts (w1/w3 I x d, w2 d x I; FP4 or FP8 without NaN codes) and their
  * pointer table [6][E].  exact_sums: FP8 codes in +-[1, 3.75] and every scale 2^0, so
- * that products of small-integer activations sum exactly in float (mma_case). */
+ * that products of small-integer activations sum exactly in float (mma_case); misalign:
+ * every weight one byte past a 16-byte boundary (the kernels' byte-load paths). */
 struct experts {
     std::vector<std::vector<uint8_t>> W, S;
     std::vector<const uint8_t *> tab;
-    experts(int fp4, int E, int d, int I, int exact_sums) : W(3 * (size_t)E), S(3 * (size_t)E), tab(6 * (size_t)E)
+    experts(int fp4, int E, int d, int I, int exact_sums, int misalign = 0)
+        : W(3 * (size_t)E), S(3 * (size_t)E), tab(6 * (size_t)E)
     {
         for (int x = 0; x < E; x++)
             for (int k = 0; k < 3; k++) {
                 const int rows = k == 2 ? d : I, cols = k == 2 ? I : d;
                 auto &w = W[(size_t)x * 3 + k];
                 auto &s = S[(size_t)x * 3 + k];
-                w.resize(fp4 ? (size_t)rows * cols / 2 : (size_t)rows * cols);
+                w.resize((fp4 ? (size_t)rows * cols / 2 : (size_t)rows * cols) + (misalign ? 16 : 0));
                 for (auto &b : w) {
                     b = (uint8_t)rnd();
                     if (!fp4 && exact_sums)
@@ -158,7 +160,10 @@ struct experts {
                 s.resize(fp4 ? (size_t)rows * (cols / 32) : (size_t)((rows + 127) / 128) * ((cols + 127) / 128));
                 for (auto &v : s)
                     v = exact_sums ? (uint8_t)127 : (uint8_t)(120 + rnd() % 10);
-                tab[(size_t)(2 * k) * E + x] = w.data();
+                const uint8_t *wp = w.data();
+                if (misalign)
+                    wp += (17 - (uintptr_t)wp % 16) % 16;   /* = 1 mod 16, within the 16 extra bytes */
+                tab[(size_t)(2 * k) * E + x] = wp;
                 tab[(size_t)(2 * k + 1) * E + x] = s.data();
             }
     }
@@ -239,10 +244,10 @@ static void grouped_case(int fp4, int n, int K, int E, int d, int I)
  * wrong sum, not as rounding), and the tile list must be the 16-pair tiles of each
  * expert; otherwise random inputs.  Always: the final outputs within calc_diff 1e-5 of
  * the exact path's, the same NaN/Inf pattern. */
-static void mma_case(int fp4, int exact_sums, int n, int K, int E, int d, int I)
+static void mma_case(int fp4, int exact_sums, int n, int K, int E, int d, int I, int misalign = 0)
 {
     const int P = n * K;
-    const experts X(fp4, E, d, I, exact_sums);
+    const experts X(fp4, E, d, I, exact_sums, misalign);
     const std::vector<const uint8_t *> &tab = X.tab;
     std::vector<float> x((size_t)n * d), sh((size_t)n * d), rw((size_t)P);
     std::vector<int32_t> ids((size_t)P);
@@ -285,8 +290,8 @@ static void mma_case(int fp4, int exact_sums, int n, int K, int E, int d, int I)
     const double cd = v4_calc_diff(ref.data(), out.data(), out.size(), &pat);
     bad += tiles_bad + exact_bad + (pat != 0) + !(cd <= 1e-5) + (straddle == 0);
     char what[120];
-    snprintf(what, sizeof what, "tensor-core %s%s n=%d K=%d E=%d d=%d I=%d vs exact grouped", fp4 ? "fp4" : "fp8",
-             exact_sums ? " (exact sums)" : "", n, K, E, d, I);
+    snprintf(what, sizeof what, "tensor-core %s%s%s n=%d K=%d E=%d d=%d I=%d vs exact grouped", fp4 ? "fp4" : "fp8",
+             exact_sums ? " (exact sums)" : "", misalign ? " (misaligned)" : "", n, K, E, d, I);
     char eq[64] = "";
     if (exact_sums)
         snprintf(eq, sizeof eq, "; w1/w3 %d of %zu differ", exact_bad, (size_t)P * I);
@@ -339,6 +344,8 @@ int main()
     grouped_case(0, 5, 3, 6, 256, 128);
     mma_case(1, 1, 24, 4, 5, 256, 128);
     mma_case(0, 1, 24, 4, 5, 256, 128);
+    mma_case(1, 1, 20, 4, 5, 256, 128, 1);
+    mma_case(0, 1, 20, 4, 5, 256, 128, 1);
     mma_case(1, 0, 40, 6, 8, 256, 256);
     mma_case(0, 0, 33, 3, 4, 384, 128);
     {
