@@ -149,47 +149,49 @@ extern "C" cudaError_t v4cu_moe_lists(const int32_t *ids, const float *w, int n,
     return cudaGetLastError();
 }
 
+/* The routed experts' sequence (lists, gather, quantize, w1, w3, SwiGLU, quantize, w2)
+ * with the exact grouped products, or with the tensor-core ones (mma: tiles of
+ * V4CU_MMA_ROWS and the tile list, activations also as bf16). */
+static cudaError_t routed(const v4cu_moe_bufs *B, const uint8_t *const *tab, int fp4, int E, int d, int I, float lim,
+                          const int32_t *ids, const float *w, const float *x, int n, int K, int mma, cudaStream_t st)
+{
+    /* exact: one row per tile when no expert can have two */
+    const int P = n * K, nbt = mma ? V4CU_MMA_ROWS : n == 1 ? 1 : 4, ntl = v4cu_mma_tile_bound(P, E);
+    /* in [P][cols] -> xq/xs (and xb for the tensor cores) */
+    auto quant = [&](const float *in, int cols) {
+        cudaError_t r = v4cu_act_quant(in, P, cols, B->xq, B->xs, st);
+        return r == cudaSuccess && mma ? v4cu_mma_act(B->xq, B->xs, P, cols, B->xb, st) : r;
+    };
+    /* matrix k (0 w1, 1 w3, 2 w2: rows x cols) on the quantized activations into y */
+    auto prod = [&](int k, int rows, int cols, float *y) {
+        const uint8_t *const *wt = tab + (size_t)(2 * k) * E, *const *sc = tab + (size_t)(2 * k + 1) * E;
+        return mma ? v4cu_mma_grouped(fp4, wt, sc, B->eid, B->tile, B->tl, ntl, rows, cols, B->xb, y, st)
+                   : v4cu_quant_grouped(fp4, nbt, wt, sc, B->eid, B->tile, rows, cols, P, B->xq, B->xs, y, st);
+    };
+    cudaError_t rc = v4cu_moe_lists(ids, w, n, K, E, nbt, B, st);   /* (mma: also the tile list) */
+    if (rc != cudaSuccess)
+        return rc;
+    V4CU_LAUNCH(k_moe_gather, dim3(v4cu_cdiv(d, MOE_NT), (unsigned)P), MOE_NT, st, x, d, B->rows, B->gx);
+    if ((rc = cudaGetLastError()) != cudaSuccess || (rc = quant(B->gx, d)) != cudaSuccess ||
+        (rc = prod(0, I, d, B->gg)) != cudaSuccess || (rc = prod(1, I, d, B->gu)) != cudaSuccess ||
+        (rc = v4cu_swiglu(B->gg, B->gu, I, lim, B->wt, B->gh, P, st)) != cudaSuccess ||
+        (rc = quant(B->gh, I)) != cudaSuccess)
+        return rc;
+    return prod(2, d, I, B->go);
+}
+
 extern "C" cudaError_t v4cu_moe_routed(const v4cu_moe_bufs *B, const uint8_t *const *tab, int fp4, int E, int d,
                                        int I, float lim, const int32_t *ids, const float *w, const float *x, int n,
                                        int K, cudaStream_t st)
 {
-    const int P = n * K, nbt = n == 1 ? 1 : 4;   /* one row per tile when no expert can have two */
-    cudaError_t rc = v4cu_moe_lists(ids, w, n, K, E, nbt, B, st);
-    if (rc != cudaSuccess)
-        return rc;
-    V4CU_LAUNCH(k_moe_gather, dim3(v4cu_cdiv(d, MOE_NT), (unsigned)P), MOE_NT, st, x, d, B->rows, B->gx);
-    if ((rc = cudaGetLastError()) != cudaSuccess ||
-        (rc = v4cu_act_quant(B->gx, P, d, B->xq, B->xs, st)) != cudaSuccess ||
-        (rc = v4cu_quant_grouped(fp4, nbt, tab, tab + E, B->eid, B->tile, I, d, P, B->xq, B->xs, B->gg, st)) !=
-            cudaSuccess ||
-        (rc = v4cu_quant_grouped(fp4, nbt, tab + 2 * E, tab + 3 * E, B->eid, B->tile, I, d, P, B->xq, B->xs, B->gu,
-                                 st)) != cudaSuccess ||
-        (rc = v4cu_swiglu(B->gg, B->gu, I, lim, B->wt, B->gh, P, st)) != cudaSuccess ||
-        (rc = v4cu_act_quant(B->gh, P, I, B->xq, B->xs, st)) != cudaSuccess)
-        return rc;
-    return v4cu_quant_grouped(fp4, nbt, tab + 4 * E, tab + 5 * E, B->eid, B->tile, d, I, P, B->xq, B->xs, B->go, st);
+    return routed(B, tab, fp4, E, d, I, lim, ids, w, x, n, K, 0, st);
 }
 
 extern "C" cudaError_t v4cu_moe_routed_mma(const v4cu_moe_bufs *B, const uint8_t *const *tab, int fp4, int E,
                                            int d, int I, float lim, const int32_t *ids, const float *w,
                                            const float *x, int n, int K, cudaStream_t st)
 {
-    const int P = n * K, ntl = v4cu_mma_tile_bound(P, E);
-    cudaError_t rc = v4cu_moe_lists(ids, w, n, K, E, V4CU_MMA_ROWS, B, st);   /* tiles + list tl */
-    if (rc != cudaSuccess)
-        return rc;
-    V4CU_LAUNCH(k_moe_gather, dim3(v4cu_cdiv(d, MOE_NT), (unsigned)P), MOE_NT, st, x, d, B->rows, B->gx);
-    if ((rc = cudaGetLastError()) != cudaSuccess || (rc = v4cu_act_quant(B->gx, P, d, B->xq, B->xs, st)) != cudaSuccess ||
-        (rc = v4cu_mma_act(B->xq, B->xs, P, d, B->xb, st)) != cudaSuccess ||
-        (rc = v4cu_mma_grouped(fp4, tab, tab + E, B->eid, B->tile, B->tl, ntl, I, d, B->xb, B->gg, st)) !=
-            cudaSuccess ||
-        (rc = v4cu_mma_grouped(fp4, tab + 2 * E, tab + 3 * E, B->eid, B->tile, B->tl, ntl, I, d, B->xb, B->gu, st)) !=
-            cudaSuccess ||
-        (rc = v4cu_swiglu(B->gg, B->gu, I, lim, B->wt, B->gh, P, st)) != cudaSuccess ||
-        (rc = v4cu_act_quant(B->gh, P, I, B->xq, B->xs, st)) != cudaSuccess ||
-        (rc = v4cu_mma_act(B->xq, B->xs, P, I, B->xb, st)) != cudaSuccess)
-        return rc;
-    return v4cu_mma_grouped(fp4, tab + 4 * E, tab + 5 * E, B->eid, B->tile, B->tl, ntl, d, I, B->xb, B->go, st);
+    return routed(B, tab, fp4, E, d, I, lim, ids, w, x, n, K, 1, st);
 }
 
 extern "C" cudaError_t v4cu_gather_rows(const float *x, int d, const int32_t *rows, int m, float *out,

@@ -821,8 +821,7 @@ static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *rout
 static int moe_on_device(const v4_cuda_engine *e, int layer, int n)
 {
     const v4_config *c = &e->w->cfg;
-    return e->L[layer].xtab &&
-           (!e->lt || moe_mma(e, n) || v4_cuda_fast_moe_grouped(n, c->n_act_experts, c->n_routed_experts));
+    return e->L[layer].xtab && (!e->lt || e->mma || v4_cuda_fast_moe_grouped(n, c->n_act_experts, c->n_routed_experts));
 }
 
 /* Before layer l's attention: a hash layer's experts are known from the tokens, so with
