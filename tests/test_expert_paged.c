@@ -5,7 +5,9 @@
  * layer of every step) to all experts, the logits equal the golden logits bit for bit,
  * single and batched; the budget's high-water mark is never exceeded; a corrupted
  * block fails the step with V4_ERR_CORRUPT naming the layer and expert, and other
- * sequences keep decoding. */
+ * sequences keep decoding.  The router look-ahead (v4_ctx_set_lookahead) on and off:
+ * the same golden logits; with every expert fitting, each demand miss it saves is one
+ * more prefetch hit, exactly. */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -88,6 +90,53 @@ int main(void)
                 v4_ctx_set_expert_provider(c, NULL);
                 v4_xprov_close(xp);
             }
+
+    /* the router look-ahead off and on, at all experts (no eviction) and a quarter */
+    for (int bi = 2; bi >= 1; bi--) {
+        v4_xcache_stats la[2];
+        uint64_t asked[2] = {0, 0};
+        memset(la, 0, sizeof la);
+        for (int on = 0; on < 2; on++) {
+            v4_xprov_opts o = {model, pack, budgets[bi], "next", 2, V4_PACK_IO_BUFFERED};
+            v4_xprov *xp = v4_xprov_open(&m.cfg, m.ck, &o, &err);
+            CHECK(xp != NULL, "look-ahead %d: open: %s", on, err.msg);
+            if (!xp)
+                break;
+            v4_ctx_set_expert_provider(c, v4_xprov_provider(xp));
+            v4_ctx_set_lookahead(c, on);
+            const uint64_t a0 = v4_ctx_lookahead_prefetched(c);
+            for (int batch = 0; batch < 2; batch++) {
+                int bad = run(&m, c, batch, &err);
+                CHECK(bad == 0, "look-ahead %s, budget %zu (%s): %d positions differ%s%s", on ? "on" : "off",
+                      budgets[bi], batch ? "batched" : "single", bad, bad < 0 ? ": " : "", bad < 0 ? err.msg : "");
+            }
+            asked[on] = v4_ctx_lookahead_prefetched(c) - a0;
+            v4_xprov_stats(xp, &la[on]);
+            CHECK(la[on].high_water_bytes <= budgets[bi], "look-ahead: high water %zu <= budget %zu",
+                  la[on].high_water_bytes, budgets[bi]);
+            v4_ctx_set_expert_provider(c, NULL);
+            v4_xprov_close(xp);
+        }
+        v4_ctx_set_lookahead(c, 1);
+        printf("look-ahead budget %zu: off: misses %llu, issued %llu, prefetch hits %llu; on: asked %llu, issued %llu, misses "
+               "%llu, prefetch hits %llu, expired %llu, evictions %llu\n",
+               budgets[bi], (unsigned long long)la[0].misses, (unsigned long long)la[0].prefetch_issued,
+               (unsigned long long)la[0].prefetch_hits,
+               (unsigned long long)asked[1], (unsigned long long)la[1].prefetch_issued,
+               (unsigned long long)la[1].misses, (unsigned long long)la[1].prefetch_hits,
+               (unsigned long long)la[1].prefetch_expired, (unsigned long long)la[1].evictions);
+        CHECK(asked[0] == 0 && asked[1] > 0, "look-ahead asked %llu (off) / %llu (on)", (unsigned long long)asked[0],
+              (unsigned long long)asked[1]);
+        CHECK(la[1].prefetch_hits > la[0].prefetch_hits, "the look-ahead's loads are used: prefetch hits %llu > %llu",
+              (unsigned long long)la[1].prefetch_hits, (unsigned long long)la[0].prefetch_hits);
+        if (bi == 2)   /* nothing evicts: fewer demand misses, and no block is read twice */
+            CHECK(la[1].misses < la[0].misses && la[1].evictions == 0 &&
+                      la[1].misses + la[1].prefetch_issued <= (uint64_t)m.cfg.n_layers * m.cfg.n_routed_experts,
+                  "all fit: misses %llu -> %llu, loads %llu (<= %d), evictions %llu",
+                  (unsigned long long)la[0].misses, (unsigned long long)la[1].misses,
+                  (unsigned long long)(la[1].misses + la[1].prefetch_issued), m.cfg.n_layers * m.cfg.n_routed_experts,
+                  (unsigned long long)la[1].evictions);
+    }
 
     /* a corrupted block: the step that needs it fails with V4_ERR_CORRUPT */
     snprintf(path, sizeof path, "%s/experts.bin", pack);

@@ -39,7 +39,7 @@ static void scratch_free(v4_scratch *s)
 {
     float **f[] = {&s->X, &s->mixes, &s->pre, &s->post, &s->comb, &s->x, &s->out, &s->qa,
                    &s->q, &s->kv, &s->o, &s->z, &s->ckv, &s->csc, &s->iq, &s->iw, &s->ikv,
-                   &s->isc, &s->score, &s->gate, &s->route_w, &s->ex_x, &s->ex_g, &s->ex_u,
+                   &s->isc, &s->score, &s->gate, &s->gate_next, &s->route_w, &s->ex_x, &s->ex_g, &s->ex_u,
                    &s->ex_h, &s->ex_o, &s->ex_wt, &s->y, &s->hid, &s->sh_g, &s->sh_u, &s->sh_h, &s->sh_o};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         free(*f[i]);
@@ -47,6 +47,7 @@ static void scratch_free(v4_scratch *s)
     }
     free(s->sel); free(s->csel); free(s->ncsel); free(s->route); free(s->ex_rows);
     free(s->rowpos); free(s->rowsel); free(s->ex_ids); free(s->ex_slot); free(s->ex_w); free(s->ex_start); free(s->ex_cnt); free(s->jobs);
+    free(s->la_ids); free(s->la_mark);
     free((void *)s->cand);
 }
 
@@ -64,7 +65,9 @@ static int scratch_alloc(v4_scratch *s, const v4_config *cfg, int B)
     A(s->z, B * (size_t)cfg->o_groups * cfg->o_lora_rank);
     A(s->ckv, B * 2 * hd); A(s->csc, B * 2 * hd); A(s->iq, B * ih * id); A(s->iw, B * ih);
     A(s->ikv, B * 2 * id); A(s->isc, B * 2 * id);
-    A(s->gate, B * (size_t)cfg->n_routed_experts); A(s->route, B * K); A(s->route_w, B * K);
+    A(s->gate, B * (size_t)cfg->n_routed_experts); A(s->gate_next, B * (size_t)cfg->n_routed_experts);
+    A(s->la_ids, cfg->n_routed_experts); A(s->la_mark, cfg->n_routed_experts);
+    A(s->route, B * K); A(s->route_w, B * K);
     A(s->ex_x, B * K * dim); A(s->ex_g, B * K * I); A(s->ex_u, B * K * I);
     A(s->ex_h, B * K * I); A(s->ex_o, B * K * dim); A(s->ex_rows, B * K); A(s->ex_wt, B * K);
     A(s->sel, K + (size_t)cfg->index_topk); A(s->csel, B * (size_t)cfg->index_topk);
@@ -112,6 +115,7 @@ v4_ctx *v4_ctx_create(const v4_weights *w, v4_backend *be, int max_batch, v4_err
     c->w = w;
     c->be = be;
     c->max_batch = max_batch;
+    c->lookahead = 1;
     c->fault = (v4_step_fault){.row = -1, .retryable = 0};
     c->attn = v4_attn_kern_for_isa(v4_cpu_backend_isa_asked(be));   /* not the CPU backend: auto */
     const v4_config *cfg = &w->cfg;
@@ -185,6 +189,10 @@ void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p)
 
 /* Hash-routed layers: their experts follow from the token ids; tell the provider now so
  * that their loads overlap the layers before them. */
+void v4_ctx_set_lookahead(v4_ctx *c, int on) { c->lookahead = on != 0; }
+
+uint64_t v4_ctx_lookahead_prefetched(const v4_ctx *c) { return c->la_prefetched; }
+
 static void prefetch_hash_layers(v4_ctx *c, const int32_t *tokens, int n)
 {
     const v4_config *cfg = &c->w->cfg;

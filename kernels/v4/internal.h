@@ -72,6 +72,9 @@ typedef struct v4_scratch {
     int *ncsel;      /* [B] */
     const uint16_t **cand;  /* [window + cap_entries] attention candidate keys (bf16 rows) */
     float *gate;     /* [B][n_routed] */
+    float *gate_next;   /* [B][n_routed] the look-ahead: the next layer's router on this layer's input */
+    int *la_ids;     /* [n_routed] the look-ahead's distinct experts (la_mark: [n_routed] flags) */
+    int *la_mark;
     int *route;      /* [B][n_act] */
     float *route_w;  /* [B][n_act] */
     float *ex_x, *ex_g, *ex_u, *ex_h, *ex_o;   /* [B][...] expert batch buffers */
@@ -97,6 +100,8 @@ struct v4_ctx {
     v4_backend *be;
     int max_batch;
     v4_expert_provider xp;   /* xp.acquire == NULL: the weights' experts */
+    int lookahead;           /* prefetch the next score layer's predicted experts (moe.c; default 1) */
+    uint64_t la_prefetched;  /* experts the look-ahead asked the provider for (v4_ctx_lookahead_stats) */
     v4_scratch s;
     float freqs_swa[64], freqs_comp[64];   /* RoPE tables (rope_dim/2 <= 64) */
     v4_step_impl impl;       /* impl.step == NULL: the CPU path */

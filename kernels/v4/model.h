@@ -168,6 +168,17 @@ int v4_ctx_step_fault(const v4_ctx *c, v4_step_fault *f);
 /* p (copied; NULL = the weights' own experts) serves every later step of c.  The
  * provider must outlive its use by c. */
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);
+/* Router look-ahead (on by default; used only with a provider that has prefetch): at
+ * each MoE layer followed by a score-routed one, the next layer's router is applied to
+ * this layer's input (the normalized x its own router reads) and the top-k experts of
+ * every row, their union, go to prefetch for the next layer once this layer's experts
+ * are acquired, so their loads overlap this layer's experts and the next attention.  A
+ * hint: outputs do not change (the provider's bytes are the same whenever they load),
+ * a wrong guess costs a load and a slot.  v4_ctx_lookahead_prefetched: experts it
+ * passed to prefetch since create (hits included; the cache counts what it loaded).
+ * Thread: c's. */
+void v4_ctx_set_lookahead(v4_ctx *c, int on);
+uint64_t v4_ctx_lookahead_prefetched(const v4_ctx *c);
 void v4_ctx_free(v4_ctx *c);
 const v4_config *v4_ctx_config(const v4_ctx *c);
 /* Rows one sequence may fill in a step: max_batch, or with a step implementation its

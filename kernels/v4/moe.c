@@ -130,6 +130,36 @@ static int acquire_experts(v4_ctx *c, int layer, int n, v4_error *err)
     return c->xp.acquire(c->xp.ud, layer, S->ex_ids, m, S->ex_w, err);
 }
 
+/* The router look-ahead (model.h: v4_ctx_set_lookahead): layer + 1's router on this
+ * layer's input x, each row's top-k of sqrt-softplus + bias (as route() selects), the
+ * union ascending.  Returns the number of ids in S->la_ids; 0 when it does not apply
+ * (off, no prefetch, last layer, next layer hash-routed). */
+static int lookahead(v4_ctx *c, int layer, int n)
+{
+    const v4_config *cfg = &c->w->cfg;
+    v4_scratch *S = &c->s;
+    const int E = cfg->n_routed_experts, K = cfg->n_act_experts;
+    if (!c->lookahead || !c->xp.prefetch || layer + 1 >= cfg->n_layers || c->w->layers[layer + 1].tid2eid)
+        return 0;
+    const v4_layer_w *nw = &c->w->layers[layer + 1];
+    v4_linear(c->be, &nw->gate, V4_LIN_EXACT, n, S->x, cfg->dim, S->gate_next, E);
+    memset(S->la_mark, 0, sizeof(int) * (size_t)E);
+    int sel[1024];
+    for (int b = 0; b < n; b++) {
+        float *z = S->gate_next + (size_t)b * E;
+        for (int e = 0; e < E; e++)
+            z[e] = v4_sqrt_softplus(z[e]) + nw->gate_bias[e];
+        v4_topk(z, E, K, sel);
+        for (int k = 0; k < K; k++)
+            S->la_mark[sel[k]] = 1;
+    }
+    int m = 0;
+    for (int e = 0; e < E; e++)
+        if (S->la_mark[e])
+            S->la_ids[m++] = e;
+    return m;
+}
+
 /* Every expert of the layer (routed ones on their gathered rows, and the shared one
  * on all rows) in two backend calls: w1 and w3 of all, SwiGLU, then w2 of all.  Rows
  * are gathered per expert in ascending id, batch order within; the sums into y keep
@@ -148,6 +178,11 @@ int v4_moe(v4_ctx *c, int layer, const int32_t *tokens, int n, v4_trace *const *
     const int provided = c->xp.acquire != NULL;
     if (provided && acquire_experts(c, layer, n, err))
         return -1;
+    const int nla = provided ? lookahead(c, layer, n) : 0;
+    if (nla) {   /* after this layer's acquire: its own loads go first */
+        c->xp.prefetch(c->xp.ud, layer + 1, S->la_ids, nla);
+        c->la_prefetched += (uint64_t)nla;
+    }
 
     int m = 0, nj = 0;
     for (int e = 0; e < E; e++) {
