@@ -17,7 +17,10 @@
  * the layer's expert set - from the tokens for a hash layer, prepared before its
  * attention; from the route ids copied back for a score layer - pins the slots,
  * uploads the misses, one copy per expert on the copy stream of xslots.cu, makes the
- * stream wait for the slots' ready events and uploads the table).  The fast mode takes
+ * stream wait for the slots' ready events and uploads the table; the router look-ahead
+ * of a score layer followed by one also routes the next layer on this layer's input,
+ * brings those ids back in the same wait and uploads the next layer's predicted misses
+ * after this layer's launch: lookahead_upload).  The fast mode takes
  * the grouped path for steps of few rows per expert (moe_on_device), else the
  * host-driven MoE (routes back, the host picks the experts, one gather kernel and the
  * per-expert products through lin(): routed_experts, for resident and paged experts).  The routes of every
@@ -169,6 +172,14 @@ struct v4_cuda_engine {
                                      * path); the layer's expert set by id (grouped path) */
     dexpert *x_mats;                /* [n_routed]: the layer's acquired experts by id */
     int x_held, x_nx;               /* the layer whose x_ids[0..x_nx) are pinned, -1: none */
+    /* the router look-ahead (score layer l -> score layer l+1, grouped path): layer
+     * l+1's gate and route on layer l's MoE input, its ids copied back in layer l's one
+     * wait, the predicted misses uploaded after layer l's grouped launch */
+    int lookahead;                  /* v4_cuda_engine_set_lookahead (on when paged) */
+    int la_layer;                   /* the layer the last look-ahead uploaded for, -1: none */
+    int *la_ids;                    /* [n_routed]: the predicted misses, ascending */
+    unsigned char *la_mark;         /* [n_routed]: expert uploaded by the look-ahead for la_layer */
+    uint64_t la_issued, la_used;    /* stats: experts uploaded; of them hit by la_layer's begin */
     const uint8_t **h_stab;         /* pinned [n_layers][6][E]: the slot tables' host side
                                      * (a layer's area is rewritten in the next step only) */
     uint16_t *embed;
@@ -178,6 +189,8 @@ struct v4_cuda_engine {
     /* scratch [max_batch][...] */
     float *X, *mixes, *pre, *post, *comb, *x, *out, *qa, *q, *kv, *o, *z, *ckv, *csc, *iq, *iw, *ikv, *isc;
     uint16_t *kvb;                  /* [max_batch][head_dim]: kv as bf16 bits (the candidates) */
+    float *la_gate, *la_route_w;    /* look-ahead: [max_batch][n_routed], [max_batch][K] */
+    int32_t *la_route;              /* look-ahead: [max_batch][K] */
     float *gate, *route_w_all, *ex_x, *ex_g, *ex_u, *ex_h, *ex_o, *ex_wt, *y, *logits, *tin, *tout, *e, *score, *xs;
     double *xq;
     int32_t *route_all, *tokens, *pos, *csel, *len, *rows;
@@ -197,6 +210,7 @@ struct v4_cuda_engine {
     const uint8_t **h_xtab;         /* host source of the xtab uploads [n_layers][6][E] */
 
     /* host mirrors */
+    int32_t *h_la;                  /* pinned [max_batch][K]: the look-ahead's route ids */
     int32_t *h_route_all, *h_route, *h_len, *h_rows, *h_csel, *h_pos, *h_nsel, *h_start;
     float *h_route_w_all, *h_route_w, *h_wt;
     const uint16_t **h_cand;        /* pinned [cand_layers][max_batch][lmax] */
@@ -764,7 +778,7 @@ static void paged_release(v4_cuda_engine *e)
  * the others) uploaded without a wait from its pinned area.  route: the layer's route
  * ids on the device (unused for a hash layer).  The experts stay pinned (x_held) until
  * paged_release; on failure nothing stays pinned. */
-static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *route, v4_error *err)
+static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *route, int la_n, v4_error *err)
 {
     const v4_config *cfg = &e->w->cfg;
     const int K = cfg->n_act_experts, E = cfg->n_routed_experts;
@@ -778,7 +792,11 @@ static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *rout
             memcpy(e->h_route + (size_t)b * K, t2e + (size_t)tok * K, sizeof(int32_t) * (size_t)K);
         }
     } else {
-        if (to_host(e, e->h_route, route, sizeof(int32_t) * (size_t)n * K))
+        /* the look-ahead's ids (la_n > 0) come back in the same wait */
+        if ((la_n && ck(e, cudaMemcpyAsync(e->h_la, e->la_route, sizeof(int32_t) * (size_t)la_n * K,
+                                           cudaMemcpyDeviceToHost, e->st),
+                        "copy to host")) ||
+            to_host(e, e->h_route, route, sizeof(int32_t) * (size_t)n * K))
             return -1;
         e->moe_syncs++;
     }
@@ -793,6 +811,13 @@ static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *rout
             e->x_ids[nx++] = x;
     if (v4cu_xslots_begin(e->xsl, layer, e->x_ids, nx, err))
         return -1;
+    if (e->la_layer == layer) {   /* the look-ahead's uploads this begin found resident */
+        for (int k = 0; k < v4cu_xslots_nmiss(e->xsl); k++)
+            e->la_mark[e->x_ids[v4cu_xslots_miss_at(e->xsl, k)]] = 0;   /* evicted since */
+        for (int i = 0; i < nx; i++)
+            e->la_used += e->la_mark[e->x_ids[i]];
+        e->la_layer = -1;
+    }
     int rc = v4cu_xslots_fetch(e->xsl, err) || v4cu_xslots_upload_all(e->xsl, err);
     v4cu_xslots_end(e->xsl, !rc);
     e->x_held = layer;
@@ -824,13 +849,68 @@ static int moe_on_device(const v4_cuda_engine *e, int layer, int n)
     return e->L[layer].xtab && (!e->lt || e->mma || v4_cuda_fast_moe_grouped(n, c->n_act_experts, c->n_routed_experts));
 }
 
+/* The router look-ahead for score layer `layer` (paged, grouped path): the next layer
+ * is score-routed and takes the grouped path too.  Its routes are then computed on
+ * layer's MoE input and copied back in layer's one wait (paged_select). */
+static int lookahead_on(const v4_cuda_engine *e, int layer, int n)
+{
+    const v4_weights *w = e->w;
+    return e->paged && e->lookahead && !w->layers[layer].tid2eid && e->x_held != layer &&
+           layer + 1 < w->cfg.n_layers && !w->layers[layer + 1].tid2eid && moe_on_device(e, layer + 1, n);
+}
+
+/* After the previous layer's grouped launch (its experts still pinned): the predicted
+ * experts of `layer` (h_la, n rows; ascending, ids outside [0, E) dropped) that are not
+ * resident are uploaded into unpinned slots and left resident but unpinned, so the
+ * layer's own begin finds them (hits) and its waits on the slots' ready events order
+ * the copies.  A hint: when the slots cannot hold them (the pool's V4_ERR_NOMEM), or
+ * the ids are out of range, nothing is done; a CUDA failure is an error. */
+static int lookahead_upload(v4_cuda_engine *e, int layer, int n, v4_error *err)
+{
+    const int K = e->w->cfg.n_act_experts, E = e->w->cfg.n_routed_experts;
+    memset(e->la_mark, 0, (size_t)E);
+    for (int p = 0; p < n * K; p++)
+        if (e->h_la[p] >= 0 && e->h_la[p] < E)
+            e->la_mark[e->h_la[p]] = 1;
+    v4_slot_pool *pool = v4cu_xslots_pool(e->xsl);
+    int nl = 0;
+    for (int x = 0; x < E; x++) {
+        if (e->la_mark[x] && v4_slot_pool_lookup(pool, layer, x) < 0)
+            e->la_ids[nl++] = x;
+        else
+            e->la_mark[x] = 0;   /* only the uploads count */
+    }
+    e->la_layer = -1;
+    if (!nl)
+        return 0;
+    v4_error hint = {};
+    if (v4cu_xslots_begin(e->xsl, layer, e->la_ids, nl, &hint)) {
+        memset(e->la_mark, 0, (size_t)E);
+        if (hint.code == V4_ERR_NOMEM && !v4cu_xslots_broken(e->xsl, err))
+            return 0;   /* does not fit beside the pinned experts: skipped */
+        if (err)
+            *err = hint;
+        return -1;
+    }
+    const int rc = v4cu_xslots_fetch(e->xsl, err) || v4cu_xslots_upload_all(e->xsl, err);
+    v4cu_xslots_end(e->xsl, !rc);
+    v4cu_xslots_release(e->xsl, layer, e->la_ids, nl);
+    if (rc) {
+        memset(e->la_mark, 0, (size_t)E);
+        return -1;
+    }
+    e->la_issued += (uint64_t)nl;
+    e->la_layer = layer;
+    return 0;
+}
+
 /* Before layer l's attention: a hash layer's experts are known from the tokens, so with
  * paged experts on the grouped path their uploads start here and overlap the attention. */
 static int moe_ahead(v4_cuda_engine *e, int layer, int n, v4_error *err)
 {
     if (!e->paged || !moe_on_device(e, layer, n) || !e->w->layers[layer].tid2eid)
         return 0;
-    return paged_select(e, layer, n, NULL, err);
+    return paged_select(e, layer, n, NULL, 0, err);
 }
 
 /* The layer's routes go to its part of route_all (copied back for the traces at the
@@ -855,9 +935,17 @@ static int moe(v4_cuda_engine *e, int layer, int n, v4_error *err)
                          e->st), "router"))
         return -1;
     if (moe_on_device(e, layer, n)) {   /* else (fast mode, many rows) each expert through lin() */
-        if (e->paged && e->x_held != layer && paged_select(e, layer, n, route, err))
+        const int la = lookahead_on(e, layer, n);
+        if (la && (lin(e, &e->L[layer + 1].gate, 0, n, e->x, e->la_gate) ||
+                   ck(e, v4cu_route(e->la_gate, E, K, e->L[layer + 1].gate_bias, NULL, e->tokens, cfg->route_scale,
+                                    e->la_route, e->la_route_w, n, e->st),
+                      "router (look-ahead)")))
             return -1;
-        const int rc = moe_grouped(e, lw, n, route, route_w);
+        if (e->paged && e->x_held != layer && paged_select(e, layer, n, route, la ? n : 0, err))
+            return -1;
+        int rc = moe_grouped(e, lw, n, route, route_w);
+        if (!rc && la)
+            rc = lookahead_upload(e, layer + 1, n, err);
         paged_release(e);
         return rc;
     }
@@ -1334,7 +1422,8 @@ static int alloc_scratch(v4_cuda_engine *e)
     F(e->x, B * dim); F(e->out, B * dim); F(e->qa, B * c->q_lora_rank); F(e->q, B * H * hd); F(e->kv, B * hd);
     F(e->o, B * H * hd); e->kvb = (uint16_t *)dalloc(e, sizeof(uint16_t) * B * hd); F(e->z, B * c->o_groups * c->o_lora_rank); F(e->ckv, B * 2 * hd); F(e->csc, B * 2 * hd);
     F(e->iq, B * ih * id); F(e->iw, B * ih); F(e->ikv, B * 2 * id); F(e->isc, B * 2 * id);
-    F(e->gate, B * c->n_routed_experts); F(e->route_w_all, (size_t)c->n_layers * B * K); F(e->ex_x, B * K * dim); F(e->ex_g, B * K * I);
+    F(e->gate, B * c->n_routed_experts); F(e->la_gate, B * c->n_routed_experts); F(e->la_route_w, B * K);
+    I32(e->la_route, B * K); F(e->route_w_all, (size_t)c->n_layers * B * K); F(e->ex_x, B * K * dim); F(e->ex_g, B * K * I);
     F(e->ex_u, B * K * I); F(e->ex_h, B * K * I); F(e->ex_o, B * K * dim); F(e->ex_wt, B * K); F(e->y, B * dim);
     F(e->logits, B * c->vocab_size); F(e->tin, B * gin); F(e->tout, B * c->o_lora_rank); F(e->e, 2 * hd + id);
     F(e->xs, B * (kmax / 128 + 1) + 1);
@@ -1358,6 +1447,7 @@ static int alloc_scratch(v4_cuda_engine *e)
         (ck(e, cudaMallocHost((void **)&e->h_len, sizeof(int32_t) * c->n_layers * B), "cudaMallocHost") ||
          ck(e, cudaMallocHost((void **)&e->h_pos, sizeof(int32_t) * B), "cudaMallocHost") ||
          ck(e, cudaMallocHost((void **)&e->h_tok, sizeof(int32_t) * B), "cudaMallocHost") ||
+         ck(e, cudaMallocHost((void **)&e->h_la, sizeof(int32_t) * B * K), "cudaMallocHost") ||
          ck(e, cudaMallocHost((void **)&e->h_route_all, sizeof(int32_t) * c->n_layers * B * K), "cudaMallocHost") ||
          ck(e, cudaMallocHost((void **)&e->h_route_w_all, sizeof(float) * c->n_layers * B * K), "cudaMallocHost")))
         return -1;
@@ -1371,8 +1461,10 @@ static int alloc_scratch(v4_cuda_engine *e)
     e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
     e->seq_budget = SIZE_MAX;
     e->x_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
-    if (!e->x_ids || !e->h_route || !e->h_rows || !e->h_csel || !e->h_nsel || !e->h_start || !e->h_route_w ||
-        !e->h_wt || !e->seqs)
+    e->la_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
+    e->la_mark = (unsigned char *)calloc((size_t)c->n_routed_experts, 1);
+    if (!e->x_ids || !e->la_ids || !e->la_mark || !e->h_route || !e->h_rows || !e->h_csel || !e->h_nsel ||
+        !e->h_start || !e->h_route_w || !e->h_wt || !e->seqs)
         return ck(e, cudaErrorMemoryAllocation, "host memory");
     return e->fail == cudaSuccess ? 0 : -1;
 }
@@ -1545,6 +1637,9 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
     cudaFreeHost(e->h_route_w_all);
     cudaFreeHost((void *)e->h_stab);
     free(e->h_route);
+    free(e->la_ids);
+    free(e->la_mark);
+    cudaFreeHost(e->h_la);
     free(e->h_rows);
     free(e->h_csel);
     free(e->h_nsel);
@@ -1588,6 +1683,8 @@ extern "C" v4_cuda_engine *v4_cuda_engine_create_paged(const v4_weights *w, int 
     e->max_seqs = max_seqs;
     e->sync_debug = v4cu_sync_debug_env();
     e->x_held = -1;
+    e->la_layer = -1;
+    e->lookahead = 1;
 #ifndef V4CU_HOST_EMULATION
     cudaGetDevice(&e->device);      /* the creator made the backend's device current */
     if (ck(e, cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking), "cudaStreamCreate")) {
@@ -1717,6 +1814,14 @@ extern "C" void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_exp
     st->misses = ps.misses;
     st->evictions = ps.evictions;
     st->bytes_uploaded = ps.bytes_uploaded;
+    st->lookahead_issued = e->la_issued;
+    st->lookahead_used = e->la_used;
+}
+
+extern "C" void v4_cuda_engine_set_lookahead(v4_cuda_engine *e, int on)
+{
+    e->lookahead = on != 0;
+    e->la_layer = -1;
 }
 
 extern "C" size_t v4_cuda_engine_bytes(const v4_cuda_engine *e) { return e ? e->bytes : 0; }

@@ -108,15 +108,27 @@ size_t v4_cuda_engine_fast_need(const v4_weights *w);
  * paged experts; the fast mode's host-driven MoE of a large step, without the
  * tensor-core grouped path, 4 per layer).  staging_waits:
  * paged uploads that found their pinned staging buffer still being copied and waited
- * for the copy stream (host waits outside the engine's stream). */
+ * for the copy stream (host waits outside the engine's stream).  The router look-ahead
+ * (v4_cuda_engine_set_lookahead): lookahead_issued, experts uploaded ahead of a score
+ * layer from the previous score layer's prediction (counted in misses too: the misses
+ * at the layers' own selections are misses - lookahead_issued); lookahead_used, those of
+ * them that layer then used (hits). */
 typedef struct v4_cuda_expert_stats {
     int slots;
     size_t slot_bytes;
     uint64_t hits, misses, evictions, bytes_uploaded;
     uint64_t grouped_moe_layers, mma_moe_layers;   /* the latter: with tensor-core products */
     uint64_t moe_layers, moe_host_syncs, staging_waits;
+    uint64_t lookahead_issued, lookahead_used;
 } v4_cuda_expert_stats;
 void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *st);
+/* The router look-ahead of paged experts on the grouped path (on by default): in a
+ * score-routed layer followed by one, the next layer's gate and router also run on
+ * this layer's MoE input, their ids come back in this layer's one wait, and the
+ * predicted experts not resident are uploaded (unpinned) after this layer's grouped
+ * launch, so the next layer finds them; a hint only (skipped when the slots cannot hold
+ * them), the outputs unchanged.  0: off.  Thread: e's. */
+void v4_cuda_engine_set_lookahead(v4_cuda_engine *e, int on);
 /* Bytes of device memory held (weights + scratch + sequence state). */
 size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
 /* Sequence memory and admission (issue 20).  v4_cuda_seq_bytes: the device bytes a

@@ -132,7 +132,7 @@ static void compare(const char *what, const obs &a, const obs &b, int pos)
  * NULL when it cannot be set up or a step fails (printed). */
 static v4_cuda_engine *run_paged(v4_backend *be, const v4_weights *w, size_t budget, const v4_expert_provider *inner,
                                  const std::vector<int> &seq, int P, const std::vector<obs> &ref, const char *what,
-                                 v4_ctx **ctx)
+                                 v4_ctx **ctx, int lookahead = 1)
 {
     v4_error err = {};
     *ctx = v4_ctx_create(w, be, 3, &err);
@@ -141,6 +141,7 @@ static v4_cuda_engine *run_paged(v4_backend *be, const v4_weights *w, size_t bud
         printf("%s engine: %s: %s\n", what, err.where, err.msg);
         return NULL;
     }
+    v4_cuda_engine_set_lookahead(eng, lookahead);
     v4_step_impl impl = v4_cuda_engine_impl(eng);
     v4_ctx_set_step_impl(*ctx, &impl);
     std::vector<int> toks(seq.begin(), seq.begin() + P);
@@ -476,11 +477,17 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
             const char *what;
             int slots;
             int positions;
-        } runs[3] = {{"paged, one layer's slots", K, 24}, {"paged, a quarter", L * E / 4, Pq}, {"paged, all", L * E, 24}};
+            int lookahead;
+        } runs[4] = {{"paged, one layer's slots", K, 24, 1},
+                     {"paged, a quarter", L * E / 4, Pq, 1},
+                     {"paged, a quarter, no look-ahead", L * E / 4, Pq, 0},
+                     {"paged, all", L * E, 24, 1}};
+        uint64_t la_misses[2] = {0, 0};   /* a quarter: misses at the layers' own selections, look-ahead on, off */
         for (const auto &r : runs) {
             const int before3 = bad_total, P3 = r.positions;
             v4_ctx *dev2 = NULL;
-            v4_cuda_engine *eng2 = run_paged(be, w, xb * (size_t)r.slots + xb / 2, NULL, seq, P3, b, r.what, &dev2);
+            v4_cuda_engine *eng2 =
+                run_paged(be, w, xb * (size_t)r.slots + xb / 2, NULL, seq, P3, b, r.what, &dev2, r.lookahead);
             if (!eng2)
                 return 1;
             v4_cuda_expert_stats xs;
@@ -488,17 +495,29 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
             const uint64_t layer_steps = (uint64_t)P3 * L;
             const int evict_ok = r.slots == L * E ? xs.evictions == 0 && xs.misses <= (uint64_t)L * E
                                                   : xs.evictions > 0 && (r.slots == K || xs.hits > 0);
+            /* the router look-ahead: uploads (some used) where the budget evicts, none when
+             * off; the misses at the layers' own selections no more than without it */
+            const int quarter = r.slots == L * E / 4;
+            const uint64_t own_misses = xs.misses - xs.lookahead_issued;
+            if (quarter)
+                la_misses[r.lookahead ? 0 : 1] = own_misses;
+            const int la_ok = !r.lookahead ? xs.lookahead_issued == 0 && xs.lookahead_used == 0
+                                           : xs.lookahead_used <= xs.lookahead_issued &&
+                                                 (!quarter || (xs.lookahead_issued > 0 && xs.lookahead_used > 0));
+            const int fewer_ok = !quarter || r.lookahead || la_misses[1] >= la_misses[0];
             const int ok3 = bad_total == before3 && xs.misses > 0 && evict_ok && xs.slots == r.slots &&
                             xs.grouped_moe_layers == layer_steps && xs.moe_layers == layer_steps &&
-                            xs.moe_host_syncs == (uint64_t)P3 * score_layers;
+                            xs.moe_host_syncs == (uint64_t)P3 * score_layers && la_ok && fewer_ok;
             printf("%s (%d slots of %zu bytes), %d positions: %s (%d mismatches; hits %llu, misses %llu, "
                    "evictions %llu, %.1f MiB uploaded; grouped %llu of %llu layer steps, host waits %llu = %d score "
-                   "layers x %d, staging waits %llu)\n",
+                   "layers x %d, staging waits %llu; look-ahead uploads %llu, used %llu, misses at the layers' own "
+                   "selections %llu)\n",
                    r.what, xs.slots, xs.slot_bytes, P3, ok3 ? "ok" : "FAIL", bad_total - before3,
                    (unsigned long long)xs.hits, (unsigned long long)xs.misses, (unsigned long long)xs.evictions,
                    xs.bytes_uploaded / 1048576.0, (unsigned long long)xs.grouped_moe_layers,
                    (unsigned long long)layer_steps, (unsigned long long)xs.moe_host_syncs, score_layers, P3,
-                   (unsigned long long)xs.staging_waits);
+                   (unsigned long long)xs.staging_waits, (unsigned long long)xs.lookahead_issued,
+                   (unsigned long long)xs.lookahead_used, (unsigned long long)own_misses);
             bad_total += !ok3 && bad_total == before3;
             v4_cuda_engine_free(eng2);
             v4_ctx_free(dev2);
