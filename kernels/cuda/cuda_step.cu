@@ -769,6 +769,22 @@ static void paged_release(v4_cuda_engine *e)
     e->x_held = -1;
 }
 
+/* The distinct experts of n rows of K route ids, ascending into ids (their count
+ * returned), ids outside [0, E) dropped as the device's list builder does; mark[E]
+ * ends up 1 for the experts of the set, 0 for the others. */
+static int route_set(const int32_t *route, int n, int K, int E, unsigned char *mark, int *ids)
+{
+    memset(mark, 0, (size_t)E);
+    for (int p = 0; p < n * K; p++)
+        if (route[p] >= 0 && route[p] < E)
+            mark[route[p]] = 1;
+    int m = 0;
+    for (int x = 0; x < E; x++)
+        if (mark[x])
+            ids[m++] = x;
+    return m;
+}
+
 /* Paged experts on the grouped path, before the layer's grouped launch: the layer's
  * expert set (a hash layer's from the step's tokens and tid2eid: no wait; a score
  * layer's from its routes copied back: the layer's one wait), its slots pinned (all
@@ -800,15 +816,7 @@ static int paged_select(v4_cuda_engine *e, int layer, int n, const int32_t *rout
             return -1;
         e->moe_syncs++;
     }
-    /* the set ascending; ids outside [0, E) dropped, as the device's list builder does */
-    memset(e->x_miss, 0, (size_t)E);
-    for (int p = 0; p < n * K; p++)
-        if (e->h_route[p] >= 0 && e->h_route[p] < E)
-            e->x_miss[e->h_route[p]] = 1;
-    int nx = 0;
-    for (int x = 0; x < E; x++)
-        if (e->x_miss[x])
-            e->x_ids[nx++] = x;
+    const int nx = route_set(e->h_route, n, K, E, e->x_miss, e->x_ids);
     if (v4cu_xslots_begin(e->xsl, layer, e->x_ids, nx, err))
         return -1;
     if (e->la_layer == layer) {   /* the look-ahead's uploads this begin found resident */
@@ -868,17 +876,15 @@ static int lookahead_on(const v4_cuda_engine *e, int layer, int n)
 static int lookahead_upload(v4_cuda_engine *e, int layer, int n, v4_error *err)
 {
     const int K = e->w->cfg.n_act_experts, E = e->w->cfg.n_routed_experts;
-    memset(e->la_mark, 0, (size_t)E);
-    for (int p = 0; p < n * K; p++)
-        if (e->h_la[p] >= 0 && e->h_la[p] < E)
-            e->la_mark[e->h_la[p]] = 1;
+    const int np = route_set(e->h_la, n, K, E, e->la_mark, e->la_ids);
     v4_slot_pool *pool = v4cu_xslots_pool(e->xsl);
     int nl = 0;
-    for (int x = 0; x < E; x++) {
-        if (e->la_mark[x] && v4_slot_pool_lookup(pool, layer, x) < 0)
+    for (int i = 0; i < np; i++) {   /* the predicted misses only: only the uploads count */
+        const int x = e->la_ids[i];
+        if (v4_slot_pool_lookup(pool, layer, x) < 0)
             e->la_ids[nl++] = x;
         else
-            e->la_mark[x] = 0;   /* only the uploads count */
+            e->la_mark[x] = 0;
     }
     e->la_layer = -1;
     if (!nl)

@@ -187,12 +187,12 @@ void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p)
         memset(&c->xp, 0, sizeof c->xp);
 }
 
-/* Hash-routed layers: their experts follow from the token ids; tell the provider now so
- * that their loads overlap the layers before them. */
 void v4_ctx_set_lookahead(v4_ctx *c, int on) { c->lookahead = on != 0; }
 
 uint64_t v4_ctx_lookahead_prefetched(const v4_ctx *c) { return c->la_prefetched; }
 
+/* Hash-routed layers: their experts follow from the token ids; tell the provider now so
+ * that their loads overlap the layers before them. */
 static void prefetch_hash_layers(v4_ctx *c, const int32_t *tokens, int n)
 {
     const v4_config *cfg = &c->w->cfg;

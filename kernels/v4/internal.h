@@ -101,7 +101,7 @@ struct v4_ctx {
     int max_batch;
     v4_expert_provider xp;   /* xp.acquire == NULL: the weights' experts */
     int lookahead;           /* prefetch the next score layer's predicted experts (moe.c; default 1) */
-    uint64_t la_prefetched;  /* experts the look-ahead asked the provider for (v4_ctx_lookahead_stats) */
+    uint64_t la_prefetched;  /* experts the look-ahead asked the provider for (v4_ctx_lookahead_prefetched) */
     v4_scratch s;
     float freqs_swa[64], freqs_comp[64];   /* RoPE tables (rope_dim/2 <= 64) */
     v4_step_impl impl;       /* impl.step == NULL: the CPU path */

@@ -131,8 +131,8 @@ static int acquire_experts(v4_ctx *c, int layer, int n, v4_error *err)
 }
 
 /* The router look-ahead (model.h: v4_ctx_set_lookahead): layer + 1's router on this
- * layer's input x, each row's top-k of sqrt-softplus + bias (as route() selects), the
- * union ascending.  Returns the number of ids in S->la_ids; 0 when it does not apply
+ * layer's input x, each row's selection by v4_moe_route (the router's own rule, its
+ * weights unused), the union ascending.  Returns the number of ids in S->la_ids; 0 when it does not apply
  * (off, no prefetch, last layer, next layer hash-routed). */
 static int lookahead(v4_ctx *c, int layer, int n)
 {
@@ -145,11 +145,9 @@ static int lookahead(v4_ctx *c, int layer, int n)
     v4_linear(c->be, &nw->gate, V4_LIN_EXACT, n, S->x, cfg->dim, S->gate_next, E);
     memset(S->la_mark, 0, sizeof(int) * (size_t)E);
     int sel[1024];
+    float wt[1024];
     for (int b = 0; b < n; b++) {
-        float *z = S->gate_next + (size_t)b * E;
-        for (int e = 0; e < E; e++)
-            z[e] = v4_sqrt_softplus(z[e]) + nw->gate_bias[e];
-        v4_topk(z, E, K, sel);
+        v4_moe_route(S->gate_next + (size_t)b * E, E, K, nw->gate_bias, NULL, cfg->route_scale, sel, wt);
         for (int k = 0; k < K; k++)
             S->la_mark[sel[k]] = 1;
     }
