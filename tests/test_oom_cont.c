@@ -14,7 +14,14 @@
  * failed, figs.oom_retries counts the faults; the same with the fault at row 0.  Alone,
  * the job fails with context_length_exceeded ("no device memory ... no other sequence
  * active") and the executor then serves another job.  A non-retryable fault fails that
- * job only; a failure without a fault still fails every job of the step. */
+ * job only; a failure without a fault still fails every job of the step.  A stall (the
+ * step implementation's memory for a running sequence must wait, v4_step_fault.stall):
+ * at the second generated position of either job, twice, while the
+ * other job runs: both give the unconstrained outputs, the stalled sequence is never
+ * released (its state and position are kept: no reset, positions consistent), the other
+ * job is not delayed, figs.mem_stalls counts the stalls; alone, the stalled job fails
+ * with device_memory ("could not grow ... no other sequence running") and the executor
+ * serves the next job. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +43,9 @@ typedef struct fstep {
     int fail;                   /* attempts of its first step to fault; -1: all */
     int retryable;              /* the fault's retryable */
     int whole;                  /* fail the step without a fault instead */
+    int stall_len, stall_pos;   /* capacity of the sequence to stall, and where; 0: none */
+    int stall;                  /* attempts to stall; -1: all */
+    int stalls, stalls_alone, resets;
     int faults, faults_alone, stepped_unreleased, bad_pos, lens[MAXK], nlens;
     const v4_seq *pending;      /* faulted, not yet released */
 } fstep;
@@ -113,6 +123,7 @@ static int fake_step(void *ud, const v4_seq_view *views, const int32_t *tokens, 
                                   "no memory for a sequence of %d positions - not an engine failure", v->max_len);
             }
             if (i >= 0 && f->shadow[i] && v4_seq_capacity(f->shadow[i]) == v->max_len) {
+                f->resets += f->stall_len == v->max_len;
                 v4_seq_reset(f->shadow[i]);
             } else {
                 if (i < 0) {
@@ -131,6 +142,22 @@ static int fake_step(void *ud, const v4_seq_view *views, const int32_t *tokens, 
             return v4_err_set(err, V4_ERR_INVALID, "fake step", "row %d at position %d: no state there", b, v->pos);
         }
         rows[b] = f->shadow[i];
+    }
+    for (int b = 0; b < n && f->stall_len; b++) {   /* a stall: its rows cover stall_pos */
+        int k = 0, first = 1;
+        for (int j = 0; j < n; j++) {
+            k += views[j].key == views[b].key;
+            first &= !(j < b && views[j].key == views[b].key);
+        }
+        if (!first || views[b].max_len != f->stall_len || f->stall == 0 || views[b].pos > f->stall_pos ||
+            views[b].pos + k <= f->stall_pos)
+            continue;
+        if (f->stall > 0)
+            f->stall--;
+        f->stalls++;
+        f->stalls_alone += distinct == 1;
+        *fault = (v4_step_fault){.row = b, .retryable = 1, .stall = 1};
+        return v4_err_set(err, V4_ERR_NOMEM, "fake step", "the sequence of row %d waits for memory", b);
     }
     return v4_step_rows(f->cpu, rows, tokens, n, logits, want, traces, err);
 }
@@ -241,6 +268,45 @@ int main(void)
               fg.oom_retries == 0,
           "non-retryable fault on b: b fails with the step's error (rc %d code %d: %s)", got[1].rc, got[1].code,
           got[1].msg);
+
+    /* a stall of a running sequence, twice, while the other job runs, at its second
+     * generated position (prompt = capacity - max_tokens) */
+    const int max_tok[2] = {20, 12};
+    f.retryable = 1;
+    f.fail_len = 0;
+    for (int t = 0; t < 2; t++) {
+        CHECK(ref[t].n_tokens >= 3, "job %c generates 3 tokens or more (%d)", 'a' + t, ref[t].n_tokens);
+        f.stall_len = len[t];
+        f.stall_pos = len[t] - max_tok[t] + 1;
+        f.stall = 2;
+        f.stalls = f.stalls_alone = f.resets = f.bad_pos = 0;
+        run(r, ab, 2, got, &fg);
+        for (int i = 0; i < 2; i++)
+            CHECK(same(&got[i], &ref[i]), "stall of %c: job %c gives the unconstrained output (rc %d %s; '%s' vs '%s')",
+                  'a' + t, 'a' + i, got[i].rc, got[i].msg, got[i].text, ref[i].text);
+        CHECK(f.stalls == 2 && f.stalls_alone == 0 && fg.mem_stalls == 2 && fg.oom_retries == 0,
+              "stall of %c: 2 stalls with another sequence in the step (%d, %d alone), counted (%ld; oom retries %ld)",
+              'a' + t, f.stalls, f.stalls_alone, fg.mem_stalls, fg.oom_retries);
+        CHECK(f.resets == 0 && f.bad_pos == 0 && f.nk == 0,
+              "stall of %c: its state kept (%d resets), positions consistent (%d), every sequence released (%d left)",
+              'a' + t, f.resets, f.bad_pos, f.nk);
+        CHECK(got[0].first_step == 0 && got[1].first_step == 0, "stall of %c: both start at once (%ld %ld)", 'a' + t,
+              got[0].first_step, got[1].first_step);
+    }
+    /* alone: nothing else can free memory, it fails; the next job is served */
+    f.stall_len = len[0];
+    f.stall = -1;
+    f.stalls = 0;
+    run(r, ab, 1, got, &fg);
+    CHECK(got[0].rc != 0 && got[0].code == V4_TASK_CONTEXT_LENGTH_EXCEEDED &&
+              strstr(got[0].msg, "could not grow at position") && strstr(got[0].msg, "no other sequence running"),
+          "stall alone: rc %d code %d: %s", got[0].rc, got[0].code, got[0].msg);
+    CHECK(f.stalls == 1 && fg.mem_stalls == 0 && f.nk == 0, "stall alone: one stall (%d), not counted as sat out (%ld), "
+          "released (%d left)", f.stalls, fg.mem_stalls, f.nk);
+    f.stall_len = 0;
+    run(r, ab, 1, got, &fg);
+    CHECK(same(&got[0], &ref[0]), "after the stall alone the next job is served: rc %d %s", got[0].rc, got[0].msg);
+    f.fail_len = len[1];
 
     /* a failure without a fault: every job of the step fails, as before */
     f.retryable = 1;

@@ -220,22 +220,29 @@ __device__ float index_score_bf16(const float *q, const uint16_t *K, const float
     return v4d_bf16((float)acc);
 }
 
+/* Key j of a paged key cache (see v4cu_index_scores). */
+__device__ __forceinline__ const uint16_t *page_key(const uint16_t *const *pages, int shift, int j, int id)
+{
+    return pages[j >> shift] + (size_t)(j & ((1 << shift) - 1)) * id;
+}
+
 /* v4_index_head_weights + v4_index_scores_ref_bf16 (bf16 keys); one thread per key,
- * IS_T keys per block: the block first copies its keys' rows (contiguous in `keys`)
- * into shared memory as floats (exact) with coalesced reads, then each thread runs the
- * same sums in the same order on its row. */
-__global__ void k_index_scores_staged(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
-                                      float wscale, float *score)
+ * IS_T keys per block: the block first copies its keys' rows (each contiguous in its
+ * page) into shared memory as floats (exact) with coalesced reads, then each thread
+ * runs the same sums in the same order on its row. */
+__global__ void k_index_scores_staged(const float *q, const uint16_t *const *pages, int shift, int n, const float *iw,
+                                      int ih, int id, float wscale, float *score)
 {
     __shared__ float wh[1024];
     __shared__ float ks[IS_T * (IS_DMAX + 1)];   /* row stride id + 1: no bank conflicts for even id */
     const int t = threadIdx.x, j0 = blockIdx.x * IS_T, rows = n - j0 < IS_T ? n - j0 : IS_T;
     for (int h = t; h < ih; h += IS_T)
         wh[h] = v4d_bf16(v4d_bf16(iw[h]) * wscale);
-    const uint16_t *src = keys + (size_t)j0 * id;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *src = page_key(pages, shift, j0 + r, id);
         for (int i = t; i < id; i += IS_T)
-            ks[r * (id + 1) + i] = v4d_bf16_load(src[(size_t)r * id + i]);
+            ks[r * (id + 1) + i] = v4d_bf16_load(src[i]);
+    }
     __syncthreads();
     if (t >= rows)
         return;
@@ -243,8 +250,8 @@ __global__ void k_index_scores_staged(const float *q, const uint16_t *keys, int 
 }
 
 /* The same for id > IS_DMAX (no model: 128), reading each row from global memory. */
-__global__ void k_index_scores(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
-                               float wscale, float *score)
+__global__ void k_index_scores(const float *q, const uint16_t *const *pages, int shift, int n, const float *iw, int ih,
+                               int id, float wscale, float *score)
 {
     __shared__ float wh[1024];
     for (int h = threadIdx.x; h < ih; h += blockDim.x)
@@ -253,7 +260,7 @@ __global__ void k_index_scores(const float *q, const uint16_t *keys, int n, cons
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n)
         return;
-    score[j] = index_score_bf16(q, keys + (size_t)j * id, wh, ih, id);
+    score[j] = index_score_bf16(q, page_key(pages, shift, j, id), wh, ih, id);
 }
 
 /* ---- top-k (ops.c v4_topk).  What the C function returns, derived from its insertion:
@@ -528,18 +535,18 @@ extern "C" cudaError_t v4cu_comp_pool(const float *kv, const float *sc, int W, i
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t v4cu_index_scores(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
-                                         float *score, cudaStream_t st)
+extern "C" cudaError_t v4cu_index_scores(const float *q, const uint16_t *const *pages, int shift, int n, const float *iw,
+                                         int ih, int id, float *score, cudaStream_t st)
 {
-    if (ih > 1024)
+    if (ih > 1024 || shift < 0 || shift > 30)
         return cudaErrorInvalidValue;
     if (n <= 0)
         return cudaSuccess;
     const float wscale = (float)(pow((double)id, -0.5) * pow((double)ih, -0.5));
     if (id <= IS_DMAX) {
-        V4CU_LAUNCH(k_index_scores_staged, v4cu_cdiv(n, IS_T), IS_T, st, q, keys, n, iw, ih, id, wscale, score);
+        V4CU_LAUNCH(k_index_scores_staged, v4cu_cdiv(n, IS_T), IS_T, st, q, pages, shift, n, iw, ih, id, wscale, score);
     } else {
-        V4CU_LAUNCH(k_index_scores, v4cu_cdiv(n, 128), 128, st, q, keys, n, iw, ih, id, wscale, score);
+        V4CU_LAUNCH(k_index_scores, v4cu_cdiv(n, 128), 128, st, q, pages, shift, n, iw, ih, id, wscale, score);
     }
     return cudaGetLastError();
 }

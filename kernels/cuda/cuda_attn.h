@@ -41,9 +41,11 @@ cudaError_t v4cu_sparse_attn(const float *q, const uint16_t *const *cand, const 
 cudaError_t v4cu_comp_pool(const float *kv, const float *sc, int W, int r, int d, int overlap, float *e,
                            cudaStream_t st);
 /* v4_index_head_weights + v4_index_scores_ref_bf16 of one sequence: q [ih][id], bf16
- * keys (uint16_t bits [n][id]), iw [ih] (ih <= 1024) -> score [n]. */
-cudaError_t v4cu_index_scores(const float *q, const uint16_t *keys, int n, const float *iw, int ih, int id,
-                              float *score, cudaStream_t st);
+ * keys (uint16_t bits [id] each) in pages of 2^shift keys (key j at pages[j >> shift] +
+ * (j & (2^shift - 1)) * id; pages: a device array of device pointers, 0 <= shift <= 30;
+ * one page of 2^30 for contiguous keys), iw [ih] (ih <= 1024) -> score [n]. */
+cudaError_t v4cu_index_scores(const float *q, const uint16_t *const *pages, int shift, int n, const float *iw, int ih,
+                              int id, float *score, cudaStream_t st);
 /* v4_topk of score[0..n) -> sel[0..min(k, n)) (one block of 1024 threads). */
 cudaError_t v4cu_topk(const float *score, int n, int k, int32_t *sel, cudaStream_t st);
 

@@ -345,12 +345,16 @@ __global__ void k_hc_head_pre(const float *mixes, int mix, const float *scale, c
     pre[t] = v4d_sigmoid(mixes[(size_t)b * mix + j] * scale[0] + base[j]) + eps;
 }
 
-/* cand[i] = base + sel[i] * stride for i < k (the indexer's picks as key pointers). */
-__global__ void k_cand_from_sel(const uint16_t **cand, const uint16_t *base, int stride, const int32_t *sel, int k)
+/* cand[i] = entry sel[i] of the paged cache (pages of 1 << shift entries of stride
+ * elements) for i < k: the indexer's picks as key pointers. */
+__global__ void k_cand_from_sel(const uint16_t **cand, const uint16_t *const *pages, int shift, int stride,
+                                const int32_t *sel, int k)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < k)
-        cand[i] = base + (size_t)sel[i] * stride;
+    if (i < k) {
+        const int j = sel[i];
+        cand[i] = pages[j >> shift] + (size_t)(j & ((1 << shift) - 1)) * stride;
+    }
 }
 
 __global__ void k_bf16_bits(const float *x, uint16_t *y, long n)
@@ -486,12 +490,14 @@ extern "C" cudaError_t v4cu_hc_head_pre(const float *mixes, int mix, const float
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t v4cu_cand_from_sel(const uint16_t **cand, const uint16_t *base, int stride, const int32_t *sel,
-                                          int k, cudaStream_t st)
+extern "C" cudaError_t v4cu_cand_from_sel(const uint16_t **cand, const uint16_t *const *pages, int shift, int stride,
+                                          const int32_t *sel, int k, cudaStream_t st)
 {
+    if (shift < 0 || shift > 30)
+        return cudaErrorInvalidValue;
     if (k <= 0)
         return cudaSuccess;
-    V4CU_LAUNCH(k_cand_from_sel, v4cu_cdiv(k, 128), 128, st, cand, base, stride, sel, k);
+    V4CU_LAUNCH(k_cand_from_sel, v4cu_cdiv(k, 128), 128, st, cand, pages, shift, stride, sel, k);
     return cudaGetLastError();
 }
 

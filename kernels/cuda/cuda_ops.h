@@ -74,8 +74,11 @@ cudaError_t v4cu_add_bf16(const float *a, const float *b, float *y, long n, cuda
 cudaError_t v4cu_scatter_add(float *y, int dim, const float *o, const int32_t *rows, int m, cudaStream_t st);
 cudaError_t v4cu_hc_head_pre(const float *mixes, int mix, const float *scale, const float *base, int hc, float eps,
                              float *pre, int n, cudaStream_t st);
-cudaError_t v4cu_cand_from_sel(const uint16_t **cand, const uint16_t *base, int stride, const int32_t *sel, int k,
-                               cudaStream_t st);
+/* cand[i] = the address of entry sel[i] (i < k) of a paged cache: entry j is
+ * pages[j >> shift] + (j & (2^shift - 1)) * stride (pages: a device array of device
+ * pointers; 0 <= shift <= 30). */
+cudaError_t v4cu_cand_from_sel(const uint16_t **cand, const uint16_t *const *pages, int shift, int stride,
+                               const int32_t *sel, int k, cudaStream_t st);
 /* y[i] = the bits of bf16(x[i]) (v4_bf16_bits; exact for values already bf16, as the
  * sequence caches' are) for i < n. */
 cudaError_t v4cu_bf16_bits(const float *x, uint16_t *y, long n, cudaStream_t st);

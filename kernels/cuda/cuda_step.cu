@@ -71,6 +71,7 @@
 #include "cuda_moe.h"
 #include "cuda_plan.h"
 #include "cuda_step.h"
+#include "seq_pages.h"
 #include "slot_pool.h"
 #include "xslots.h"
 
@@ -123,11 +124,18 @@ struct dcstate {
 };
 
 /* A sequence's caches are bf16 (uint16_t bits) like the CPU engine's (seq.c): the
- * window ring [window][head_dim], the compressed entries [cap][head_dim] and the
- * indexer keys [cap][index_head_dim]; the compressor states stay float. */
+ * window ring [window][head_dim] (allocated with the sequence), the compressed entries
+ * ([head_dim] each) and the indexer keys ([index_head_dim] each) in pages of
+ * 2^pg_shift entries taken from the engine's page pools as the sequence grows
+ * (seq_pages.h; entry j in page j >> pg_shift); the compressor states stay float. */
 struct dlstate {
-    uint16_t *win, *comp, *idx_keys;
-    int n_comp, n_idx, cap;
+    uint16_t *win;
+    uint16_t **pc, **pi;            /* host page tables [np_max] (into dseq.hpt): compressed
+                                     * entries (ratio layers), indexer keys (ratio 4) */
+    const uint16_t **dpc, **dpi;    /* their device copies (ratio 4: the indexer's scores and
+                                     * picks read them; into dseq.dpt) */
+    int np_max, npc, npi;           /* pages a table can hold; pages held */
+    int n_comp, n_idx;
     dcstate cs, ics;
 };
 
@@ -135,7 +143,10 @@ struct dseq {
     const v4_seq *key;              /* NULL: free slot */
     int pos, max_len;
     long last_step;
-    size_t bytes;                   /* device bytes of its allocations (v4_cuda_seq_bytes) */
+    size_t bytes;                   /* device bytes held: its allocations and its pages */
+    size_t claim;                   /* the most it can hold (v4_cuda_seq_bytes at max_len) */
+    uint16_t **hpt;                 /* host page tables of every layer (one malloc) */
+    const uint16_t **dpt;           /* device page tables of the ratio-4 layers (one cudaMalloc) */
     dlstate *L;                     /* [n_layers] */
 };
 
@@ -220,6 +231,12 @@ struct v4_cuda_engine {
     long step_no;
     dseq *seqs;
     size_t seq_budget;              /* v4_cuda_engine_set_seq_budget; SIZE_MAX: none */
+    int pg_shift;                   /* sequence cache pages of 2^pg_shift entries */
+    v4_page_pool *pool_c, *pool_i;  /* pages of compressed entries / indexer keys (made at
+                                     * the first sequence) */
+    size_t *bk_held, *bk_claim;     /* [max_seqs + 1]: the banker's test (seq_safe) */
+    unsigned char *bk_scratch;
+    uint64_t seq_stalls;            /* growths refused (the sequence waited) */
 };
 
 /* ------------------------------------------------------------ memory helpers */
@@ -468,6 +485,22 @@ static int hc_post(v4_cuda_engine *e, int n)
 
 /* ------------------------------------------------------------- compressor */
 
+/* Entry j ([dim] bf16) of a paged cache whose host page table is pt. */
+static uint16_t *page_entry(const v4_cuda_engine *e, uint16_t *const *pt, int j, int dim)
+{
+    return pt[j >> e->pg_shift] + (size_t)(j & ((1 << e->pg_shift) - 1)) * dim;
+}
+
+/* Where the entry that position pos completes goes (entry n of a table holding np
+ * pages; seq_grow gave the step's positions their pages), NULL when pos completes no
+ * block of ratio r. */
+static uint16_t *block_out(const v4_cuda_engine *e, uint16_t *const *pt, int np, int n, int dim, int pos, int r)
+{
+    if ((pos + 1) % r != 0 || (n >> e->pg_shift) >= np)
+        return NULL;
+    return page_entry(e, pt, n, dim);
+}
+
 /* compressor.c v4_compressor_step on device state: kvp/sc [W] of this token; out
  * [d] (bf16 bits, v4_seq_store_bf16) written when a block completes (returns 1); the
  * entry is computed in place in e->e. */
@@ -482,6 +515,8 @@ static int comp_step(v4_cuda_engine *e, const dcomp *c, dcstate *st, int pos, co
         return -1;
     if ((pos + 1) % r != 0)
         return 0;
+    if (!out)   /* seq_grow gives every completed entry its page: an engine bug otherwise */
+        return ck(e, cudaErrorInvalidValue, "compressor: no page for a completed entry");
     if (ck(e, v4cu_comp_pool(st->kv, st->sc, W, r, d, c->overlap, e->e, e->st), "compressor"))
         return -1;
     if (c->overlap && (copy2d(e, st->kv, W, st->kv + (size_t)r * W, W, W, r) ||
@@ -508,13 +543,14 @@ static int indexer(v4_cuda_engine *e, const dlayer *lw, dlstate *L, int b, int p
     const int ih = cfg->index_n_heads, id = cfg->index_head_dim, topk = cfg->index_topk;
     const float *q = e->iq + (size_t)b * ih * id;   /* rotated and quantized for every row by attention() */
     int done = comp_step(e, &lw->idx_comp, &L->ics, pos, e->ikv + (size_t)b * 2 * id, e->isc + (size_t)b * 2 * id,
-                         e->freqs_comp, 1, L->idx_keys + (size_t)L->n_idx * id);
+                         e->freqs_comp, 1, block_out(e, L->pi, L->npi, L->n_idx, id, pos, lw->ratio));
     if (done < 0)
         return -1;
     L->n_idx += done;
     const int n = L->n_idx, k = n < topk ? n : topk;
     int32_t *sel = e->csel + (size_t)b * topk;
-    if (ck(e, v4cu_index_scores(q, L->idx_keys, n, e->iw + (size_t)b * ih, ih, id, e->score, e->st), "indexer") ||
+    if (ck(e, v4cu_index_scores(q, L->dpi, e->pg_shift, n, e->iw + (size_t)b * ih, ih, id, e->score, e->st),
+           "indexer") ||
         ck(e, v4cu_topk(e->score, n, k, sel, e->st), "indexer"))
         return -1;
     if (tr && (tr->index_ids || tr->index_count)) {
@@ -579,7 +615,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
         if (lw->ratio) {
             const int cw = (lw->comp.overlap ? 2 : 1) * lw->comp.dim;
             int done = comp_step(e, &lw->comp, &L->cs, pos, e->ckv + (size_t)b * cw, e->csc + (size_t)b * cw, freqs,
-                                 0, L->comp + (size_t)L->n_comp * hd);
+                                 0, block_out(e, L->pc, L->npc, L->n_comp, hd, pos, lw->ratio));
             if (done < 0)
                 return -1;
             L->n_comp += done;
@@ -594,7 +630,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
             hc[m++] = NULL;
         if (lw->ratio && lw->ratio != 4)
             for (int j = 0; j < L->n_comp; j++)
-                hc[m++] = L->comp + (size_t)j * hd;
+                hc[m++] = page_entry(e, L->pc, j, hd);
         h_len[b] = m;                       /* the window and HCA part; CSA picks follow */
         e->h_nsel[b] = lw->ratio == 4 ? nsel : 0;
     }
@@ -604,7 +640,7 @@ static int attention(v4_cuda_engine *e, int layer, dseq *const *S, const rowmap 
         return -1;
     for (int b = 0; b < n; b++) {
         if (e->h_nsel[b] &&
-            ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + h_len[b], S[b]->L[layer].comp, hd,
+            ck(e, v4cu_cand_from_sel(e->cand + (size_t)b * e->lmax + h_len[b], S[b]->L[layer].dpc, e->pg_shift, hd,
                                      e->csel + (size_t)b * cfg->index_topk, e->h_nsel[b], e->st), "candidates"))
             return -1;
         h_len[b] += e->h_nsel[b];
@@ -999,18 +1035,59 @@ static void fill_route_traces(const v4_cuda_engine *e, int n, v4_trace *const *t
 
 /* ------------------------------------------------------------ sequences */
 
-static void free_dseq(dseq *s, int n_layers)
+/* Pages of 2^shift entries for n entries. */
+static int pages_for(long n, int shift) { return n > 0 ? (int)((n + (1L << shift) - 1) >> shift) : 0; }
+
+/* The pools' chunk allocator (seq_pages.h): device memory, NULL when there is none
+ * (the CUDA error cleared: not an engine failure). */
+static void *chunk_alloc(void *ud, size_t bytes)
+{
+    (void)ud;
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void chunk_free(void *ud, void *p)
+{
+    (void)ud;
+    cudaFree(p);
+}
+
+/* Every page of s back to the pools. */
+static void return_pages(v4_cuda_engine *e, dseq *s, int n_layers)
 {
     for (int l = 0; s->L && l < n_layers; l++) {
         dlstate *L = &s->L[l];
+        for (int i = 0; i < L->npc; i++) {
+            v4_page_pool_put(e->pool_c, L->pc[i]);
+            s->bytes -= v4_page_pool_page_bytes(e->pool_c);
+        }
+        for (int i = 0; i < L->npi; i++) {
+            v4_page_pool_put(e->pool_i, L->pi[i]);
+            s->bytes -= v4_page_pool_page_bytes(e->pool_i);
+        }
+        L->npc = L->npi = 0;
+    }
+}
+
+static void free_dseq(v4_cuda_engine *e, dseq *s)
+{
+    const int n_layers = e->w->cfg.n_layers;
+    return_pages(e, s, n_layers);
+    for (int l = 0; s->L && l < n_layers; l++) {
+        dlstate *L = &s->L[l];
         cudaFree(L->win);
-        cudaFree(L->comp);
-        cudaFree(L->idx_keys);
         cudaFree(L->cs.kv);
         cudaFree(L->cs.sc);
         cudaFree(L->ics.kv);
         cudaFree(L->ics.sc);
     }
+    cudaFree((void *)s->dpt);
+    free(s->hpt);
     free(s->L);
     memset(s, 0, sizeof *s);
 }
@@ -1030,10 +1107,6 @@ static int cstate_reset(v4_cuda_engine *e, dcstate *st)
     return rc || ck(e, cudaMemsetAsync(st->kv, 0, n * sizeof(float), e->st), "memset") ? -1 : 0;
 }
 
-/* A sequence's device allocation: out of memory is NOT sticky (the CUDA error is
- * cleared and e->fail left alone, so the engine keeps serving the other sequences);
- * *oom = 1 tells seq_state.  A sequence budget (v4_cuda_engine_set_seq_budget) refuses
- * what would pass it the same way.  Counts the bytes into s->bytes. */
 static size_t seq_held(const v4_cuda_engine *e)
 {
     size_t b = 0;
@@ -1042,6 +1115,10 @@ static size_t seq_held(const v4_cuda_engine *e)
     return b;
 }
 
+/* A sequence's fixed allocation: out of memory is NOT sticky (the CUDA error is
+ * cleared and e->fail left alone, so the engine keeps serving the other sequences);
+ * *oom = 1 tells seq_state.  A sequence budget (v4_cuda_engine_set_seq_budget) refuses
+ * what would pass it the same way.  Counts the bytes into s->bytes. */
 static int seq_alloc(v4_cuda_engine *e, dseq *s, void **p, size_t bytes, int *oom)
 {
     if (e->seq_budget != SIZE_MAX && seq_held(e) + bytes > e->seq_budget) {
@@ -1073,28 +1150,216 @@ static int cstate_init(v4_cuda_engine *e, dseq *s, dcstate *st, const dcomp *c, 
     return cstate_reset(e, st);
 }
 
-/* Device bytes seq_state allocates for a sequence of max_len positions (see the header). */
-extern "C" size_t v4_cuda_seq_bytes(const v4_config *cfg, int max_len)
+/* A sequence's bytes (see the header): fixed (window rings, compressor states, device
+ * page tables) plus, when pages is set, every page at max_len positions. */
+static size_t seq_bytes(const v4_config *cfg, int max_len, int shift, int pages)
 {
     if (max_len < 1)
         return 0;
+    const size_t P = (size_t)1 << shift;
     size_t b = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
         const int r = cfg->compress_ratios[l];
         b += sizeof(uint16_t) * (size_t)cfg->window * cfg->head_dim;
         if (!r)
             continue;
-        const size_t cap = (size_t)(max_len / r + 1);
+        const size_t np = (size_t)pages_for(max_len / r, shift);
         const size_t k = r == 4 ? 2 : 1;   /* ratio 4 compressors overlap: 2r rows of 2 dim */
-        b += sizeof(uint16_t) * cap * cfg->head_dim + 2 * sizeof(float) * (k * r) * (k * cfg->head_dim);
+        b += 2 * sizeof(float) * (k * r) * (k * cfg->head_dim) + (pages ? np * P * sizeof(uint16_t) * cfg->head_dim : 0);
         if (r == 4)
-            b += sizeof(uint16_t) * cap * cfg->index_head_dim + 2 * sizeof(float) * (2 * 4) * (2 * cfg->index_head_dim);
+            b += 2 * sizeof(float) * (2 * 4) * (2 * cfg->index_head_dim) + 2 * np * sizeof(uint16_t *) +
+                 (pages ? np * P * sizeof(uint16_t) * cfg->index_head_dim : 0);
     }
     return b;
 }
 
+static int page_shift(int entries)
+{
+    int s = 0;
+    while (s < 20 && (1 << s) < entries)
+        s++;
+    return s;
+}
+
+extern "C" size_t v4_cuda_seq_bytes(const v4_config *cfg, int max_len, int page_entries)
+{
+    return seq_bytes(cfg, max_len, page_shift(page_entries > 0 ? page_entries : V4_CUDA_SEQ_PAGE), 1);
+}
+
+/* The bytes sequences may hold in all: the budget, else what they hold plus the pools'
+ * free pages plus the device's free memory (cudaMemGetInfo); SIZE_MAX when unknown
+ * (the emulation without a budget: nothing is refused). */
+static size_t seq_total(v4_cuda_engine *e)
+{
+    if (e->seq_budget != SIZE_MAX)
+        return e->seq_budget;
+#ifdef V4CU_HOST_EMULATION
+    return SIZE_MAX;
+#else
+    size_t fr = 0, total = 0;
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return SIZE_MAX;
+    }
+    return seq_held(e) + v4_page_pool_free_bytes(e->pool_c) + v4_page_pool_free_bytes(e->pool_i) + fr;
+#endif
+}
+
+/* The banker's test (seq_pages.h) over the live sequences with s (live or about to be:
+ * its claim set) holding extra bytes more; a virtual new sequence (s NULL, claim
+ * v_claim holding v_held) when v_claim is non-zero. */
+static int seq_safe(v4_cuda_engine *e, const dseq *s, size_t extra, size_t v_held, size_t v_claim, size_t total)
+{
+    if (total == SIZE_MAX)
+        return 1;
+    int n = 0;
+    for (int i = 0; i < e->max_seqs; i++) {
+        const dseq *c = &e->seqs[i];
+        if (!c->key && c != s)
+            continue;
+        e->bk_held[n] = c->bytes + (c == s ? extra : 0);
+        e->bk_claim[n] = c->claim > e->bk_held[n] ? c->claim : e->bk_held[n];
+        n++;
+    }
+    if (v_claim) {
+        e->bk_held[n] = v_held;
+        e->bk_claim[n++] = v_claim;
+    }
+    return v4_seq_mem_safe(e->bk_held, e->bk_claim, n, total, e->bk_scratch);
+}
+
+/* Table tab (device copy dtab, NULL: none) of s from *np to want pages out of pool;
+ * 0, 1 when the pool had no memory (the pages got so far are kept), -1 on a failure. */
+static int grow_table(v4_cuda_engine *e, dseq *s, v4_page_pool *pool, uint16_t **tab, const uint16_t **dtab, int *np,
+                      int want)
+{
+    const int from = *np;
+    int rc = 0;
+    while (*np < want) {
+        uint16_t *p = (uint16_t *)v4_page_pool_get(pool);
+        if (!p) {
+            rc = 1;
+            break;
+        }
+        tab[(*np)++] = p;
+        s->bytes += v4_page_pool_page_bytes(pool);
+    }
+    /* the host table's entries stay as they are while s lives: an unwaited copy */
+    if (dtab && *np > from && to_dev_async(e, dtab + from, tab + from, sizeof(uint16_t *) * (size_t)(*np - from)))
+        return -1;
+    return rc;
+}
+
+/* Pages for s's positions [0, end) (every ratio layer's entries up to end / ratio),
+ * granted only when the sequences stay safe (seq_safe; *total: seq_total, computed
+ * at the first growth of the step, 0 before).  0; 1: s must wait (the banker's test
+ * or the pools' memory refused; nothing of s changed but pages it got); -1: a CUDA
+ * failure.  *want: the bytes asked for. */
+static int seq_grow(v4_cuda_engine *e, dseq *s, int end, size_t *total, size_t *want)
+{
+    const v4_config *cfg = &e->w->cfg;
+    const size_t bc = v4_page_pool_page_bytes(e->pool_c), bi = v4_page_pool_page_bytes(e->pool_i);
+    size_t extra = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const int r = e->L[l].ratio;
+        if (!r)
+            continue;
+        const dlstate *L = &s->L[l];
+        const int np = pages_for(end / r, e->pg_shift);
+        extra += (size_t)(np > L->npc ? np - L->npc : 0) * bc + (r == 4 && np > L->npi ? (size_t)(np - L->npi) * bi : 0);
+    }
+    *want = extra;
+    if (!extra)
+        return 0;
+    if (!*total)
+        *total = seq_total(e);
+    if (!seq_safe(e, s, extra, 0, 0, *total))
+        return 1;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const int r = e->L[l].ratio;
+        if (!r)
+            continue;
+        dlstate *L = &s->L[l];
+        const int np = pages_for(end / r, e->pg_shift);
+        int rc = grow_table(e, s, e->pool_c, L->pc, L->dpc, &L->npc, np);
+        if (!rc && r == 4)
+            rc = grow_table(e, s, e->pool_i, L->pi, L->dpi, &L->npi, np);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The page pools, made at the first sequence (pages of 2^pg_shift entries, chunks of
+ * about 2 MiB). */
+static int ensure_pools(v4_cuda_engine *e)
+{
+    if (e->pool_c)
+        return 0;
+    const v4_config *cfg = &e->w->cfg;
+    const size_t P = (size_t)1 << e->pg_shift, bc = P * sizeof(uint16_t) * cfg->head_dim,
+                 bi = P * sizeof(uint16_t) * cfg->index_head_dim;
+    const size_t chunk = (size_t)2 << 20;
+    e->pool_c = v4_page_pool_create(bc, bc < chunk ? (int)(chunk / bc) : 1, chunk_alloc, chunk_free, NULL);
+    e->pool_i = v4_page_pool_create(bi ? bi : 1, bi && bi < chunk ? (int)(chunk / bi) : 1, chunk_alloc, chunk_free,
+                                    NULL);
+    if (!e->pool_c || !e->pool_i) {
+        v4_page_pool_free(e->pool_c);
+        v4_page_pool_free(e->pool_i);
+        e->pool_c = e->pool_i = NULL;
+        return ck(e, cudaErrorMemoryAllocation, "host memory");
+    }
+    return 0;
+}
+
+/* The fixed part of s's state for v->max_len (window rings, compressor states, page
+ * tables; no pages yet); *oom = 1 when the device memory was short. */
+static int seq_make(v4_cuda_engine *e, dseq *s, const v4_seq_view *v, int *oom)
+{
+    const v4_config *cfg = &e->w->cfg;
+    s->L = (dlstate *)calloc((size_t)cfg->n_layers, sizeof *s->L);
+    size_t ht = 0, dt = 0;
+    for (int l = 0; l < cfg->n_layers; l++)
+        if (e->L[l].ratio) {
+            const size_t np = (size_t)pages_for(v->max_len / e->L[l].ratio, e->pg_shift);
+            ht += (e->L[l].ratio == 4 ? 2 : 1) * np;
+            dt += e->L[l].ratio == 4 ? 2 * np : 0;
+        }
+    s->hpt = (uint16_t **)calloc(ht + 1, sizeof(uint16_t *));
+    if (!s->L || !s->hpt)
+        return ck(e, cudaErrorMemoryAllocation, "host memory");
+    if (dt && seq_alloc(e, s, (void **)&s->dpt, dt * sizeof(uint16_t *), oom))
+        return -1;
+    uint16_t **hp = s->hpt;
+    const uint16_t **dp = s->dpt;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        dlstate *L = &s->L[l];
+        const dlayer *lw = &e->L[l];
+        const size_t wb = sizeof(uint16_t) * (size_t)cfg->window * cfg->head_dim;
+        if (seq_alloc(e, s, (void **)&L->win, wb, oom) || ck(e, cudaMemsetAsync(L->win, 0, wb, e->st), "memset"))
+            return -1;
+        if (!lw->ratio)
+            continue;
+        L->np_max = pages_for(v->max_len / lw->ratio, e->pg_shift);
+        L->pc = hp;
+        hp += L->np_max;
+        if (lw->ratio == 4) {
+            L->pi = hp;
+            hp += L->np_max;
+            L->dpc = dp;
+            L->dpi = dp + L->np_max;
+            dp += 2 * L->np_max;
+        }
+        if (cstate_init(e, s, &L->cs, &lw->comp, oom) ||
+            (lw->ratio == 4 && cstate_init(e, s, &L->ics, &lw->idx_comp, oom)))
+            return -1;
+    }
+    return 0;
+}
+
 /* The device state of view v (created at position 0), or NULL + err; *oom = 1 when its
- * allocation found no device memory and the engine is still usable. */
+ * allocation found no device memory, or admitting it could leave the live sequences
+ * unable to finish (seq_safe), and the engine is still usable. */
 static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_view *all, int n, int *oom_out,
                        v4_error *err)
 {
@@ -1131,7 +1396,10 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
             return NULL;
         }
     }
-    if (s->key && s->max_len == v->max_len) {   /* reuse the allocations */
+    if (ensure_pools(e))
+        return NULL;
+    if (s->key && s->max_len == v->max_len) {   /* reuse the allocations, give back the pages */
+        return_pages(e, s, cfg->n_layers);
         for (int l = 0; l < cfg->n_layers; l++) {
             dlstate *L = &s->L[l];
             L->n_comp = L->n_idx = 0;
@@ -1143,34 +1411,27 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
         }
     } else {
         if (s->L)
-            free_dseq(s, cfg->n_layers);
-        int oom = 0;
-        s->L = (dlstate *)calloc((size_t)cfg->n_layers, sizeof *s->L);
-        for (int l = 0; s->L && l < cfg->n_layers; l++) {
-            dlstate *L = &s->L[l];
-            const dlayer *lw = &e->L[l];
-            const size_t wb = sizeof(uint16_t) * (size_t)cfg->window * cfg->head_dim;
-            if (seq_alloc(e, s, (void **)&L->win, wb, &oom) || ck(e, cudaMemsetAsync(L->win, 0, wb, e->st), "memset"))
-                break;
-            if (!lw->ratio)
-                continue;
-            L->cap = v->max_len / lw->ratio + 1;
-            if (seq_alloc(e, s, (void **)&L->comp, sizeof(uint16_t) * (size_t)L->cap * cfg->head_dim, &oom) ||
-                cstate_init(e, s, &L->cs, &lw->comp, &oom))
-                break;
-            if (lw->ratio == 4 &&
-                (seq_alloc(e, s, (void **)&L->idx_keys, sizeof(uint16_t) * (size_t)L->cap * cfg->index_head_dim,
-                           &oom) ||
-                 cstate_init(e, s, &L->ics, &lw->idx_comp, &oom)))
-                break;
+            free_dseq(e, s);
+        const size_t claim = v4_cuda_seq_bytes(cfg, v->max_len, 1 << e->pg_shift);
+        const size_t fixed = seq_bytes(cfg, v->max_len, e->pg_shift, 0), total = seq_total(e);
+        int oom = !seq_safe(e, NULL, 0, fixed, claim, total);
+        const int refused = oom;
+        if (!oom) {
+            s->claim = claim;
+            seq_make(e, s, v, &oom);
         }
-        if (!s->L || oom || e->fail != cudaSuccess) {
+        if (oom || e->fail != cudaSuccess) {
             const size_t held = seq_held(e) - s->bytes;
-            free_dseq(s, cfg->n_layers);
-            v4_err_set(err, V4_ERR_NOMEM, "cuda step",
-                       "no device memory for a sequence of %d positions (%zu bytes; %zu held by other sequences)%s",
-                       v->max_len, v4_cuda_seq_bytes(cfg, v->max_len), held,
-                       e->fail != cudaSuccess ? "" : " - not an engine failure");
+            free_dseq(e, s);
+            if (refused)
+                v4_err_set(err, V4_ERR_NOMEM, "cuda step",
+                           "no device memory for a sequence of %d positions now (it may hold %zu bytes; the live "
+                           "sequences hold %zu of %zu and could not all finish) - not an engine failure",
+                           v->max_len, claim, held, total);
+            else
+                v4_err_set(err, V4_ERR_NOMEM, "cuda step",
+                           "no device memory for a sequence of %d positions (%zu bytes; %zu held by other sequences)%s",
+                           v->max_len, claim, held, e->fail != cudaSuccess ? "" : " - not an engine failure");
             *oom_out = e->fail == cudaSuccess;
             return NULL;
         }
@@ -1269,7 +1530,7 @@ static int map_rows(v4_cuda_engine *e, const v4_seq_view *views, int n, rowmap *
             int oom = 0;
             if (!(S[b] = seq_state(e, &views[b], views, n, &oom, err))) {
                 if (oom)
-                    *fault = (v4_step_fault){.row = b, .retryable = 1};
+                    *fault = (v4_step_fault){.row = b, .retryable = 1, .stall = 0};
                 return -1;
             }
         }
@@ -1314,6 +1575,28 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
     memcpy(e->h_tok, tokens, sizeof(int32_t) * (size_t)n);   /* pinned: the upload is not waited for */
     if (map_rows(e, views, n, &rm, S, fault, err))   /* (a fault: before any kernel) */
         return -1;
+    /* each sequence's pages for this step's positions, before any kernel: a refused
+     * growth is that sequence's fault (it waits, nothing ran; the pages the sequences
+     * before it got stay theirs) */
+    size_t total = 0;
+    for (int b = 0; b < n; b++) {
+        if (rm.first[b] != b)
+            continue;
+        const int end = views[b].pos + rm.count[b];
+        size_t want = 0;
+        const int g = seq_grow(e, S[b], end, &total, &want);
+        if (g < 0)
+            return v4_err_set(err, V4_ERR_INTERNAL, "cuda step", "%s: %s", e->fail_where, cudaGetErrorString(e->fail));
+        if (g > 0) {
+            e->seq_stalls++;
+            *fault = (v4_step_fault){.row = b, .retryable = 1, .stall = 1};
+            return v4_err_set(err, V4_ERR_NOMEM, "cuda step",
+                              "the sequence of row %d (positions %d..%d of %d) waits for %zu bytes of cache pages: "
+                              "sequences hold %zu of %zu bytes and granting them now could leave one unable to "
+                              "finish, or the device had no memory - not an engine failure",
+                              b, views[b].pos, end - 1, views[b].max_len, want, seq_held(e), total);
+        }
+    }
     for (int b = 0; b < n; b++) {
         if (views[b].max_len > max_len)
             max_len = views[b].max_len;
@@ -1362,7 +1645,7 @@ static int engine_step(void *ud, const v4_seq_view *views, const int32_t *tokens
         paged_release(e);               /* a layer's paged experts still pinned */
         for (int b = 0; b < n; b++)   /* their device state holds part of a position */
             if (rm.first[b] == b)
-                free_dseq(S[b], cfg->n_layers);
+                free_dseq(e, S[b]);
         if (e->fail == cudaSuccess && err->msg[0])
             return -1;                  /* a precise error from the step (expert budget) */
         if (e->fail != cudaSuccess)
@@ -1466,11 +1749,15 @@ static int alloc_scratch(v4_cuda_engine *e)
     e->h_wt = (float *)calloc(B * K, sizeof(float));
     e->seqs = (dseq *)calloc((size_t)e->max_seqs, sizeof(dseq));
     e->seq_budget = SIZE_MAX;
+    e->pg_shift = page_shift(V4_CUDA_SEQ_PAGE);
+    e->bk_held = (size_t *)calloc((size_t)e->max_seqs + 1, sizeof(size_t));
+    e->bk_claim = (size_t *)calloc((size_t)e->max_seqs + 1, sizeof(size_t));
+    e->bk_scratch = (unsigned char *)calloc((size_t)e->max_seqs + 1, 1);
     e->x_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
     e->la_ids = (int *)calloc((size_t)c->n_routed_experts, sizeof(int));
     e->la_mark = (unsigned char *)calloc((size_t)c->n_routed_experts, 1);
     if (!e->x_ids || !e->la_ids || !e->la_mark || !e->h_route || !e->h_rows || !e->h_csel || !e->h_nsel ||
-        !e->h_start || !e->h_route_w || !e->h_wt || !e->seqs)
+        !e->h_start || !e->h_route_w || !e->h_wt || !e->seqs || !e->bk_held || !e->bk_claim || !e->bk_scratch)
         return ck(e, cudaErrorMemoryAllocation, "host memory");
     return e->fail == cudaSuccess ? 0 : -1;
 }
@@ -1622,7 +1909,7 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
     v4cu_xslots_free(e->xsl);   /* waits for its copies */
     for (int i = 0; e->seqs && i < e->max_seqs; i++)
         if (e->seqs[i].key || e->seqs[i].L)
-            free_dseq(&e->seqs[i], e->w->cfg.n_layers);
+            free_dseq(e, &e->seqs[i]);
     for (int i = 0; i < e->n_allocs; i++)
         cudaFree(e->allocs[i]);
     cudaFree(e->cand);
@@ -1657,6 +1944,11 @@ extern "C" void v4_cuda_engine_free(v4_cuda_engine *e)
     free(e->h_xtab);
     free(e->h_wt);
     free(e->seqs);
+    v4_page_pool_free(e->pool_c);
+    v4_page_pool_free(e->pool_i);
+    free(e->bk_held);
+    free(e->bk_claim);
+    free(e->bk_scratch);
     free(e);
 }
 
@@ -1832,38 +2124,28 @@ extern "C" void v4_cuda_engine_set_lookahead(v4_cuda_engine *e, int on)
 
 extern "C" size_t v4_cuda_engine_bytes(const v4_cuda_engine *e) { return e ? e->bytes : 0; }
 
-/* Admission: need = a new sequence's bytes (0 when key's slot already holds state of
- * that size, which seq_state reuses); avail = free device memory (cudaMemGetInfo, or
- * the sequence budget less what the slots hold) plus the bytes of idle slots (key
- * released: none, release frees at once).  The emulation has no cudaMemGetInfo: without
- * a budget it cannot tell (-1: admit). */
+/* Admission (the banker's rule, seq_pages.h): need = the most a new sequence of
+ * max_len positions can hold (its claim; 0 when key's slot already holds state of that
+ * size, which seq_state reuses); avail = the bytes sequences may hold in all
+ * (seq_total) when the live sequences stay safe with the new one's fixed part taken
+ * (then the new one, placed last in the finishing order, may claim all of it), else 0.
+ * Unknown (the emulation without a budget, no cudaMemGetInfo): -1, admit. */
 static int engine_admit(void *ud, const v4_seq *key, int max_len, size_t *need, size_t *avail)
 {
     v4_cuda_engine *e = (v4_cuda_engine *)ud;
-    *need = v4_cuda_seq_bytes(&e->w->cfg, max_len);
+    const v4_config *cfg = &e->w->cfg;
+    *need = v4_cuda_seq_bytes(cfg, max_len, 1 << e->pg_shift);
     for (int i = 0; i < e->max_seqs; i++)
         if (e->seqs[i].key == key && e->seqs[i].L && e->seqs[i].max_len == max_len)
             *need = 0;
-    size_t idle = 0;
-    for (int i = 0; i < e->max_seqs; i++)
-        if (!e->seqs[i].key)
-            idle += e->seqs[i].bytes;
-    if (e->seq_budget != SIZE_MAX) {
-        const size_t held = seq_held(e);
-        *avail = (held < e->seq_budget ? e->seq_budget - held : 0) + idle;
-        return 0;
-    }
-#ifdef V4CU_HOST_EMULATION
-    return -1;
-#else
-    size_t fr = 0, total = 0;
-    if (use_device(e) || cudaMemGetInfo(&fr, &total) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (e->seq_budget == SIZE_MAX && use_device(e))
         return -1;
-    }
-    *avail = fr + idle;
+    const size_t total = seq_total(e);
+    if (total == SIZE_MAX)
+        return -1;
+    const size_t fixed = seq_bytes(cfg, max_len, e->pg_shift, 0);
+    *avail = seq_safe(e, NULL, 0, fixed, total, total) ? total : 0;   /* (a claim of total: it finishes last) */
     return 0;
-#endif
 }
 
 /* The task of key is over: free its device state now (a later position-0 row makes it
@@ -1874,13 +2156,43 @@ static void engine_release(void *ud, const v4_seq *key)
     for (int i = 0; i < e->max_seqs; i++)
         if (e->seqs[i].key == key) {
             (void)use_device(e);
-            free_dseq(&e->seqs[i], e->w->cfg.n_layers);
+            free_dseq(e, &e->seqs[i]);
         }
 }
 
 extern "C" void v4_cuda_engine_set_seq_budget(v4_cuda_engine *e, size_t bytes) { e->seq_budget = bytes; }
 
 extern "C" size_t v4_cuda_engine_seq_bytes_held(const v4_cuda_engine *e) { return seq_held(e); }
+
+extern "C" int v4_cuda_engine_set_seq_page(v4_cuda_engine *e, int entries, v4_error *err)
+{
+    if (entries < 1 || entries > (1 << 20) || (entries & (entries - 1)))
+        return v4_err_set(err, V4_ERR_INVALID, "cuda engine", "sequence page of %d entries (a power of two, 1..2^20)",
+                          entries);
+    for (int i = 0; i < e->max_seqs; i++)
+        if (e->seqs[i].L)
+            return v4_err_set(err, V4_ERR_INVALID, "cuda engine",
+                              "the sequence page size changes only while no sequence holds device state");
+    (void)use_device(e);
+    v4_page_pool_free(e->pool_c);
+    v4_page_pool_free(e->pool_i);
+    e->pool_c = e->pool_i = NULL;
+    e->pg_shift = page_shift(entries);
+    return 0;
+}
+
+extern "C" void v4_cuda_engine_seq_stats(const v4_cuda_engine *e, v4_cuda_seq_stats *st)
+{
+    *st = (v4_cuda_seq_stats){
+        .held_bytes = seq_held(e),
+        .pool_bytes = v4_page_pool_bytes(e->pool_c) + v4_page_pool_bytes(e->pool_i),
+        .pool_free_bytes = v4_page_pool_free_bytes(e->pool_c) + v4_page_pool_free_bytes(e->pool_i),
+        .page_entries = 1 << e->pg_shift,
+        .live = 0,
+        .stalls = e->seq_stalls};
+    for (int i = 0; i < e->max_seqs; i++)
+        st->live += e->seqs[i].key != NULL;
+}
 
 /* Prefill chunks (several rows of a sequence in a step): with every expert resident,
  * always; with paged experts when the slots hold the union of a layer's experts over a

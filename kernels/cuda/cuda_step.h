@@ -43,7 +43,7 @@
  *
  * Errors: the first CUDA failure is sticky (except a sequence's out of device memory,
  * see v4_cuda_seq_bytes: the step fails before any kernel is enqueued and reports the
- * row as a retryable v4_step_fault, v4_ctx_step_fault) and names where it happened
+ * row as a retryable v4_step_fault, v4_ctx_step_fault, or as a stall) and names where it happened
  * ("cuda step: WHERE: <CUDA error>").  Sync debug mode (V4_CUDA_SYNC_DEBUG=1, read once at create and
  * kept in the engine, cu_debug.h): every launcher call is followed by a wait for the
  * stream, so an asynchronous fault is caught at its own kernel and WHERE reads
@@ -131,24 +131,52 @@ void v4_cuda_engine_expert_stats(const v4_cuda_engine *e, v4_cuda_expert_stats *
 void v4_cuda_engine_set_lookahead(v4_cuda_engine *e, int on);
 /* Bytes of device memory held (weights + scratch + sequence state). */
 size_t v4_cuda_engine_bytes(const v4_cuda_engine *e);
-/* Sequence memory and admission (issue 20).  v4_cuda_seq_bytes: the device bytes a
- * sequence of max_len positions takes (exactly what the step allocates at its first
- * position: per layer the bf16 window ring, compressed KV and indexer keys, the f32
- * compressor states; 0 for max_len < 1).  Its allocation failing is not sticky: the
- * step fails with V4_ERR_NOMEM ("not an engine failure") and the fault {row: the first
- * row of that sequence, retryable 1} before any kernel runs (no other sequence's state
- * changes; the new ones before it keep fresh state at position 0), the engine keeps
- * serving.
- * The impl's admit hook reports that need and the bytes available (cudaMemGetInfo's
- * free figure + idle slots; the emulation cannot tell without a budget), its release
- * hook frees a finished sequence's state at once.  set_seq_budget: cap the sequences'
- * device bytes at `bytes` (SIZE_MAX: no cap, the default): admission then reports the
- * budget less what the slots hold, and an allocation past it fails as out of memory
- * (tests drive admission with it, the emulation included).  seq_bytes_held: what the
- * slots hold now.  Thread: e's. */
-size_t v4_cuda_seq_bytes(const v4_config *cfg, int max_len);
+/* Sequence memory and admission (issue 20).  A sequence's device state: per layer the
+ * bf16 window ring and the f32 compressor states (allocated at its first position, with
+ * its page tables), and the bf16 compressed KV entries and indexer keys in pages of
+ * page_entries entries (V4_CUDA_SEQ_PAGE by default; set_seq_page changes it while no
+ * sequence holds state) taken from the engine's page pools as the sequence reaches them
+ * (before a step runs, for that step's positions) and returned when it is released or
+ * restarts.  The pools keep their chunks (about 2 MiB each) for reuse until the engine
+ * is freed.  v4_cuda_seq_bytes: the most a sequence of max_len positions holds (its
+ * claim: the fixed part + every page at max_len; 0 for max_len < 1).
+ * Growth and admission follow the banker's rule (seq_pages.h): a sequence's first
+ * position and every growth are granted only when every live sequence could still run to
+ * its claim in some order, counting on what the others free as they finish, within the
+ * bytes sequences may hold (the budget, else what they hold + the pools' free pages +
+ * cudaMemGetInfo's free figure; unknown in the emulation without a budget: no test).  A
+ * refused first position (or its allocation failing) fails the step with V4_ERR_NOMEM
+ * ("not an engine failure") and the fault {row: its first row, retryable 1}; a refused
+ * growth fails it with the fault {row, retryable 1, stall 1}: the sequence keeps its
+ * state and position and is stepped again later.  Either way before any kernel runs (no
+ * sequence's state changes; the new ones before it keep fresh state at position 0, the
+ * earlier ones keep the pages they got) and the engine keeps serving.  In a safe state
+ * the first sequence of the finishing order is always granted, so the sequences never
+ * all wait: memory frees as they finish and none fails while it will.
+ * The impl's admit hook reports need = the claim and avail = those bytes when the live
+ * sequences stay safe with the new one's fixed part taken (it then finishes last), else
+ * 0; its release hook gives a finished sequence's memory back at once.  set_seq_budget:
+ * cap the bytes sequences hold at `bytes` (SIZE_MAX: no cap, the default; tests drive
+ * admission and growth with it, the emulation included; the pools may keep up to the
+ * high-water mark of what was held, rounded up to chunks).  seq_bytes_held: what the
+ * sequences hold now (fixed parts + pages).  seq_stats: those figures and the pools'.
+ * Thread: e's. */
+#define V4_CUDA_SEQ_PAGE 64
+size_t v4_cuda_seq_bytes(const v4_config *cfg, int max_len, int page_entries);
 void v4_cuda_engine_set_seq_budget(v4_cuda_engine *e, size_t bytes);
 size_t v4_cuda_engine_seq_bytes_held(const v4_cuda_engine *e);
+/* 0, or -1 + err (V4_ERR_INVALID) when entries is not a power of two in 1..2^20 or a
+ * sequence holds device state. */
+int v4_cuda_engine_set_seq_page(v4_cuda_engine *e, int entries, v4_error *err);
+typedef struct v4_cuda_seq_stats {
+    size_t held_bytes;          /* = v4_cuda_engine_seq_bytes_held */
+    size_t pool_bytes;          /* chunks the page pools hold */
+    size_t pool_free_bytes;     /* ... of them in pages no sequence holds */
+    int page_entries;
+    int live;                   /* sequences holding device state */
+    uint64_t stalls;            /* growths refused (the sequence waited a step) */
+} v4_cuda_seq_stats;
+void v4_cuda_engine_seq_stats(const v4_cuda_engine *e, v4_cuda_seq_stats *st);
 /* The step implementation to give v4_ctx_set_step_impl (ud = e; rows_per_seq:
  * max_batch with every expert resident, 1 with paged experts; admit and release as
  * above). */

@@ -303,10 +303,11 @@ static void head_rows(v4_ctx *c, int n, const int *want, float *logits)
 }
 
 /* Whether a step implementation's fault names the first row of a sequence at position
- * 0 (anything else is taken as a failure of the whole step). */
+ * 0, or of any sequence for a stall (anything else is taken as a failure of the whole
+ * step). */
 static int fault_of_new_seq(v4_seq *const *seqs, int n, const v4_step_fault *f)
 {
-    if (f->row < 0 || f->row >= n || seqs[f->row]->pos != 0)
+    if (f->row < 0 || f->row >= n || (seqs[f->row]->pos != 0 && !(f->stall && f->retryable)))
         return 0;
     for (int b = 0; b < f->row; b++)
         if (seqs[b] == seqs[f->row])
@@ -332,7 +333,8 @@ int v4_step_rows(v4_ctx *c, v4_seq *const *seqs, const int32_t *tokens, int n, f
         v4_step_fault f = {.row = -1, .retryable = 0};
         if (c->impl.step(c->impl.ud, c->views, tokens, n, logits, want, tr, &f, err)) {
             if (fault_of_new_seq(seqs, n, &f)) {   /* nothing ran: no sequence is broken */
-                c->fault = (v4_step_fault){.row = f.row, .retryable = f.retryable != 0};
+                c->fault = (v4_step_fault){
+                    .row = f.row, .retryable = f.retryable != 0, .stall = f.stall != 0 && f.retryable != 0};
                 return -1;
             }
             for (int b = 0; b < n; b++)

@@ -116,7 +116,10 @@ typedef struct v4_expert_provider {
  * sequence's state changed (sequences new in the step may keep fresh state at position
  * 0), so the caller may run the other rows again without it; fault->retryable = 1 when
  * it may succeed later (the implementation's memory for sequences was short), 0 when the
- * sequence cannot run at all.  Leave it untouched when the whole step failed.
+ * sequence cannot run at all.  A stall (fault->stall = 1, retryable 1) may name any
+ * sequence's first row: its memory must wait, nothing ran, its state and position are
+ * kept; the caller runs the others without it and steps it again later.  Leave it
+ * untouched when the whole step failed.
  * rows_per_seq: the rows
  * one sequence may fill in a step (a prefill chunk: its rows take consecutive positions
  * in row order, like v4_step's; 0 or 1: one row per sequence).  want: as v4_step_rows'
@@ -130,6 +133,8 @@ typedef struct v4_seq_view {
 typedef struct v4_step_fault {
     int row;        /* the sequence's first row in the step; -1: none */
     int retryable;  /* 1: out of memory for it now, may run later; 0: it cannot run */
+    int stall;      /* 1 (with retryable): the sequence (new or not) keeps its state and
+                     * position; step it again at a later step (its memory must wait) */
 } v4_step_fault;
 /* Admission and release (both optional; they also apply with step NULL, the CPU path):
  *   admit(ud, key, max_len, need, avail): the bytes a new sequence (key, of capacity

@@ -17,6 +17,8 @@
  */
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <algorithm>
 #include <string>
 
 #include "kernels/cuda/simt_emu.h"
@@ -424,9 +426,25 @@ static void case_index(int ih, int id, int n, int full = 0)
     std::vector<float> wh(ih), R(n), G(n, -1);
     v4_index_head_weights(iw.data(), ih, id, wh.data());
     v4_index_scores(q.data(), keys.data(), n, wh.data(), ih, id, R.data());
-    CK(v4cu_index_scores(q.data(), keys16.data(), n, iw.data(), ih, id, G.data(), nullptr));
+    /* the keys in one page, then in pages of 4 keys held apart (each its own
+     * allocation, filled in reverse order) */
+    const uint16_t *one[1] = {keys16.data()};
+    CK(v4cu_index_scores(q.data(), one, 30, n, iw.data(), ih, id, G.data(), nullptr));
     char what[96];
     snprintf(what, sizeof what, "index_scores ih=%d id=%d n=%d%s", ih, id, n, full ? " full floats" : "");
+    cmp(what, R.data(), G.data(), R.size());
+    const int np = (n + 3) / 4;
+    std::vector<std::vector<uint16_t>> pg(np);
+    std::vector<const uint16_t *> tab(np);
+    for (int p = np - 1; p >= 0; p--) {
+        pg[p].assign((size_t)4 * id, 0xffff);   /* past n: NaN bits, never read */
+        for (int j = 4 * p; j < n && j < 4 * p + 4; j++)
+            memcpy(&pg[p][(size_t)(j - 4 * p) * id], &keys16[(size_t)j * id], sizeof(uint16_t) * id);
+        tab[p] = pg[p].data();
+    }
+    std::fill(G.begin(), G.end(), -1.0f);
+    CK(v4cu_index_scores(q.data(), tab.data(), 2, n, iw.data(), ih, id, G.data(), nullptr));
+    snprintf(what, sizeof what, "index_scores ih=%d id=%d n=%d%s, pages of 4", ih, id, n, full ? " full floats" : "");
     cmp(what, R.data(), G.data(), R.size());
 }
 

@@ -222,6 +222,10 @@ static int chunk_check(v4_backend *be, const v4_weights *w, size_t budget, const
         printf("chunk engine (%s): %s: %s\n", what, err.where, err.msg);
         return -1;
     }
+    if (v4_cuda_engine_set_seq_page(eng5, 4, &err)) {
+        printf("chunk engine (%s): %s\n", what, err.msg);
+        return -1;
+    }
     if (lt && (v4_cuda_engine_use_fast(eng5, lt, &err) || v4_cuda_engine_set_mma(eng5, mma))) {
         printf("chunk engine (%s): fast mode: %s: %s\n", what, err.where, err.msg);
         return -1;
@@ -388,6 +392,13 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
         return 1;
     }
     printf("device engine: %.1f MiB of (emulated) device memory\n", (double)v4_cuda_engine_bytes(eng) / (1 << 20));
+    /* sequence cache pages of 2 entries: sections 1 and 2 cross a page every 8
+     * positions of a ratio-4 layer (the indexer's scores and picks read through the
+     * page tables); the paged-expert engines keep the default pages */
+    if (v4_cuda_engine_set_seq_page(eng, 2, &err) || v4_cuda_engine_set_seq_page(eng, 3, &err) == 0) {
+        printf("sequence pages: %s (or 3 entries accepted)\n", err.msg);
+        return 1;
+    }
     v4_step_impl impl = v4_cuda_engine_impl(eng);
     v4_ctx_set_step_impl(dev, &impl);
 
@@ -643,12 +654,13 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
             return 1;
     }
 
-    /* 6. admission by device memory (issue 20): the exact size of a sequence's state,
-     * the admit hook under a sequence budget, an out-of-memory first step that fails
-     * alone (not sticky: the engine and the other sequence go on, same logits as the
-     * CPU) in a step with the other sequence's next row, reported as the fault of its
-     * row (v4_ctx_step_fault: row 1, retryable; neither sequence advanced nor broken),
-     * and release freeing a finished sequence's state at once */
+    /* 6. admission by device memory (issue 20): a sequence's claim (fixed part + every
+     * page at its capacity), the admit hook under a sequence budget (the banker's rule:
+     * avail = the budget while the live sequences stay safe), an out-of-memory first
+     * step that fails alone (not sticky: the engine and the other sequence go on, same
+     * logits as the CPU) in a step with the other sequence's next row, reported as the
+     * fault of its row (v4_ctx_step_fault: row 1, retryable; neither sequence advanced
+     * nor broken), and release giving a finished sequence's memory back at once */
     {
         const int before6 = bad_total;
         v4_ctx *dev6 = v4_ctx_create(w, be, 3, &err);
@@ -660,12 +672,14 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
         v4_step_impl impl6 = v4_cuda_engine_impl(eng6);
         v4_ctx_set_step_impl(dev6, &impl6);
         const int ML = 16;
-        const size_t need = v4_cuda_seq_bytes(&w->cfg, ML);
+        const size_t need = v4_cuda_seq_bytes(&w->cfg, ML, V4_CUDA_SEQ_PAGE);
         v4_seq *sa = v4_seq_create(w, ML, &err), *sb = v4_seq_create(w, ML, &err);
         size_t nd = 0, av = 0;
         const int rc0 = v4_ctx_admit(dev6, sa, &nd, &av);
         /* the emulation cannot tell (1: admit), a device reports cudaMemGetInfo's figure */
         const int nobudget_ok = (rc0 == 1 && nd == 0) || (rc0 == 0 && nd == need && av > 0);
+        /* a to b: a fits, b does not while a lives (its claim does, the budget less a's
+         * hold does not leave a able to finish) */
         const size_t budget = need + need / 2;
         v4_cuda_engine_set_seq_budget(eng6, budget);
         const int adm_a = v4_ctx_admit(dev6, sa, &nd, &av) == 0 && nd == need && av == budget;
@@ -681,8 +695,11 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
         const int step_a = v4_step(dev6, &sa, &k0, 1, o6.logits.data(), &tp, &err) == 0;
         if (step_a)
             compare("admission a0", r6[0], o6, 0);
-        const int exact = v4_cuda_engine_seq_bytes_held(eng6) == need;
-        const int adm_b = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == budget - need;
+        /* at position 0 a holds its fixed part (no entries yet: no pages) */
+        const size_t held_a = v4_cuda_engine_seq_bytes_held(eng6);
+        const int fixed_ok = held_a > 0 && held_a < need;
+        v4_cuda_engine_set_seq_budget(eng6, need + held_a / 2);   /* b's fixed part does not fit beside a's claim */
+        const int adm_b = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == 0;
         v4_error eb = {};
         int32_t k1 = t6[1];
         v4_seq *pair[2] = {sa, sb};
@@ -690,7 +707,7 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
         const int oom_b = v4_step(dev6, pair, k10, 2, NULL, NULL, &eb) != 0 && eb.code == V4_ERR_NOMEM &&
                           strstr(eb.msg, "not an engine failure") != NULL;
         v4_step_fault fb = {};
-        const int fault_b = v4_ctx_step_fault(dev6, &fb) == 0 && fb.row == 1 && fb.retryable == 1 &&
+        const int fault_b = v4_ctx_step_fault(dev6, &fb) == 0 && fb.row == 1 && fb.retryable == 1 && fb.stall == 0 &&
                             v4_seq_pos(sa) == 1 && v4_seq_pos(sb) == 0;
         const int after_oom = v4_step(dev6, &sa, &k1, 1, o6.logits.data(), &tp, &err) == 0;
         if (after_oom)
@@ -699,23 +716,153 @@ int v4_step_check(const char *data, int P, void *stand_in_lt)
         const int fault_gone = v4_ctx_step_fault(dev6, &fa) != 0 && fa.row == -1;
         v4_ctx_release_seq(dev6, sa);
         const int freed = v4_cuda_engine_seq_bytes_held(eng6) == 0;
-        const int adm_b2 = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == budget;
+        const int adm_b2 = v4_ctx_admit(dev6, sb, &nd, &av) == 0 && nd == need && av == need + held_a / 2;
         const int step_b = v4_step(dev6, &sb, &k0, 1, o6.logits.data(), &tp, &err) == 0;
         if (step_b)
             compare("admission b0 after the release", r6[0], o6, 0);
-        printf("admission: no budget %s; seq bytes %zu exact %s; admit %s/%s/%s; OOM not sticky %s (%s), its row "
-               "reported %s (row %d, retryable %d; cleared by the next step %s), then a step %s; release frees %s; "
-               "%s\n",
-               nobudget_ok ? "ok" : "FAIL", need, exact ? "ok" : "FAIL", adm_a ? "ok" : "FAIL", adm_b ? "ok" : "FAIL",
-               adm_b2 ? "ok" : "FAIL", oom_b ? "ok" : "FAIL", eb.msg, fault_b ? "ok" : "FAIL", fb.row, fb.retryable,
-               fault_gone ? "ok" : "FAIL", after_oom && step_a && step_b ? "ok" : "FAIL", freed ? "ok" : "FAIL",
-               bad_total > before6 ? "FAIL" : "ok");
-        bad_total += !nobudget_ok + !exact + !adm_a + !adm_b + !adm_b2 + !oom_b + !fault_b + !fault_gone + !after_oom +
-                     !step_a + !step_b + !freed;
+        printf("admission: no budget %s; claim %zu, fixed part %zu %s; admit %s/%s/%s; OOM not sticky %s (%s), its "
+               "row reported %s (row %d, retryable %d; cleared by the next step %s), then a step %s; release frees "
+               "%s; %s\n",
+               nobudget_ok ? "ok" : "FAIL", need, held_a, fixed_ok ? "ok" : "FAIL", adm_a ? "ok" : "FAIL",
+               adm_b ? "ok" : "FAIL", adm_b2 ? "ok" : "FAIL", oom_b ? "ok" : "FAIL", eb.msg, fault_b ? "ok" : "FAIL",
+               fb.row, fb.retryable, fault_gone ? "ok" : "FAIL", after_oom && step_a && step_b ? "ok" : "FAIL",
+               freed ? "ok" : "FAIL", bad_total > before6 ? "FAIL" : "ok");
+        bad_total += !nobudget_ok + !fixed_ok + !adm_a + !adm_b + !adm_b2 + !oom_b + !fault_b + !fault_gone +
+                     !after_oom + !step_a + !step_b + !freed;
         v4_seq_free(sa);
         v4_seq_free(sb);
         v4_cuda_engine_free(eng6);
         v4_ctx_free(dev6);
+    }
+
+    /* 7. growth in pages and the banker's rule (issue 20): pages of 2 entries, two
+     * sequences of ML positions under a budget of one claim + one fixed part: both
+     * are admitted, both step together until b would need its first
+     * pages, which would leave a unable to finish: b stalls (fault {row 1, retryable,
+     * stall}; nothing ran, neither advanced), a is stepped alone to its end (every
+     * growth of a granted), released, then b runs to its end; every row equals the CPU
+     * run; the bytes held grow page by page (a's after each step = its fixed part +
+     * its pages), never pass the budget, and the pools' chunks are reused (b takes no
+     * new chunk) */
+    {
+        const int before7 = bad_total, ML = 40;
+        v4_ctx *dev7 = v4_ctx_create(w, be, 3, &err);
+        v4_cuda_engine *eng7 = dev7 ? v4_cuda_engine_create(w, 3, 3, 0, &err) : NULL;
+        if (!eng7 || v4_cuda_engine_set_seq_page(eng7, 2, &err)) {
+            printf("growth setup: %s\n", err.msg);
+            return 1;
+        }
+        v4_step_impl impl7 = v4_cuda_engine_impl(eng7);
+        v4_ctx_set_step_impl(dev7, &impl7);
+        std::vector<int> ta(seq.begin(), seq.begin() + ML), tb(seq.begin() + 7, seq.begin() + 7 + ML);
+        std::vector<obs> ra, rb;
+        if (run_one(cpu, w, ta, ra) || run_one(cpu, w, tb, rb))
+            return 1;
+        v4_seq *A = v4_seq_create(w, ML, &err), *B = v4_seq_create(w, ML, &err);
+        const size_t claim = v4_cuda_seq_bytes(&w->cfg, ML, 2);
+        /* the fixed part: what a sequence holds at position 0 (measured on a throwaway) */
+        size_t fixed = 0;
+        {
+            v4_seq *T = v4_seq_create(w, ML, &err);
+            obs o;
+            v4_trace t;
+            obs_init(o, &w->cfg, &t);
+            v4_trace *tp = &t;
+            int32_t k = ta[0];
+            if (v4_step(dev7, &T, &k, 1, o.logits.data(), &tp, &err))
+                return 1;
+            fixed = v4_cuda_engine_seq_bytes_held(eng7);
+            v4_ctx_release_seq(dev7, T);
+            v4_seq_free(T);
+        }
+        const size_t budget = claim + fixed;
+        v4_cuda_engine_set_seq_budget(eng7, budget);
+        int pa = 0, pb = 0, stalls = 0, stall_pos = -1, over = 0, growth_ok = 1, released = 0, steps = 0, skip_b = 0;
+        size_t pool_at_release = 0;
+        while ((pa < ML || pb < ML) && steps++ < 4 * ML) {
+            v4_seq *rows[2];
+            int32_t tk[2];
+            int who[2], n = 0;
+            if (pa < ML) {
+                rows[n] = A;
+                tk[n] = ta[(size_t)pa];
+                who[n++] = 0;
+            }
+            if (pb < ML && !skip_b) {
+                rows[n] = B;
+                tk[n] = tb[(size_t)pb];
+                who[n++] = 1;
+            }
+            std::vector<obs> o(2);
+            std::vector<v4_trace> t(2);
+            v4_trace *tp[2];
+            std::vector<float> lg((size_t)2 * w->cfg.vocab_size);
+            for (int k = 0; k < 2; k++) {
+                obs_init(o[k], &w->cfg, &t[k]);
+                tp[k] = &t[k];
+            }
+            if (v4_step(dev7, rows, tk, n, lg.data(), tp, &err)) {
+                v4_step_fault f = {};
+                if (v4_ctx_step_fault(dev7, &f) || !f.stall || !f.retryable || who[f.row] != 1 || n != 2 ||
+                    v4_seq_pos(A) != pa || v4_seq_pos(B) != pb) {
+                    printf("growth: step failed unexpectedly (row %d, stall %d, a at %d/%d, b at %d/%d): %s: %s\n",
+                           f.row, f.stall, v4_seq_pos(A), pa, v4_seq_pos(B), pb, err.where, err.msg);
+                    return 1;
+                }
+                if (!stalls++) {
+                    stall_pos = pb;
+                    printf("growth: b stalls at position %d: %s\n", pb, err.msg);
+                }
+                skip_b = 1;   /* the next try without b: a alone (the executor's rule) */
+                continue;
+            }
+            skip_b = 0;
+            for (int k = 0; k < n; k++) {
+                o[k].logits.assign(lg.begin() + (long)k * w->cfg.vocab_size,
+                                   lg.begin() + (long)(k + 1) * w->cfg.vocab_size);
+                compare(who[k] ? "growth b" : "growth a", who[k] ? rb[(size_t)pb] : ra[(size_t)pa], o[k],
+                        who[k] ? pb : pa);
+            }
+            const size_t held = v4_cuda_engine_seq_bytes_held(eng7);
+            over |= held > budget;
+            for (int k = 0; k < n; k++)
+                (who[k] ? pb : pa)++;
+            /* a's bytes while b holds only its fixed part: a's fixed part + its pages */
+            if (!released && pb <= stall_pos + 1 && stalls) {
+                size_t pages = 0;
+                for (int l = 0; l < w->cfg.n_layers; l++) {
+                    const int r = w->cfg.compress_ratios[l];
+                    if (!r)
+                        continue;
+                    const size_t np = (size_t)((pa / r + 1) / 2);
+                    pages += np * 2 * sizeof(uint16_t) * (w->cfg.head_dim + (r == 4 ? w->cfg.index_head_dim : 0));
+                }
+                growth_ok &= held == 2 * fixed + pages;
+            }
+            if (pa == ML && !released) {
+                v4_cuda_seq_stats st;
+                v4_cuda_engine_seq_stats(eng7, &st);
+                pool_at_release = st.pool_bytes;
+                v4_ctx_release_seq(dev7, A);
+                released = 1;
+            }
+        }
+        v4_cuda_seq_stats st;
+        v4_cuda_engine_seq_stats(eng7, &st);
+        const int done = pa == ML && pb == ML && v4_seq_pos(A) == ML && v4_seq_pos(B) == ML;
+        const int stall_ok = stalls > 0 && stall_pos >= 3 && stall_pos < 8 && st.stalls == (uint64_t)stalls;
+        const int reuse = st.pool_bytes == pool_at_release && st.page_entries == 2 && st.live == 1;
+        printf("growth in pages: claim %zu, fixed part %zu, budget %zu; b stalled %d times from position %d %s; "
+               "held by page %s, never above the budget %s; pools %zu bytes, b reused them %s; both to the end %s; "
+               "%s\n",
+               claim, fixed, budget, stalls, stall_pos, stall_ok ? "ok" : "FAIL", growth_ok ? "ok" : "FAIL",
+               over ? "FAIL" : "ok", st.pool_bytes, reuse ? "ok" : "FAIL", done ? "ok" : "FAIL",
+               bad_total > before7 ? "FAIL" : "ok");
+        bad_total += !done + !stall_ok + !reuse + over + !growth_ok;
+        v4_seq_free(A);
+        v4_seq_free(B);
+        v4_cuda_engine_free(eng7);
+        v4_ctx_free(dev7);
     }
 
     for (int r = 0; r < 3; r++)

@@ -45,6 +45,7 @@ enum { SLOT_FREE = 0, SLOT_WAIT, SLOT_ACTIVE, SLOT_SYNC, SLOT_DONE };
 
 typedef struct cslot {
     int state;
+    long stall_mark;            /* steps + 1 of the step it sits out (its memory waits); 0: none */
     v4_job *job;
     v4_run_job rj;
     v4_summ *summ;              /* a summarize task: its tree; rj runs its current generation */
@@ -249,11 +250,11 @@ static int gather(cont_exec *c, int *any_logits)
     int rows = 0, active = 0;
     *any_logits = 0;
     for (int i = 0; i < c->n; i++)
-        active += c->slots[i].state == SLOT_ACTIVE;
+        active += c->slots[i].state == SLOT_ACTIVE && c->slots[i].stall_mark != c->steps + 1;
     int spare = c->cap_rows - active;
     for (int i = 0; i < c->n; i++) {
         cslot *s = &c->slots[i];
-        if (s->state != SLOT_ACTIVE)
+        if (s->state != SLOT_ACTIVE || s->stall_mark == c->steps + 1)
             continue;
         int lim = 1 + spare < per_seq ? 1 + spare : per_seq;
         int k = v4_gen_rows(s->rj.gen, lim, c->toks + rows, c->trs + rows, c->row_want + rows);
@@ -275,14 +276,30 @@ static int gather(cont_exec *c, int *any_logits)
  * (retryable) while another job is active, it waits (SLOT_WAIT: admitted again at a
  * later step, as admit.h's rule waits, not charged, first_step untouched); out of memory
  * alone, it fails as admission's "cannot fit even alone" does (device_memory); a
- * sequence that cannot run fails with the step's error.  The caller steps the others
- * again at once. */
+ * sequence that cannot run fails with the step's error.  A stall (its memory must
+ * wait; any sequence, its state kept): it sits out this step (figs.mem_stalls) while
+ * another job runs in it, else (nothing else can free memory) it fails (device_memory).
+ * The caller steps the others again at once. */
 static void drop_faulted(cont_exec *c, const v4_step_fault *f, const v4_error *err)
 {
     cslot *s = &c->slots[c->row_slot[f->row]];
     int others = 0;
     for (int i = 0; i < c->n; i++)
-        others += &c->slots[i] != s && c->slots[i].state == SLOT_ACTIVE;
+        others += &c->slots[i] != s && c->slots[i].state == SLOT_ACTIVE && c->slots[i].stall_mark != c->steps + 1;
+    if (f->stall && f->retryable) {
+        if (others) {
+            s->stall_mark = c->steps + 1;
+            c->figs.mem_stalls++;
+            return;
+        }
+        v4_error e = *err;
+        v4_err_set(&e, V4_ERR_NOMEM, "device_memory",
+                   "a sequence of %d positions could not grow at position %d with no other sequence running (%s: "
+                   "%s)",
+                   v4_seq_capacity(s->rj.seq), v4_seq_pos(s->rj.seq), err->where, err->msg);
+        retire(c, s, 1, &e);
+        return;
+    }
     v4_ctx_release_seq(c->r->ctx, s->rj.seq);
     if (f->retryable && others) {
         s->state = SLOT_WAIT;

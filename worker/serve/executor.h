@@ -72,6 +72,9 @@ typedef struct v4_exec_figs {
     /* first steps of a job retried later: the step implementation found no memory for
      * its new sequence while other jobs ran (v4_step_fault; continuous) */
     long oom_retries;
+    /* steps a running job sat out because its sequence's memory had to wait (the step
+     * implementation's stall, v4_step_fault; continuous) */
+    long mem_stalls;
 } v4_exec_figs;
 
 typedef struct v4_exec_ops {
