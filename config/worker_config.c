@@ -103,7 +103,7 @@ static int check_name(const char *var, const char *v, v4_error *err)
 }
 
 /* V4_DEVICE cpu | cuda | cuda:N (N 0..255); V4_CUDA_MODE auto | resident | hybrid;
- * V4_GPU_EXPERT_MEM and V4_GPU_WEIGHT_MEM "" | a byte count | P% (0 < P <= 100);
+ * V4_GPU_EXPERT_MEM, V4_GPU_WEIGHT_MEM and V4_GPU_SEQ_MEM "" | a byte count | P% (0 < P <= 100);
  * V4_GPU_CACHE_POLICY lru | slru | lfru | next.  The syntax only: whether
  * the device exists is known when the worker opens it. */
 static int check_gpu(const v4_worker_config *c, v4_error *err)
@@ -121,6 +121,10 @@ static int check_gpu(const v4_worker_config *c, v4_error *err)
         return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_WEIGHT_MEM",
                           "'%s' is not a byte count (40G, 512M) or a percentage of the device's memory in (0, 100] "
                           "(90%%)", c->gpu_weight_mem);
+    if (c->gpu_seq_mem[0] && (v4_parse_budget(c->gpu_seq_mem, 100, &bytes) || !(bytes > 0)))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_SEQ_MEM",
+                          "'%s' is not a byte count (8G, 512M) or a percentage of the device's memory in (0, 100] "
+                          "(10%%)", c->gpu_seq_mem);
     if (strcmp(c->gpu_cache_policy, "lru") && strcmp(c->gpu_cache_policy, "slru") &&
         strcmp(c->gpu_cache_policy, "lfru") && strcmp(c->gpu_cache_policy, "next"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_CACHE_POLICY", "'%s' is not lru, slru, lfru or next",
@@ -160,7 +164,7 @@ static const char *const KNOWN[] = {
     "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
     "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
     "V4_IO_THREADS", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
-    "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM", "V4_NUMERICS", "V4_THREADS",
+    "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM", "V4_GPU_SEQ_MEM", "V4_NUMERICS", "V4_THREADS",
 };
 
 int v4_parse_bytes(const char *v, long long *out)
@@ -245,6 +249,7 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_str(src, "V4_GPU_EXPERT_MEM", "", c->gpu_expert_mem, sizeof c->gpu_expert_mem, err) ||
         get_str(src, "V4_GPU_CACHE_POLICY", "next", c->gpu_cache_policy, sizeof c->gpu_cache_policy, err) ||
         get_str(src, "V4_GPU_WEIGHT_MEM", "", c->gpu_weight_mem, sizeof c->gpu_weight_mem, err) ||
+        get_str(src, "V4_GPU_SEQ_MEM", "", c->gpu_seq_mem, sizeof c->gpu_seq_mem, err) ||
         get_str(src, "V4_NUMERICS", "exact", c->numerics, sizeof c->numerics, err) ||
         check_gpu(c, err))
         return -1;

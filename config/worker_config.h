@@ -90,6 +90,7 @@ typedef struct v4_worker_config {
     char gpu_expert_mem[32];        /* V4_GPU_EXPERT_MEM: "" (all resident) | bytes | P% */
     char gpu_cache_policy[8];       /* V4_GPU_CACHE_POLICY: lru | slru | lfru | next */
     char gpu_weight_mem[32];        /* V4_GPU_WEIGHT_MEM: "" (free memory - 1 GiB) | bytes | P% */
+    char gpu_seq_mem[32];           /* V4_GPU_SEQ_MEM: "" (from the tasks' claims) | bytes | P% of the device */
     char numerics[8];               /* V4_NUMERICS: exact | fast (config/numerics_setting.h) */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */

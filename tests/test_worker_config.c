@@ -167,19 +167,22 @@ int main(void)
 
     /* GPU settings: defaults, good values (env and file), precise errors */
     CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.device, "cpu") && !strcmp(c.cuda_mode, "auto") &&
-              !c.gpu_expert_mem[0] && !strcmp(c.gpu_cache_policy, "next") && !c.gpu_weight_mem[0],
+              !c.gpu_expert_mem[0] && !strcmp(c.gpu_cache_policy, "next") && !c.gpu_weight_mem[0] &&
+              !c.gpu_seq_mem[0],
           "gpu defaults: %s %s '%s' %s '%s'", c.device, c.cuda_mode, c.gpu_expert_mem, c.gpu_cache_policy,
           c.gpu_weight_mem);
     static const char *const goodpol[] = {"lru", "slru", "lfru", "next"};
     for (size_t i = 0; i < sizeof goodpol / sizeof goodpol[0]; i++) {
         setenv("V4_GPU_CACHE_POLICY", goodpol[i], 1);
         setenv("V4_GPU_WEIGHT_MEM", i % 2 ? "40G" : "90%", 1);
+        setenv("V4_GPU_SEQ_MEM", i % 2 ? "10%" : "6G", 1);
         CHECK(v4_worker_config_from_env(&c, &err) == 0 && !strcmp(c.gpu_cache_policy, goodpol[i]) &&
-                  !strcmp(c.gpu_weight_mem, i % 2 ? "40G" : "90%"),
+                  !strcmp(c.gpu_weight_mem, i % 2 ? "40G" : "90%") && !strcmp(c.gpu_seq_mem, i % 2 ? "10%" : "6G"),
               "V4_GPU_CACHE_POLICY=%s: %s", goodpol[i], err.msg);
     }
     unsetenv("V4_GPU_CACHE_POLICY");
     unsetenv("V4_GPU_WEIGHT_MEM");
+    unsetenv("V4_GPU_SEQ_MEM");
     static const char *const goodgpu[][3] = {{"cuda", "resident", "85%"}, {"cuda:3", "hybrid", "12G"},
                                              {"cpu", "auto", "100%"}, {"cuda:255", "auto", "512M"}};
     for (size_t i = 0; i < sizeof goodgpu / sizeof goodgpu[0]; i++) {
@@ -199,7 +202,8 @@ int main(void)
         {"V4_CUDA_MODE", "Resident"}, {"V4_GPU_EXPERT_MEM", "0%"}, {"V4_GPU_EXPERT_MEM", "101%"},
         {"V4_GPU_EXPERT_MEM", "12Q"}, {"V4_GPU_EXPERT_MEM", "0"},  {"V4_GPU_EXPERT_MEM", "x%"},
         {"V4_GPU_CACHE_POLICY", "fifo"}, {"V4_GPU_CACHE_POLICY", "LRU"}, {"V4_GPU_WEIGHT_MEM", "0"},
-        {"V4_GPU_WEIGHT_MEM", "150%"}, {"V4_GPU_WEIGHT_MEM", "7Z"}};
+        {"V4_GPU_WEIGHT_MEM", "150%"}, {"V4_GPU_WEIGHT_MEM", "7Z"}, {"V4_GPU_SEQ_MEM", "0"},
+        {"V4_GPU_SEQ_MEM", "0%"},     {"V4_GPU_SEQ_MEM", "12 G"}};
     for (size_t i = 0; i < sizeof badgpu / sizeof badgpu[0]; i++) {
         setenv(badgpu[i][0], badgpu[i][1], 1);
         CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, badgpu[i][0]) &&

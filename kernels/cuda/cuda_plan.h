@@ -12,9 +12,19 @@
  *  - no budget, and trunk + every expert + headroom fits: the resident step with every
  *    expert resident (budget 0).
  *  - no budget, and it does not fit (the full V4-Flash on one H200): the resident step
- *    with paged experts, budget = free - trunk - headroom (capped at the routed-expert
- *    bytes), when that holds one step's experts (step_experts slots); else auto picks
- *    hybrid and resident is an error (V4_ERR_NOMEM, with the sizes).
+ *    with paged experts, budget = free - trunk - headroom - the sequences' reserve
+ *    (capped at the routed-expert bytes), when that holds one step's experts
+ *    (step_experts slots); else auto picks hybrid and resident is an error
+ *    (V4_ERR_NOMEM, with the sizes).
+ * Sequences (V4_GPU_SEQ_MEM): the bytes the sequences' device caches may hold (the
+ * engine's banker's admission, cuda_step.h).  An explicit seq_budget is reserved as
+ * asked (and counted in every "fits" above).  Otherwise the default reserve is
+ * min(seq_tasks x seq_claim, max(seq_claim, avail / 8)), avail = free - trunk -
+ * headroom: every task at the full context, but no more than an eighth of the device
+ * after the trunk unless one task alone needs more; with every expert resident, or an
+ * explicit expert budget, the sequences get all the rest.  seq_claim 0 (unknown) and
+ * no seq_budget: seq_bytes 0, no reserve (the engine then counts on the free memory).
+ * With paged experts the reserve shrinks, if it must, to leave one step's experts.
  * Ownership: plain values.  Thread: any (pure).
  */
 #ifndef V4_CUDA_PLAN_H
@@ -39,12 +49,17 @@ typedef struct v4_cuda_plan_in {
     int step_experts;           /* slots one step pins at most (one layer's experts for the batch) */
     size_t headroom;            /* left free for sequences and the runtime */
     size_t budget;              /* explicit V4_GPU_EXPERT_MEM in bytes, 0 = none */
+    size_t seq_claim;           /* one task's sequence at the full context (v4_cuda_seq_bytes), 0 = unknown */
+    int seq_tasks;              /* tasks decoded at once (< 1: 1) */
+    size_t seq_budget;          /* explicit V4_GPU_SEQ_MEM in bytes, 0 = none */
 } v4_cuda_plan_in;
 
 typedef struct v4_cuda_plan {
     int resident;               /* 1 = the resident step, 0 = hybrid */
     size_t expert_budget;       /* resident: 0 = every expert resident, else the slot pool's budget */
     size_t trunk_bytes, pool_bytes, headroom;   /* the split (pool: experts resident or paged) */
+    size_t seq_bytes;           /* resident: the sequences' budget (0 = none: the free memory) */
+    const char *seq_why;        /* one phrase for the log: where seq_bytes came from */
     const char *why;            /* one phrase for the log */
 } v4_cuda_plan;
 

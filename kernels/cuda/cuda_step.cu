@@ -2185,6 +2185,7 @@ extern "C" void v4_cuda_engine_seq_stats(const v4_cuda_engine *e, v4_cuda_seq_st
 {
     *st = (v4_cuda_seq_stats){
         .held_bytes = seq_held(e),
+        .budget_bytes = e->seq_budget == SIZE_MAX ? 0 : e->seq_budget,
         .pool_bytes = v4_page_pool_bytes(e->pool_c) + v4_page_pool_bytes(e->pool_i),
         .pool_free_bytes = v4_page_pool_free_bytes(e->pool_c) + v4_page_pool_free_bytes(e->pool_i),
         .page_entries = 1 << e->pg_shift,

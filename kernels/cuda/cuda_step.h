@@ -170,6 +170,7 @@ size_t v4_cuda_engine_seq_bytes_held(const v4_cuda_engine *e);
 int v4_cuda_engine_set_seq_page(v4_cuda_engine *e, int entries, v4_error *err);
 typedef struct v4_cuda_seq_stats {
     size_t held_bytes;          /* = v4_cuda_engine_seq_bytes_held */
+    size_t budget_bytes;        /* v4_cuda_engine_set_seq_budget's, 0 = none (the free memory) */
     size_t pool_bytes;          /* chunks the page pools hold */
     size_t pool_free_bytes;     /* ... of them in pages no sequence holds */
     int page_entries;

@@ -147,8 +147,9 @@ void v4_wmetrics_memory(v4_wmetrics *m, const v4_runner *r)
     v4_runner_memory_get(r, &mm);
     const struct { const char *device, *part; unsigned long long v; int on; } s[] = {
         {"host", "trunk", mm.host_trunk, 1},        {"host", "experts", mm.host_experts, 1},
-        {"host", "sequences", mm.host_sequences, 1}, {"gpu", "held", mm.gpu_held, mm.gpu},
-        {"gpu", "experts", mm.gpu_experts, mm.gpu}};
+        {"host", "sequences", mm.host_sequences, 1}, {"gpu", "held", mm.g.held, mm.gpu},
+        {"gpu", "trunk", mm.g.trunk, mm.gpu},        {"gpu", "experts", mm.g.experts, mm.gpu},
+        {"gpu", "sequences", mm.g.seq_budget, mm.gpu}, {"gpu", "sequences_held", mm.g.seq_held, mm.gpu}};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i].on) {
             const char *v[] = {s[i].device, s[i].part};

@@ -29,7 +29,8 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
                                .numerics = c->numerics,
                                .prefill_chunk = c->prefill_chunk,
                                .gpu_cache_policy = c->gpu_cache_policy,
-                               .gpu_weight_mem = c->gpu_weight_mem};
+                               .gpu_weight_mem = c->gpu_weight_mem,
+                               .gpu_seq_mem = c->gpu_seq_mem};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -164,6 +165,7 @@ static void reload(worker *w, const char *why)
     memcpy(w->cfg.gpu_expert_mem, nc.gpu_expert_mem, sizeof nc.gpu_expert_mem);
     memcpy(w->cfg.gpu_cache_policy, nc.gpu_cache_policy, sizeof nc.gpu_cache_policy);
     memcpy(w->cfg.gpu_weight_mem, nc.gpu_weight_mem, sizeof nc.gpu_weight_mem);
+    memcpy(w->cfg.gpu_seq_mem, nc.gpu_seq_mem, sizeof nc.gpu_seq_mem);
     w->cfg.max_context = nc.max_context;
     w->cfg.prefill_chunk = nc.prefill_chunk;
     w->cfg.deadline_ms = nc.deadline_ms;

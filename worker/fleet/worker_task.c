@@ -98,6 +98,7 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
                        .expert_prefetched = out->expert_prefetched};
     v4_wmetrics_task(&w->m, &f);
     v4_wmetrics_runner_caches(&w->m, w->runner);
+    v4_wmetrics_memory(&w->m, w->runner);     /* the GPU sequences' bytes move with the tasks */
     if (w->log.level < 1)
         return;
     char msg[1024];

@@ -15,6 +15,7 @@
  * v4_gpu_cache_figs_get reads either mode's expert counters for /metrics.
  * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,9 @@ static v4_gpu_opts gpu_opts_of(const v4_engine_opts *o)
     return (v4_gpu_opts){.cuda_mode = o->cuda_mode,
                          .expert_mem = o->gpu_expert_mem,
                          .cache_policy = o->gpu_cache_policy,
-                         .weight_mem = o->gpu_weight_mem};
+                         .weight_mem = o->gpu_weight_mem,
+                         .seq_mem = o->gpu_seq_mem,
+                         .context = 0};
 }
 
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
@@ -114,10 +117,11 @@ int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_f
 
 static const char *g_str(const v4_gpu_opts *g, int which)
 {
-    static const char *const env[4] = {"V4_CUDA_MODE", "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM"};
-    const char *v = !g ? NULL : which == 0 ? g->cuda_mode : which == 1 ? g->expert_mem : which == 2 ? g->cache_policy
-                                                                                                   : g->weight_mem;
-    return v4_opt_or_env(v, env[which]);
+    static const char *const env[5] = {"V4_CUDA_MODE", "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM",
+                                       "V4_GPU_SEQ_MEM"};
+    const char *const v[5] = {g ? g->cuda_mode : NULL, g ? g->expert_mem : NULL, g ? g->cache_policy : NULL,
+                              g ? g->weight_mem : NULL, g ? g->seq_mem : NULL};
+    return v4_opt_or_env(v[which], env[which]);
 }
 
 int v4_gpu_cache_policy(const v4_gpu_opts *g, v4_xpolicy_kind *kind, v4_error *err)
@@ -233,6 +237,17 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     size_t free_b = 0, total_b = 0;
     if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
+    /* the sequences' caches: V4_GPU_SEQ_MEM, else from one task's claim at the context */
+    const char *seq_spec = g_str(g, 4);
+    double seq_asked = 0;
+    if (*seq_spec && (v4_parse_budget(seq_spec, total_b, &seq_asked) || !(seq_asked >= 1.0)))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_SEQ_MEM",
+                          "'%s' is not a byte count (8G, 512M) or a percentage of the device's memory (10%%)",
+                          seq_spec);
+    long long context = g && g->context > 0 && g->context < cfg->max_position ? g->context : cfg->max_position;
+    if (context > INT_MAX || context < 1)
+        context = context < 1 ? 1 : INT_MAX;
+    const size_t claim = v4_cuda_seq_bytes(cfg, (int)context, V4_CUDA_SEQ_PAGE);
     const size_t trunk = v4_cuda_engine_need(&m->w, rows, 1) + fast_b;     /* trunk + scratch, no slot */
     const size_t all = v4_cuda_engine_need(&m->w, rows, 0) + fast_b;       /* every expert resident */
     const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
@@ -244,16 +259,23 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
                                 .slot_bytes = xbytes + 6 * 256,
                                 .step_experts = step_x,
                                 .headroom = HEADROOM,
-                                .budget = budget};
+                                .budget = budget,
+                                .seq_claim = claim,
+                                .seq_tasks = max_batch,
+                                .seq_budget = (size_t)seq_asked};
     v4_cuda_plan plan;
     if (v4_cuda_auto_plan(&in, &plan, err)) {
         snprintf(err->where, sizeof err->where, "V4_CUDA_MODE (%s)", dev);
         return -1;
     }
-    fprintf(stderr, "v4fleet: CUDA %s: %s mode (%s): trunk %.2f GiB, experts %.2f GiB (%s), headroom %.2f GiB; "
+    char seqs[200] = "";
+    if (plan.resident)
+        snprintf(seqs, sizeof seqs, ", sequences %.2f GiB (%s; %d x %lld positions claim %.2f GiB)",
+                 GIB(plan.seq_bytes), plan.seq_why, max_batch, context, GIB((double)max_batch * (double)claim));
+    fprintf(stderr, "v4fleet: CUDA %s: %s mode (%s): trunk %.2f GiB, experts %.2f GiB (%s)%s, headroom %.2f GiB; "
                     "%.2f GiB free of %.2f\n",
             dev, plan.resident ? "resident" : "hybrid", plan.why, GIB(plan.trunk_bytes), GIB(plan.pool_bytes),
-            !plan.resident ? "not on the device step" : plan.expert_budget ? "paged" : "all resident",
+            !plan.resident ? "not on the device step" : plan.expert_budget ? "paged" : "all resident", seqs,
             GIB(plan.headroom), GIB(free_b), GIB(total_b));
     if (!plan.resident)
         return 0;
@@ -266,6 +288,8 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         v4_cuda_engine_free(e);
         return -1;
     }
+    if (plan.seq_bytes)
+        v4_cuda_engine_set_seq_budget(e, plan.seq_bytes);
     v4_cuda_backend_own_engine(be, e);
     v4_step_impl impl = v4_cuda_engine_impl(e);
     v4_ctx_set_step_impl(ctx, &impl);
@@ -322,19 +346,27 @@ static int gpu_figs(const v4_backend *be, v4_gpu_experts_stats *hs, const struct
 }
 #endif
 
-int v4_gpu_memory_get(const v4_backend *be, unsigned long long *held, unsigned long long *experts)
+int v4_gpu_memory_get(const v4_backend *be, v4_gpu_memory *m)
 {
-    *held = *experts = 0;
+    *m = (v4_gpu_memory){0, 0, 0, 0, 0, 0};
 #ifdef V4_HAVE_CUDA
     v4_gpu_experts_stats hs;
     const struct v4_cuda_engine *e = NULL;
     v4_cuda_expert_stats xs;
     const int k = gpu_figs(be, &hs, &e, &xs);
     if (k == 1) {                                       /* hybrid: the products' expert pool */
-        *held = *experts = hs.pool_bytes;
+        m->held = m->experts = hs.pool_bytes;
     } else if (k == 2) {
-        *held = v4_cuda_engine_bytes(e);
-        *experts = xs.slots > 0 ? (unsigned long long)xs.slots * xs.slot_bytes : 0;
+        v4_cuda_seq_stats ss;
+        v4_cuda_engine_seq_stats(e, &ss);
+        const unsigned long long eng = v4_cuda_engine_bytes(e);
+        m->experts = xs.slots > 0 ? (unsigned long long)xs.slots * xs.slot_bytes : 0;
+        m->trunk = eng > m->experts ? eng - m->experts : 0;
+        m->seq_budget = ss.budget_bytes;
+        m->seq_held = ss.held_bytes;
+        m->resident = 1;
+        /* device bytes for sequences: what they hold plus the pools' free pages */
+        m->held = eng + ss.held_bytes + ss.pool_free_bytes;
     }
     return k > 0 ? 0 : -1;
 #else

@@ -39,6 +39,10 @@ typedef struct v4_engine_opts {
      * (else next) / V4_GPU_WEIGHT_MEM (else the free memory less 1 GiB). */
     const char *gpu_cache_policy;
     const char *gpu_weight_mem;
+    /* The resident step's sequence caches: bytes or P% of the device; NULL or "":
+     * V4_GPU_SEQ_MEM (else every task at the full context, at most an eighth of the
+     * device after the trunk: kernels/cuda/cuda_plan.h). */
+    const char *gpu_seq_mem;
     /* --numerics exact|fast (NULL or "": the V4_NUMERICS environment variable, else
      * exact on the CPU and fast on CUDA).  CPU: kernels/cpu/cpu_backend.h; CUDA:
      * kernels/cuda/cuda_backend.h (tensor cores through cuBLASLt; exact products when
@@ -49,14 +53,17 @@ typedef struct v4_engine_opts {
     int prefill_chunk;
 } v4_engine_opts;
 
-/* The GPU settings of one engine; each NULL or "": its environment variable
- * (V4_CUDA_MODE, V4_GPU_EXPERT_MEM, V4_GPU_CACHE_POLICY, V4_GPU_WEIGHT_MEM).  A NULL
- * v4_gpu_opts pointer reads all four from the environment.  Borrowed strings. */
+/* The GPU settings of one engine; each string NULL or "": its environment variable
+ * (V4_CUDA_MODE, V4_GPU_EXPERT_MEM, V4_GPU_CACHE_POLICY, V4_GPU_WEIGHT_MEM,
+ * V4_GPU_SEQ_MEM).  A NULL v4_gpu_opts pointer reads them all from the environment
+ * (context 0).  Borrowed strings. */
 typedef struct v4_gpu_opts {
     const char *cuda_mode;      /* auto | resident | hybrid */
     const char *expert_mem;     /* GPU expert budget: bytes or P% of the routed experts */
     const char *cache_policy;   /* lru | slru | lfru | next (default next) */
     const char *weight_mem;     /* hybrid weight copies: bytes or P% of the device */
+    const char *seq_mem;        /* resident step: the sequences' caches, bytes or P% of the device */
+    long context;               /* positions a task may use (prompt + max_tokens); 0: the model's */
 } v4_gpu_opts;
 
 /* v when set (non-NULL, non-empty), else the environment variable name, else "". */
@@ -116,11 +123,17 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
  * Thread: the thread that runs the steps (the counters are not locked). */
 struct v4_runner_cache_figs;
 int v4_gpu_cache_figs_get(const v4_backend *be, struct v4_runner_cache_figs *f);
-/* Device memory of a CUDA backend: *held = bytes its resident step engine holds
- * (weights, scratch, expert slots, sequence state), *experts = the expert slots' share
- * (the hybrid mode's GPU expert pool when that runs instead).  0, or -1 (both 0) for a
- * CPU backend or a CUDA one with neither.  Thread: the engine's (main) thread. */
-int v4_gpu_memory_get(const v4_backend *be, unsigned long long *held, unsigned long long *experts);
+/* Device memory of a CUDA backend.  Resident step: held = every byte its engine holds
+ * (trunk + expert slots + the sequences' fixed parts and page pools), trunk = weights
+ * and scratch, experts = the expert slots, seq_budget = the bytes sequences may hold
+ * (the plan's, cuda_plan.h; 0 = none: the free memory), seq_held = what they hold now.
+ * Hybrid: held = experts = its GPU expert pool, the rest 0.  0, or -1 (all 0) for a CPU
+ * backend or a CUDA one with neither.  Thread: the engine's (stepping) thread. */
+typedef struct v4_gpu_memory {
+    int resident;               /* 1 = the resident step's figures, 0 = hybrid (or none) */
+    unsigned long long held, trunk, experts, seq_budget, seq_held;
+} v4_gpu_memory;
+int v4_gpu_memory_get(const v4_backend *be, v4_gpu_memory *m);
 /* v4_attach_device_step, then when it chose hybrid v4_attach_gpu_experts and the
  * weight-copy budget of the hybrid backend (g's weight_mem, else the device's free
  * memory after the expert pool less 1 GiB; v4_cuda_backend_set_weight_budget).  0 or

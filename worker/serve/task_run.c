@@ -71,6 +71,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
                          .gpu_expert_mem = ex ? ex->gpu_expert_mem : NULL,
                          .gpu_cache_policy = ex ? ex->gpu_cache_policy : NULL,
                          .gpu_weight_mem = ex ? ex->gpu_weight_mem : NULL,
+                         .gpu_seq_mem = ex ? ex->gpu_seq_mem : NULL,
                          .numerics = ex ? ex->numerics : NULL};
     if (v4_model_open_paged(model_dir, &r->m, ex && ex->host_cache_bytes > 0, &err))
         goto fail;
@@ -94,7 +95,9 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     const v4_gpu_opts go = {.cuda_mode = eo.cuda_mode,
                             .expert_mem = eo.gpu_expert_mem,
                             .cache_policy = eo.gpu_cache_policy,
-                            .weight_mem = eo.gpu_weight_mem};
+                            .weight_mem = eo.gpu_weight_mem,
+                            .seq_mem = eo.gpu_seq_mem,
+                            .context = r->context};
     if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, &go, &err))
         goto fail;
     /* one row per sequence plus a prefill chunk's spare rows, as worker/serve/step_rows.h
@@ -173,7 +176,7 @@ void v4_runner_memory_get(const v4_runner *r, v4_runner_memory *m)
         m->host_experts = xall;
     }
     m->host_sequences = (unsigned long long)r->max_batch * v4_seq_bytes_for(cfg, (int)r->context);
-    m->gpu = v4_gpu_memory_get(r->be, &m->gpu_held, &m->gpu_experts) == 0;
+    m->gpu = v4_gpu_memory_get(r->be, &m->g) == 0;
 }
 
 void v4_runner_describe_memory(const v4_runner *r, char *out, size_t n)
@@ -184,9 +187,13 @@ void v4_runner_describe_memory(const v4_runner *r, char *out, size_t n)
     int at = snprintf(out, n, "memory: host trunk %.2f GiB, experts %.2f GiB (%s), sequences <= %.2f GiB (%d x %ld "
                       "positions)", m.host_trunk / G, m.host_experts / G, r->xp ? "cache budget" : "mapped",
                       m.host_sequences / G, r->max_batch, r->context);
-    if (m.gpu && at > 0 && (size_t)at < n)
-        snprintf(out + at, n - (size_t)at, "; GPU %.2f GiB held, of which experts %.2f GiB", m.gpu_held / G,
-                 m.gpu_experts / G);
+    if (m.gpu && !m.g.resident && at > 0 && (size_t)at < n)
+        snprintf(out + at, n - (size_t)at, "; GPU %.2f GiB held, of which experts %.2f GiB", m.g.held / G,
+                 m.g.experts / G);
+    else if (m.gpu && at > 0 && (size_t)at < n)
+        snprintf(out + at, n - (size_t)at, "; GPU %.2f GiB held: trunk %.2f GiB, expert slots %.2f GiB, sequences %.2f GiB "
+                 "(budget %.2f GiB)", m.g.held / G, m.g.trunk / G, m.g.experts / G, (m.g.held - m.g.trunk - m.g.experts) / G,
+                 m.g.seq_budget / G);
 }
 
 /* Is model one of the names this worker answers to? */

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine.h"
 #include "task_error.h"
 #include "task_packet.h"
 
@@ -76,6 +77,7 @@ typedef struct v4_runner_opts {
     /* V4_GPU_CACHE_POLICY and V4_GPU_WEIGHT_MEM (NULL or "": the environment, engine.h) */
     const char *gpu_cache_policy;   /* GPU expert slots: lru | slru | lfru | next */
     const char *gpu_weight_mem;     /* hybrid weight copies: bytes or P% of the device */
+    const char *gpu_seq_mem;        /* resident step's sequence caches: bytes or P% of the device */
 } v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
@@ -103,12 +105,13 @@ int v4_runner_gpu_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f);
  * in as used); experts = the host cache's budget when paged, else every routed expert
  * (mapped); sequences = max_batch sequences of the whole context (v4_seq_bytes_for:
  * an upper bound, large allocations are committed by the OS as positions are written).
- * GPU (gpu = 1 on a CUDA backend with a device engine or expert pool): held = device
- * bytes the engine holds, experts = its expert slots' share.  Thread: the runner's. */
+ * GPU (gpu = 1 on a CUDA backend with a device engine or expert pool): engine.h
+ * v4_gpu_memory (held, trunk, paged expert slots, the sequences' budget and what they
+ * hold now).  Thread: the runner's. */
 typedef struct v4_runner_memory {
     unsigned long long host_trunk, host_experts, host_sequences;
     int gpu;
-    unsigned long long gpu_held, gpu_experts;
+    v4_gpu_memory g;
 } v4_runner_memory;
 void v4_runner_memory_get(const v4_runner *r, v4_runner_memory *m);
 /* One line of those figures (for the start-up log). */

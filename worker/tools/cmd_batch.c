@@ -504,7 +504,8 @@ int v4_cmd_batch(int argc, char **argv)
                                    .numerics = b.eo.numerics,
                                    .prefill_chunk = b.eo.prefill_chunk,
                                    .gpu_cache_policy = b.eo.gpu_cache_policy,
-                                   .gpu_weight_mem = b.eo.gpu_weight_mem};
+                                   .gpu_weight_mem = b.eo.gpu_weight_mem,
+                                   .gpu_seq_mem = b.eo.gpu_seq_mem};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;
