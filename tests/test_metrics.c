@@ -271,9 +271,21 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 29, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
-                                               * expert_activations_total, memory_bytes */
+    CHECK(fams == 30, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
+                                               * expert_activations_total, memory_bytes, memory_waits_total */
     CHECK(t && strstr(t, "# TYPE v4fleet:memory_bytes gauge\n"), "the memory split family");
+    CHECK(t && strstr(t, "# TYPE v4fleet:memory_waits_total counter\n") &&
+              strstr(t, "v4fleet:memory_waits_total{kind=\"stall\"} 0\n"),
+          "the memory waits family, zero from the start");
+    free(t);
+    /* memory waits: deltas add up, a negative one (a new executor) counts 0 */
+    v4_wmetrics_memory_waits(&m, 2, 1, 5);
+    v4_wmetrics_memory_waits(&m, 0, -1, 3);
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "v4fleet:memory_waits_total{kind=\"admission\"} 2\n") &&
+              strstr(t, "v4fleet:memory_waits_total{kind=\"retry\"} 1\n") &&
+              strstr(t, "v4fleet:memory_waits_total{kind=\"stall\"} 8\n"),
+          "memory waits counted: %s", t ? strstr(t, "v4fleet:memory_waits_total{") : "(none)");
     free(t);
     v4_wmetrics_warmup(&m, 1.5, 12);
     v4_wmetrics_reload(&m, 1);

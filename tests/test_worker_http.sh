@@ -110,6 +110,11 @@ for part in trunk experts sequences; do
         fail "memory_bytes{host,$part} = $v"
 done
 [ "$(metric 'v4fleet:memory_bytes{device="gpu",part="held"}')" = absent ] || fail "GPU memory series on a CPU worker"
+# nothing waited for memory on a CPU worker with room to spare: the counters are there, at 0
+for kind in admission retry stall; do
+    [ "$(metric "v4fleet:memory_waits_total{kind=\"$kind\"}")" = 0 ] ||
+        fail "memory_waits_total{$kind} = $(metric "v4fleet:memory_waits_total{kind=\"$kind\"}")"
+done
 grep -q "memory: host trunk .* GiB, experts .* GiB (mapped), sequences <= " "$WORK/worker.log" ||
     fail "no memory split line in the log: $(grep -m1 'memory' "$WORK/worker.log")"
 for _ in $(seq 1 50); do

@@ -50,6 +50,7 @@ typedef struct worker {
     v4q_service *svc;
     v4_runner *runner;
     v4_exec *x;           /* over runner; recreated on reload */
+    v4_exec_figs x_seen;        /* x's memory-wait figures already counted in the metrics */
     int in_flight;              /* jobs submitted and not yet handed back */
     int (*abort_fn)(void *);    /* the executor's abort poll (shutdown grace over) */
     v4_util *util;              /* Redis expert counters; NULL when V4_REDIS_URL=off */

@@ -265,6 +265,11 @@ int v4_cmd_worker(int argc, char **argv)
             int n = w.x->ops->step(w.x, fin, 64);
             for (int i = 0; i < n; i++)
                 v4w_complete(&w, (v4w_job *)fin[i]);
+            v4_exec_figs f;     /* memory waits of this step into the metrics */
+            v4_exec_figs_get(w.x, &f);
+            v4_wmetrics_memory_waits(&w.m, f.admit_waits - w.x_seen.admit_waits, f.oom_retries - w.x_seen.oom_retries,
+                                     f.mem_stalls - w.x_seen.mem_stalls);
+            w.x_seen = f;
         } else if (ended) {
             break;
         }

@@ -95,13 +95,20 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     static const char *const mem_l[] = {"device", "part", NULL};
     m->memory = v4m_family_new(r, V4M_GAUGE, "v4fleet:memory_bytes",
                                "The served model's memory split: host trunk, experts (cache budget or mapped) and "
-                               "sequences (upper bound); GPU bytes held and the expert slots' share.",
+                               "sequences (upper bound); GPU bytes held, trunk, expert slots, the sequences' budget "
+                               "and what they hold now.",
                                mem_l, NULL, 0);
+    static const char *const kind_l[] = {"kind", NULL};
+    m->mem_waits = v4m_family_new(r, V4M_COUNTER, "v4fleet:memory_waits_total",
+                                  "Continuous batching waiting for device memory, by kind: admission (steps a task's "
+                                  "start waited), retry (first steps refused and retried), stall (steps a running "
+                                  "task sat out while its sequence could not grow).  Tasks wait, they do not fail.",
+                                  kind_l, NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
         !m->requeued || !m->unconfirmed || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
         !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics ||
-        !m->memory) {
+        !m->memory || !m->mem_waits) {
         v4_wmetrics_free(m);
         return -1;
     }
@@ -126,6 +133,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     v4m_fset(m->ready, 0);
     const char *ok[] = {"ok"}, *failed[] = {"failed"};
     v4m_add(v4m_series_of(m->reloads, ok), 0);
+    v4_wmetrics_memory_waits(m, 0, 0, 0);
     v4m_add(v4m_series_of(m->reloads, failed), 0);
     const char *iv[] = {model, worker};
     v4m_set(v4m_series_of(m->info, iv), 1);
@@ -155,6 +163,14 @@ void v4_wmetrics_memory(v4_wmetrics *m, const v4_runner *r)
             const char *v[] = {s[i].device, s[i].part};
             v4m_set(v4m_series_of(m->memory, v), (double)s[i].v);
         }
+}
+
+void v4_wmetrics_memory_waits(v4_wmetrics *m, long admission, long retry, long stall)
+{
+    const char *const kinds[3] = {"admission", "retry", "stall"};
+    const long d[3] = {admission, retry, stall};
+    for (int i = 0; i < 3; i++)
+        v4m_add(v4m_series_of(m->mem_waits, &kinds[i]), d[i] > 0 ? (double)d[i] : 0);
 }
 
 void v4_wmetrics_free(v4_wmetrics *m)

@@ -42,7 +42,11 @@
  *                                         the served model's memory split (task_run.h
  *                                         v4_runner_memory: trunk, expert cache budget or
  *                                         mapped experts, sequences' upper bound)
- *   v4fleet:memory_bytes{device="gpu",part="held|experts"}  gauge  (CUDA engines only)
+ *   v4fleet:memory_bytes{device="gpu",part="held|trunk|experts|sequences|sequences_held"}
+ *                                         gauge  (CUDA engines only; engine.h v4_gpu_memory)
+ *   v4fleet:memory_waits_total{kind="admission|retry|stall"}  counter
+ *                                         continuous batching waiting for memory (executor.h
+ *                                         v4_exec_figs: admit_waits, oom_retries, mem_stalls)
  *
  * Ownership: v4_wmetrics owns the registry.  Thread: every function but init/free from
  * any thread (the registry is locked).
@@ -61,7 +65,7 @@ typedef struct v4_wmetrics {
     v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *abandoned,
         *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
-        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory;
+        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory, *mem_waits;
 } v4_wmetrics;
 
 /* One finished task (a result was built).  Seconds; < 0 = not observed. */
@@ -78,6 +82,10 @@ void v4_wmetrics_free(v4_wmetrics *m);
 void v4_wmetrics_numerics(v4_wmetrics *m, const char *mode);
 /* The (new) runner's memory split (v4fleet:memory_bytes). */
 void v4_wmetrics_memory(v4_wmetrics *m, const v4_runner *r);
+/* Memory waits since the last call (v4fleet:memory_waits_total; negative deltas, as
+ * from a new executor, count 0): steps a task's admission waited, first steps
+ * retried, steps a running task sat out. */
+void v4_wmetrics_memory_waits(v4_wmetrics *m, long admission, long retry, long stall);
 void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f);
 /* One expert cache's figures as the series {tier="host"|"gpu"}. */
 void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f);

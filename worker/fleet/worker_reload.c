@@ -149,6 +149,7 @@ static void reload(worker *w, const char *why)
     }
     w->x->ops->destroy(w->x);   /* nothing in flight: it holds no job */
     w->x = nx;
+    memset(&w->x_seen, 0, sizeof w->x_seen);   /* the new executor counts from 0 */
     v4_runner_free(w->runner);
     w->runner = nr;
     v4_wmetrics_numerics(&w->m, v4_runner_numerics(nr));
