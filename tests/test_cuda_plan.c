@@ -106,6 +106,10 @@ int main(void)
     CHECK(v4_cuda_auto_plan(&in, &p, &err) == 0 && p.resident && p.expert_budget == 3 * GiB &&
               p.seq_bytes == 124 * GiB,
           "huge claim: experts %zu, sequences %zu", p.expert_budget, p.seq_bytes);
+    in.seq_claim = 200 * GiB;       /* one claim above everything: still leaves one step's experts */
+    CHECK(v4_cuda_auto_plan(&in, &p, &err) == 0 && p.resident && p.expert_budget == 3 * GiB &&
+              p.seq_bytes == 124 * GiB,
+          "claim above the device: experts %zu, sequences %zu", p.expert_budget, p.seq_bytes);
     in.seq_claim = 447 * MiB;
     in.seq_budget = 10 * GiB;       /* explicit: as asked */
     CHECK(v4_cuda_auto_plan(&in, &p, &err) == 0 && p.resident && p.seq_bytes == 10 * GiB &&
@@ -134,6 +138,13 @@ int main(void)
     CHECK(v4_cuda_auto_plan(&in, &p, &err) == 0 && p.resident && p.expert_budget == 4 * GiB - MiB &&
               p.seq_bytes == 400 * MiB,
           "all resident would crowd out the sequences: experts %zu, sequences %zu", p.expert_budget, p.seq_bytes);
+
+    /* synthetic experts (no bytes to upload) page even when they would all fit */
+    in.free_bytes = 138 * GiB;
+    in.must_page = 1;
+    CHECK(v4_cuda_auto_plan(&in, &p, &err) == 0 && p.resident && p.expert_budget == 4 * GiB &&
+              p.seq_bytes == 132 * GiB && strstr(p.why, "paged"),
+          "synthetic experts: paged in slots for all (%zu), sequences %zu", p.expert_budget, p.seq_bytes);
 
     v4_cuda_mode_req r;
     CHECK(!v4_cuda_mode_req_parse("", &r) && r == V4_CUDA_REQ_AUTO && !v4_cuda_mode_req_parse("hybrid", &r) &&

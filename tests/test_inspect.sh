@@ -58,6 +58,42 @@ check "window-only layers" has "$out" "window-only \(0\): +1 \[0\]"
 check "CSA layers" has "$out" "CSA \(4\): +2 \[1,3\]"
 check "HCA layers" has "$out" "HCA \(other\): +1 \[2\]"
 
+# ---------------------------------------------------------------- CUDA plan (--gpu-mem)
+# The plan the worker would follow, computed without a device (CUDA builds; a CPU-only
+# build answers with a precise error, exit 1).
+out=$("$bin" inspect --model "$model" --gpu-mem 1100M --concurrency 2 --context 4096 2>&1); rc=$?
+if grep -q "a CUDA plan in a build without CUDA" <<<"$out"; then
+    check "CPU-only build: the plan is refused with exit 1 (got $rc)" test "$rc" -eq 1
+else
+    echo "$out" | sed -n '/CUDA plan/,$p'
+    check "plan exits 0 (got $rc)" test "$rc" -eq 0
+    check "plan line: resident, every expert fits, sequences get the rest" has "$out" \
+        "^CUDA plan \(fast numerics, 2 tasks of 4096 positions, [0-9]+ rows a step\): resident mode \(every expert fits the device\): trunk .* MiB, experts 3\.[0-9] MiB \(all resident\), sequences [0-9.]+ MiB \(the rest after the experts; 2 x 4096 positions claim 2\.[0-9] MiB\)"
+    # one task of 4096 positions: the bytes of its claim (bf16 pages of 64 entries)
+    check "claim line" has "$out" "^  a task of 4096 positions claims [0-9.]+ MiB of device cache pages; all tasks fit at once"
+    # an explicit expert budget (half the experts) leaves the rest to the sequences
+    out=$(V4_GPU_EXPERT_MEM=50% "$bin" inspect --model "$model" --gpu-mem 1100M --concurrency 4 --context 4096 2>&1)
+    check "V4_GPU_EXPERT_MEM=50%: paged, 50% of the experts, the rest to the sequences" has "$out" \
+        "resident mode \(paged experts within V4_GPU_EXPERT_MEM\): .*\(paged, 50\.0% of the routed experts\), sequences [0-9.]+ MiB \(the rest after the expert budget"
+    out=$(V4_GPU_SEQ_MEM=10M "$bin" inspect --model "$model" --gpu-mem 1100M --concurrency 4 --context 4096 2>&1)
+    check "V4_GPU_SEQ_MEM=10M: as asked" has "$out" "sequences 10\.0 MiB \(V4_GPU_SEQ_MEM;"
+    # the model's whole context (1M positions) does not fit one task: said, with the longest that does
+    out=$("$bin" inspect --model "$model" --gpu-mem 1100M --concurrency 4 2>&1)
+    check "paged with a shrunk reserve" has "$out" "resident mode \(the experts do not fit the device: paged within its free memory\).*what one step's experts leave"
+    check "the longest task is named" has "$out" "^  WARNING: a task of 1048576 positions cannot finish on this device: one task alone reaches [0-9]+ "
+    out=$("$bin" inspect --model "$model" --gpu-mem 1G 2>&1)
+    check "1 GiB (all headroom): hybrid" has "$out" "^CUDA plan .*: hybrid mode \(no room for the resident step with paged experts\)"
+    out=$(V4_GPU_SEQ_MEM=bad "$bin" inspect --model "$model" --gpu-mem 1100M 2>&1); rc=$?
+    check "a bad V4_GPU_SEQ_MEM exits 1 (got $rc)" test "$rc" -eq 1
+    check "a bad V4_GPU_SEQ_MEM is named" has "$out" "^v4fleet inspect: V4_GPU_SEQ_MEM: 'bad' is not a byte count"
+fi
+"$bin" inspect --model "$model" --gpu-mem 85% >/dev/null 2>&1; rc=$?
+check "--gpu-mem as a percentage exits 2 (got $rc)" test "$rc" -eq 2
+"$bin" inspect --model "$model" --concurrency 4 >/dev/null 2>&1; rc=$?
+check "--concurrency without --gpu-mem exits 2 (got $rc)" test "$rc" -eq 2
+"$bin" inspect --model "$model" --gpu-mem 2G --context 0 >/dev/null 2>&1; rc=$?
+check "--context 0 exits 2 (got $rc)" test "$rc" -eq 2
+
 # ---------------------------------------------------------------- help and usage
 out=$("$bin" inspect --help 2>/dev/null); rc=$?
 check "--help exits 0 (got $rc)" test "$rc" -eq 0

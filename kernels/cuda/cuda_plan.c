@@ -87,7 +87,7 @@ int v4_cuda_auto_plan(const v4_cuda_plan_in *in, v4_cuda_plan *out, v4_error *er
         out->seq_why = in->seq_budget ? seq_why : "the rest after the expert budget";
         return 0;
     }
-    if (fits(in, in->experts_bytes, seq)) {
+    if (!in->must_page && fits(in, in->experts_bytes, seq)) {
         out->resident = 1;
         out->pool_bytes = in->experts_bytes;
         out->why = "every expert fits the device";
@@ -97,7 +97,7 @@ int v4_cuda_auto_plan(const v4_cuda_plan_in *in, v4_cuda_plan *out, v4_error *er
     }
     const size_t one_step = (size_t)(in->step_experts > 0 ? in->step_experts : 1) * in->slot_bytes;
     size_t s = seq;
-    if (!in->seq_budget && s > 0 && avail > one_step && avail - s < one_step) {
+    if (!in->seq_budget && s > 0 && avail > one_step && s > avail - one_step) {
         s = avail - one_step;               /* the default reserve leaves one step's experts */
         seq_why = "what one step's experts leave";
     }
@@ -107,9 +107,14 @@ int v4_cuda_auto_plan(const v4_cuda_plan_in *in, v4_cuda_plan *out, v4_error *er
         out->resident = 1;
         out->expert_budget = b;
         out->pool_bytes = b;
-        out->why = "the experts do not fit the device: paged within its free memory";
+        out->why = in->must_page && b == in->experts_bytes ? "synthetic experts: paged, a slot for each"
+                                          : "the experts do not fit the device: paged within its free memory";
         out->seq_bytes = s;
         out->seq_why = seq_why;
+        if (b == in->experts_bytes && !in->seq_budget && s) {   /* every expert has a slot: the rest */
+            out->seq_bytes = avail - b;
+            out->seq_why = "the rest after the experts";
+        }
         return 0;
     }
     if (in->mode == V4_CUDA_REQ_RESIDENT)

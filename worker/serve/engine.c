@@ -202,6 +202,115 @@ static int hybrid_weight_budget(v4_backend *be, const v4_gpu_opts *g, v4_error *
 }
 #endif
 
+int v4_gpu_plan(const struct v4_model_files *m, int rows, int max_batch, int fast, const v4_gpu_opts *g,
+                size_t free_b, size_t total_b, v4_cuda_plan *plan, v4_gpu_plan_info *info, v4_error *err)
+{
+#ifndef V4_HAVE_CUDA
+    (void)m, (void)rows, (void)max_batch, (void)fast, (void)g, (void)free_b, (void)total_b, (void)plan;
+    *info = (v4_gpu_plan_info){0, 0, 0, 0, 0, 0, 0, 0};
+    return v4_err_set(err, V4_ERR_INVALID, "cuda", "a CUDA plan in a build without CUDA");
+#else
+    const char *mode = g_str(g, 0);
+    v4_cuda_mode_req req;
+    if (!v4_cuda_mode_ok(mode) || v4_cuda_mode_req_parse(mode, &req))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", mode);
+    const v4_config *cfg = &m->cfg;
+    max_batch = max_batch < 1 ? 1 : max_batch;
+    rows = rows < max_batch ? max_batch : rows;
+    const size_t fast_b = fast ? v4_cuda_engine_fast_need(&m->w) : 0;
+    const char *spec = g_str(g, 1);
+    const size_t xbytes = v4_expert_bytes(&m->w.layers[0].experts[0]);
+    const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * xbytes;
+    size_t budget = 0;
+    if (*spec && v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err))
+        return -1;
+    /* the sequences' caches: V4_GPU_SEQ_MEM, else from one task's claim at the context */
+    const char *seq_spec = g_str(g, 4);
+    double seq_asked = 0;
+    if (*seq_spec && (v4_parse_budget(seq_spec, total_b, &seq_asked) || !(seq_asked >= 1.0)))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_SEQ_MEM",
+                          "'%s' is not a byte count (8G, 512M) or a percentage of the device's memory (10%%)",
+                          seq_spec);
+    long long context = g && g->context > 0 && g->context < cfg->max_position ? g->context : cfg->max_position;
+    if (context > INT_MAX || context < 1)
+        context = context < 1 ? 1 : INT_MAX;
+    const size_t claim = v4_cuda_seq_bytes(cfg, (int)context, V4_CUDA_SEQ_PAGE);
+    size_t trunk = 0, all = 0;
+    if (req != V4_CUDA_REQ_HYBRID) {
+        trunk = v4_cuda_engine_need(&m->w, rows, 1) + fast_b;     /* trunk + scratch, no slot */
+        all = v4_cuda_engine_need(&m->w, rows, 0) + fast_b;       /* every expert resident */
+    }
+    const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
+                                                                              : cfg->n_routed_experts;
+    /* synthetic experts have no bytes in the weights (the count skips them): their size
+     * is the slots' */
+    const size_t xall = m->experts_synthetic ? (size_t)total : all > trunk ? all - trunk : 0;
+    const v4_cuda_plan_in in = {.mode = req,
+                                .free_bytes = free_b,
+                                .trunk_bytes = trunk,
+                                .experts_bytes = xall,
+                                .slot_bytes = xbytes + 6 * 256,
+                                .step_experts = step_x,
+                                .headroom = HEADROOM,
+                                .budget = budget,
+                                .seq_claim = claim,
+                                .seq_tasks = max_batch,
+                                .seq_budget = (size_t)seq_asked,
+                                .must_page = m->experts_synthetic};
+    *info = (v4_gpu_plan_info){.context = context,
+                               .claim = claim,
+                               .max_batch = max_batch,
+                               .rows = rows,
+                               .routed_bytes = in.experts_bytes,
+                               .free_bytes = free_b,
+                               .total_bytes = total_b};
+    if (v4_cuda_auto_plan(&in, plan, err))
+        return -1;
+    if (plan->resident && plan->seq_bytes) {   /* the longest task alone within the sequences' budget */
+        long long lo = 0, hi = context;
+        while (lo < hi) {
+            const long long mid = lo + (hi - lo + 1) / 2;
+            if (v4_cuda_seq_bytes(cfg, (int)mid, V4_CUDA_SEQ_PAGE) <= plan->seq_bytes)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        info->longest = lo;
+    }
+    return 0;
+#endif
+}
+
+/* "1.23 GiB" from 1 GiB on, else "12.3 MiB" (small models' plans stay readable) */
+static const char *gib_or_mib(char *buf, size_t n, double bytes)
+{
+    if (bytes >= 1073741824.0)
+        snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+void v4_gpu_plan_describe(const v4_cuda_plan *plan, const v4_gpu_plan_info *info, char *out, size_t n)
+{
+    char b[7][32];
+    char seqs[240] = "";
+    if (plan->resident)
+        snprintf(seqs, sizeof seqs, ", sequences %s (%s; %d x %lld positions claim %s)",
+                 gib_or_mib(b[0], sizeof b[0], (double)plan->seq_bytes), plan->seq_why, info->max_batch, info->context,
+                 gib_or_mib(b[1], sizeof b[1], (double)info->max_batch * (double)info->claim));
+    char pct[64] = "";
+    if (plan->resident && plan->expert_budget && info->routed_bytes)
+        snprintf(pct, sizeof pct, ", %.1f%% of the routed experts",
+                 100.0 * (double)plan->expert_budget / (double)info->routed_bytes);
+    snprintf(out, n, "%s mode (%s): trunk %s, experts %s (%s%s)%s, headroom %s; %s free of %s",
+             plan->resident ? "resident" : "hybrid", plan->why, gib_or_mib(b[2], sizeof b[2], (double)plan->trunk_bytes),
+             gib_or_mib(b[3], sizeof b[3], (double)plan->pool_bytes),
+             !plan->resident ? "not on the device step" : plan->expert_budget ? "paged" : "all resident", pct, seqs,
+             gib_or_mib(b[4], sizeof b[4], (double)plan->headroom), gib_or_mib(b[5], sizeof b[5], (double)info->free_bytes),
+             gib_or_mib(b[6], sizeof b[6], (double)info->total_bytes));
+}
+
 int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx, int max_batch,
                           struct v4_xprov *xp, const v4_gpu_opts *g, v4_error *err)
 {
@@ -220,66 +329,32 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
         fprintf(stderr, "v4fleet: CUDA hybrid mode on %s (V4_CUDA_MODE=hybrid): weight products on the GPU\n", dev);
         return 0;
     }
-    const v4_config *cfg = &m->cfg;
     /* the engine's rows: the context's (a prefill chunk plus a row per other sequence),
      * at most the 256 a device step takes */
     int rows = v4_ctx_max_rows(ctx) < 256 ? v4_ctx_max_rows(ctx) : 256;
-    if (rows < max_batch)
-        rows = max_batch;
     void *lt = v4_cuda_backend_lt(be);   /* fast numerics: tensor-core products, bf16 forms */
-    const size_t fast_b = lt ? v4_cuda_engine_fast_need(&m->w) : 0;
-    const char *spec = g_str(g, 1);
-    const size_t xbytes = v4_expert_bytes(&m->w.layers[0].experts[0]);
-    const uint64_t total = (uint64_t)cfg->n_layers * (uint64_t)cfg->n_routed_experts * xbytes;
-    size_t budget = 0;
-    if (*spec && v4_slot_pool_budget_parse(spec, total, "V4_GPU_EXPERT_MEM", &budget, err))
-        return -1;
     size_t free_b = 0, total_b = 0;
     if (v4_cuda_backend_mem_info(be, &free_b, &total_b))
         return v4_err_set(err, V4_ERR_INVALID, "cuda", "cannot query the memory of %s", dev);
-    /* the sequences' caches: V4_GPU_SEQ_MEM, else from one task's claim at the context */
-    const char *seq_spec = g_str(g, 4);
-    double seq_asked = 0;
-    if (*seq_spec && (v4_parse_budget(seq_spec, total_b, &seq_asked) || !(seq_asked >= 1.0)))
-        return v4_err_set(err, V4_ERR_CONFIG, "V4_GPU_SEQ_MEM",
-                          "'%s' is not a byte count (8G, 512M) or a percentage of the device's memory (10%%)",
-                          seq_spec);
-    long long context = g && g->context > 0 && g->context < cfg->max_position ? g->context : cfg->max_position;
-    if (context > INT_MAX || context < 1)
-        context = context < 1 ? 1 : INT_MAX;
-    const size_t claim = v4_cuda_seq_bytes(cfg, (int)context, V4_CUDA_SEQ_PAGE);
-    const size_t trunk = v4_cuda_engine_need(&m->w, rows, 1) + fast_b;     /* trunk + scratch, no slot */
-    const size_t all = v4_cuda_engine_need(&m->w, rows, 0) + fast_b;       /* every expert resident */
-    const int step_x = cfg->n_act_experts * max_batch < cfg->n_routed_experts ? cfg->n_act_experts * max_batch
-                                                                              : cfg->n_routed_experts;
-    const v4_cuda_plan_in in = {.mode = req,
-                                .free_bytes = free_b,
-                                .trunk_bytes = trunk,
-                                .experts_bytes = all > trunk ? all - trunk : 0,
-                                .slot_bytes = xbytes + 6 * 256,
-                                .step_experts = step_x,
-                                .headroom = HEADROOM,
-                                .budget = budget,
-                                .seq_claim = claim,
-                                .seq_tasks = max_batch,
-                                .seq_budget = (size_t)seq_asked};
     v4_cuda_plan plan;
-    if (v4_cuda_auto_plan(&in, &plan, err)) {
-        snprintf(err->where, sizeof err->where, "V4_CUDA_MODE (%s)", dev);
+    v4_gpu_plan_info info;
+    if (v4_gpu_plan(m, rows, max_batch, lt != NULL, g, free_b, total_b, &plan, &info, err)) {
+        if (err->code == V4_ERR_NOMEM)
+            snprintf(err->where, sizeof err->where, "V4_CUDA_MODE (%s)", dev);
         return -1;
     }
-    char seqs[200] = "";
-    if (plan.resident)
-        snprintf(seqs, sizeof seqs, ", sequences %.2f GiB (%s; %d x %lld positions claim %.2f GiB)",
-                 GIB(plan.seq_bytes), plan.seq_why, max_batch, context, GIB((double)max_batch * (double)claim));
-    fprintf(stderr, "v4fleet: CUDA %s: %s mode (%s): trunk %.2f GiB, experts %.2f GiB (%s)%s, headroom %.2f GiB; "
-                    "%.2f GiB free of %.2f\n",
-            dev, plan.resident ? "resident" : "hybrid", plan.why, GIB(plan.trunk_bytes), GIB(plan.pool_bytes),
-            !plan.resident ? "not on the device step" : plan.expert_budget ? "paged" : "all resident", seqs,
-            GIB(plan.headroom), GIB(free_b), GIB(total_b));
+    rows = info.rows;
+    char line[700];
+    v4_gpu_plan_describe(&plan, &info, line, sizeof line);
+    fprintf(stderr, "v4fleet: CUDA %s: %s\n", dev, line);
+    if (plan.resident && plan.seq_bytes && info.longest < info.context)
+        fprintf(stderr, "v4fleet: WARNING: a task of %lld positions cannot finish on %s: one task alone reaches %lld "
+                        "(V4_MAX_CONTEXT at most that, or more V4_GPU_SEQ_MEM); longer tasks fail with device_memory\n",
+                info.context, dev, info.longest);
     if (!plan.resident)
         return 0;
-    budget = plan.expert_budget;
+    const size_t budget = plan.expert_budget;
+    const char *spec = g_str(g, 1);
     v4_cuda_engine *e = v4_cuda_engine_create_paged(&m->w, rows, 2 * max_batch + 2, budget,
                                                     xp ? v4_xprov_provider(xp) : NULL, pol, err);
     if (!e)

@@ -134,6 +134,29 @@ typedef struct v4_gpu_memory {
     unsigned long long held, trunk, experts, seq_budget, seq_held;
 } v4_gpu_memory;
 int v4_gpu_memory_get(const v4_backend *be, v4_gpu_memory *m);
+/* The CUDA plan (kernels/cuda/cuda_plan.h) the resident step would follow for model m
+ * on a device with free_b bytes free of total_b: the trunk and scratch for rows rows
+ * (at least max_batch; fast: the fast mode's bf16 forms too), the routed experts, the
+ * sequences' claims of max_batch tasks at g's context (0: the model's) and g's
+ * settings (NULL: the environment).  info gets the figures it used.  0, or -1 with err
+ * (a bad setting: V4_ERR_CONFIG; resident asked and impossible: V4_ERR_NOMEM).  CUDA
+ * builds only; allocates nothing on the device (v4_cuda_engine_need counts).  Thread:
+ * any. */
+struct v4_cuda_plan;
+typedef struct v4_gpu_plan_info {
+    long long context;          /* positions per task the claims are for */
+    size_t claim;               /* one task's sequence claim at context (v4_cuda_seq_bytes) */
+    int max_batch, rows;        /* tasks at once; the step's rows */
+    size_t routed_bytes;        /* every routed expert in the step's layout */
+    size_t free_bytes, total_bytes;
+    long long longest;          /* resident with a sequences' budget: the most positions (<= context)
+                                 * one task may reach alone within it; else 0 */
+} v4_gpu_plan_info;
+int v4_gpu_plan(const struct v4_model_files *m, int rows, int max_batch, int fast, const v4_gpu_opts *g,
+                size_t free_b, size_t total_b, struct v4_cuda_plan *plan, v4_gpu_plan_info *info, v4_error *err);
+/* One line of the plan for a log: mode, why, trunk, experts (share of the routed
+ * experts), sequences (where that figure came from, the claims), headroom, free. */
+void v4_gpu_plan_describe(const struct v4_cuda_plan *plan, const v4_gpu_plan_info *info, char *out, size_t n);
 /* v4_attach_device_step, then when it chose hybrid v4_attach_gpu_experts and the
  * weight-copy budget of the hybrid backend (g's weight_mem, else the device's free
  * memory after the expert pool less 1 GiB; v4_cuda_backend_set_weight_budget).  0 or

@@ -9,7 +9,12 @@
  * experts are synthetic (DIR/synthetic_experts.json, mkmodel --no-experts) gets a line
  * saying so (seed, count, bytes per expert) instead of the per-expert sizes.  The
  * memory of one sequence's decode state (v4_seq_bytes_for) is printed for 4k and 64k
- * tokens and the model's max_position_embeddings.
+ * tokens and the model's max_position_embeddings.  With --gpu-mem B it also prints the
+ * CUDA plan the worker would follow on a device with B bytes free (engine.h v4_gpu_plan:
+ * the same function, counting the step's device bytes without a device; --concurrency,
+ * --context, --numerics and the V4_CUDA_MODE / V4_GPU_EXPERT_MEM / V4_GPU_SEQ_MEM
+ * environment as the worker reads them), and how many tasks of the context fit the
+ * sequences' budget at once.
  *
  * Ownership: everything is local to v4_cmd_inspect and released before it returns.
  * Exit status: 0 ok, 1 load/validation error (one line "v4fleet inspect: <where>:
@@ -26,7 +31,12 @@
 #include "cache/expert_synth.h"
 #include "cache/safetensors.h"
 #include "config/model_config.h"
+#include "cache/model_files.h"
+#include "config/byte_suffix.h"
+#include "kernels/cuda/cuda_plan.h"
 #include "kernels/v4/model.h"
+#include "worker/serve/engine.h"
+#include "worker/serve/step_rows.h"
 
 #include "commands.h"
 
@@ -35,7 +45,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: v4fleet inspect --model DIR\n"
+            "usage: v4fleet inspect --model DIR [--gpu-mem B [--concurrency N] [--context T]\n"
+            "                       [--numerics exact|fast]]\n"
             "\n"
             "Validate and summarize a DeepSeek-V4 checkpoint directory (config.json +\n"
             "model.safetensors.index.json and shards, or model.safetensors): config,\n"
@@ -43,35 +54,101 @@ static void usage(FILE *f)
             "routed expert.\n"
             "\n"
             "options:\n"
-            "  --model DIR   checkpoint directory\n"
-            "  -h, --help    this help\n");
+            "  --model DIR        checkpoint directory\n"
+            "  --gpu-mem B        also print the CUDA plan for a device with B bytes free\n"
+            "                     (e.g. 139G): trunk, experts resident or paged, the\n"
+            "                     sequences' budget; V4_CUDA_MODE, V4_GPU_EXPERT_MEM and\n"
+            "                     V4_GPU_SEQ_MEM from the environment, as the worker\n"
+            "  --concurrency N    tasks at once for the plan (V4_CONCURRENCY; default 1)\n"
+            "  --context T        positions per task for the plan (V4_MAX_CONTEXT; default\n"
+            "                     the model's max_position_embeddings)\n"
+            "  --numerics M       exact or fast (default fast, the CUDA default: adds the\n"
+            "                     bf16 forms of the head and wo_a)\n"
+            "  -h, --help         this help\n");
 }
 
 /* ---------------------------------------------------------------- arguments */
 
-static int parse_args(int argc, char **argv, const char **model, int *help)
+typedef struct inspect_args {
+    const char *model;
+    int help;
+    const char *gpu_mem;        /* NULL: no plan */
+    int concurrency;
+    long long context;          /* 0: the model's */
+    int fast;
+} inspect_args;
+
+/* The value of option a (argv[*i]): "--opt V" or "--opt=V"; NULL (and a message) when missing. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name)
 {
-    *model = NULL;
-    *help = 0;
+    const char *a = argv[*i];
+    const size_t n = strlen(name);
+    if (a[n] == '=')
+        return a + n + 1;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, PROG ": %s needs a value (see --help)\n", name);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int is_opt(const char *a, const char *name)
+{
+    const size_t n = strlen(name);
+    return !strncmp(a, name, n) && (a[n] == 0 || a[n] == '=');
+}
+
+static int parse_args(int argc, char **argv, inspect_args *o)
+{
+    *o = (inspect_args){.model = NULL, .help = 0, .gpu_mem = NULL, .concurrency = 1, .context = 0, .fast = 1};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *v = NULL;
+        char *end = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            *help = 1;
-        } else if (!strcmp(a, "--model")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, PROG ": --model needs a directory (see --help)\n");
+            o->help = 1;
+        } else if (is_opt(a, "--model")) {
+            if (!(o->model = opt_value(argc, argv, &i, "--model")))
+                return -1;
+        } else if (is_opt(a, "--gpu-mem")) {
+            if (!(o->gpu_mem = opt_value(argc, argv, &i, "--gpu-mem")))
+                return -1;
+        } else if (is_opt(a, "--concurrency")) {
+            if (!(v = opt_value(argc, argv, &i, "--concurrency")))
+                return -1;
+            const long n = strtol(v, &end, 10);
+            if (end == v || *end || n < 1 || n > 4096) {
+                fprintf(stderr, PROG ": --concurrency '%s': a whole number in 1..4096\n", v);
                 return -1;
             }
-            *model = argv[++i];
-        } else if (!strncmp(a, "--model=", 8)) {
-            *model = a + 8;
+            o->concurrency = (int)n;
+        } else if (is_opt(a, "--context")) {
+            if (!(v = opt_value(argc, argv, &i, "--context")))
+                return -1;
+            const long long n = strtoll(v, &end, 10);
+            if (end == v || *end || n < 1 || n > (1LL << 30)) {
+                fprintf(stderr, PROG ": --context '%s': a whole number of positions in 1..2^30\n", v);
+                return -1;
+            }
+            o->context = n;
+        } else if (is_opt(a, "--numerics")) {
+            if (!(v = opt_value(argc, argv, &i, "--numerics")))
+                return -1;
+            if (strcmp(v, "exact") && strcmp(v, "fast")) {
+                fprintf(stderr, PROG ": --numerics '%s': exact or fast\n", v);
+                return -1;
+            }
+            o->fast = !strcmp(v, "fast");
         } else {
             fprintf(stderr, PROG ": unknown argument '%s' (see --help)\n", a);
             return -1;
         }
     }
-    if (!*help && (!*model || !**model)) {
+    if (!o->help && (!o->model || !*o->model)) {
         fprintf(stderr, PROG ": --model DIR is required (see --help)\n");
+        return -1;
+    }
+    if (!o->gpu_mem && (o->concurrency != 1 || o->context || !o->fast)) {
+        fprintf(stderr, PROG ": --concurrency, --context and --numerics describe the CUDA plan: add --gpu-mem B\n");
         return -1;
     }
     return 0;
@@ -317,6 +394,64 @@ static void print_checkpoint(const v4_ckpt *ck, const v4_config *c, int synth, u
     print_expert_size(ck, c, &s);
 }
 
+/* ---------------------------------------------------------------- CUDA plan */
+
+/* The plan the worker would follow with o's figures on a device with o->gpu_mem bytes
+ * free (v4_gpu_plan: the weights bound, nothing read or allocated on a device). */
+static int print_gpu_plan(const inspect_args *o, int synth)
+{
+    double free_d = 0;
+    if (strchr(o->gpu_mem, '%') || v4_parse_budget(o->gpu_mem, 0, &free_d) || !(free_d >= 1.0)) {
+        fprintf(stderr, PROG ": --gpu-mem '%s': a byte count (139G, 80G)\n", o->gpu_mem);
+        return 2;
+    }
+    v4_error err;
+    v4_err_clear(&err);
+    v4_model_files m;
+    if (v4_model_open_ex(o->model, &m, V4_OPEN_NO_PREPARE | (synth ? V4_OPEN_EXPERTS_PAGED : 0), &err))
+        return report(&err, o->model);
+    /* the worker's step rows on a device: a prefill chunk beside one row per other task */
+    const int conc = o->concurrency, room = V4_DEVICE_STEP_ROWS - (conc - 1);
+    const int chunk = room < V4_DEVICE_CHUNK ? (room < 1 ? 1 : room) : V4_DEVICE_CHUNK;
+    const int rows = conc + chunk - 1 < V4_DEVICE_STEP_ROWS ? conc + chunk - 1 : V4_DEVICE_STEP_ROWS;
+    const v4_gpu_opts g = {.cuda_mode = NULL,
+                           .expert_mem = NULL,
+                           .cache_policy = NULL,
+                           .weight_mem = NULL,
+                           .seq_mem = NULL,
+                           .context = o->context};
+    v4_cuda_plan plan;
+    v4_gpu_plan_info info;
+    const size_t free_b = (size_t)free_d;
+    if (v4_gpu_plan(&m, rows, conc, o->fast, &g, free_b, free_b, &plan, &info, &err)) {
+        v4_model_close(&m);
+        return report(&err, "CUDA plan");
+    }
+    char line[800];
+    v4_gpu_plan_describe(&plan, &info, line, sizeof line);
+    printf("CUDA plan (%s numerics, %d task%s of %lld positions, %d rows a step): %s\n", o->fast ? "fast" : "exact",
+           conc, conc == 1 ? "" : "s", info.context, info.rows, line);
+    if (plan.resident && info.claim) {
+        const double fit = plan.seq_bytes ? (double)plan.seq_bytes / (double)info.claim : 0;
+        char c[32];
+        fmt_bytes(c, sizeof c, info.claim);
+        printf("  a task of %lld positions claims %s of device cache pages; %s\n", info.context, c,
+               !plan.seq_bytes ? "no sequences' budget (the free memory decides)"
+               : fit >= conc  ? "all tasks fit at once at the full context"
+                              : "fewer fit at once at the full context (shorter tasks claim less; the rest wait)");
+        if (plan.seq_bytes)
+            printf("  tasks of the full context at once within the sequences' budget: %lld\n",
+                   fit < 1e12 ? (long long)fit : (long long)1e12);
+        if (plan.seq_bytes && info.longest < info.context)
+            printf("  WARNING: a task of %lld positions cannot finish on this device: one task alone reaches %lld "
+                   "(set V4_MAX_CONTEXT at most that, or V4_GPU_SEQ_MEM / V4_GPU_EXPERT_MEM to give the sequences "
+                   "more)\n",
+                   info.context, info.longest);
+    }
+    v4_model_close(&m);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 static char *config_path(const char *dir)
@@ -330,11 +465,11 @@ static char *config_path(const char *dir)
 
 int v4_cmd_inspect(int argc, char **argv)
 {
-    const char *model;
-    int help;
-    if (parse_args(argc, argv, &model, &help))
+    inspect_args o;
+    if (parse_args(argc, argv, &o))
         return 2;
-    if (help) {
+    const char *model = o.model;
+    if (o.help) {
         usage(stdout);
         return 0;
     }
@@ -377,5 +512,6 @@ int v4_cmd_inspect(int argc, char **argv)
     print_seq_bytes(&cfg);
     print_checkpoint(ck, &cfg, synth, seed);
     v4_ckpt_close(ck);
-    return 0;
+    fflush(stdout);
+    return o.gpu_mem ? print_gpu_plan(&o, synth) : 0;
 }
