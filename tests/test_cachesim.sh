@@ -180,6 +180,42 @@ check "synth: bad --batch: exit 2" [ $? -eq 2 ]
 "$BIN" cachesim --trace "$WORK/rand.txt" --budget-pct 85 --block-bytes 8 >/dev/null 2>&1
 check "--budget-pct without --synth: exit 2" [ $? -eq 2 ]
 
+# 5b. --popularity: the fleet's counts instead of Zipf (tiny shape: 4 layers x 16, top-4)
+# Only experts 0..3 counted on every layer: each token draws exactly those, so every
+# policy and MIN miss just the 16 compulsory first uses.
+"$PY" -c '
+for l in range(4):
+    for e in range(16):
+        print(l, e, 100 if e < 4 else 0)' >"$WORK/pop4.txt"
+"$BIN" cachesim --synth tiny --popularity "$WORK/pop4.txt" --budget-pct 50 --batch 4 --steps 200 >"$WORK/pop4.out" 2>&1
+check "popularity: exit 0" [ $? -eq 0 ]
+check "popularity: counts read" grep -q "4 of 4 layers drawn from their counts, 0 uniform" "$WORK/pop4.out"
+check "popularity: 16 distinct experts" grep -q "16 distinct experts of 64" "$WORK/pop4.out"
+for p in lru next belady; do
+    check "popularity: $p misses only the 16 first uses" [ "$(field $p 4 "$WORK/pop4.out")" = 16 ]
+done
+check "popularity: named in the summary" grep -q "top-4, popularity $WORK/pop4.txt, 32 slots" "$WORK/pop4.out"
+# a skewed layer beside one with too few counted experts (uniform): more misses than above
+"$PY" -c '
+for l in range(4):
+    for e in range(16):
+        print(l, e, (1000 >> e) if l != 2 else (5 if e < 2 else 0))' >"$WORK/pop_skew.txt"
+"$BIN" cachesim --synth tiny --popularity "$WORK/pop_skew.txt" --budget-pct 50 --batch 1 --steps 500 >"$WORK/pops.out" 2>&1
+check "popularity: a layer with 2 counted experts is uniform" grep -q "3 of 4 layers drawn from their counts, 1 uniform" "$WORK/pops.out"
+check "popularity: skewed + uniform layers miss more than 16" [ "$(field belady 4 "$WORK/pops.out")" -gt 16 ]
+printf '0 0 5\n0 0 6\n' >"$WORK/pop_dup.txt"
+"$BIN" cachesim --synth tiny --popularity "$WORK/pop_dup.txt" --budget-pct 50 >"$WORK/popd.out" 2>&1
+check "popularity: a pair listed twice: exit 1" [ $? -eq 1 ]
+check "popularity: the line is named" grep -q "pop_dup.txt:2: layer 0 expert 0 listed twice" "$WORK/popd.out"
+printf '4 0 5\n' >"$WORK/pop_out.txt"
+"$BIN" cachesim --synth tiny --popularity "$WORK/pop_out.txt" --budget-pct 50 >"$WORK/popo.out" 2>&1
+check "popularity: a layer outside the shape: exit 1" [ $? -eq 1 ]
+check "popularity: outside named" grep -q "pop_out.txt:1: layer 4 expert 0 outside the model's 4 layers x 16 experts" "$WORK/popo.out"
+"$BIN" cachesim --synth tiny --popularity "$WORK/pop4.txt" --zipf 1 --budget-pct 50 >/dev/null 2>&1
+check "popularity with --zipf: exit 2" [ $? -eq 2 ]
+"$BIN" cachesim --trace "$WORK/rand.txt" --popularity "$WORK/pop4.txt" --budget-bytes 100 --block-bytes 8 >/dev/null 2>&1
+check "popularity without --synth: exit 2" [ $? -eq 2 ]
+
 # 6. a real trace from the tiny model
 MODEL="$WORK/tiny"
 if "$BIN" mkmodel --out "$MODEL" --preset tiny --no-sync >/dev/null 2>&1; then

@@ -83,6 +83,17 @@ out=$("$bin" stats --redis "$url" --prefix "$P" --model tiny --top 1 2>&1); rc=$
 check "--top 1 exit 0 (got $rc)" test "$rc" -eq 0
 check "--top 1 lists one expert" has "$out" "^ +0 +100 .* 6\(25\.0%\)$"
 
+# ---------------------------------------------------------------- --counts (cachesim --popularity)
+out=$("$bin" stats --redis "$url" --prefix "$P" --counts "$tmp/counts.txt" 2>&1); rc=$?
+check "--counts exit 0 (got $rc)" test "$rc" -eq 0
+check "--counts: header names the model and shape" has "$(head -1 "$tmp/counts.txt")" "^# v4fleet stats --counts: model tiny, 3 layers x 8 experts, top-2, 100 tokens, all-time total$"
+check "--counts: one line per (layer, expert)" test "$(grep -cvE '^#' "$tmp/counts.txt")" -eq 24
+check "--counts: layer 0 as stored, idle experts 0" test "$(awk '$1 == 0 { printf "%s ", $3 }' "$tmp/counts.txt")" = "10 30 0 40 20 0 50 50 "
+check "--counts: layer 2" test "$(awk '$1 == 2 && $3 > 0 { printf "%s:%s ", $2, $3 }' "$tmp/counts.txt")" = "2:100 5:100 "
+out=$("$bin" stats --redis "$url" --prefix "$P" --counts "$tmp/nodir/c.txt" 2>&1); rc=$?
+check "--counts into a missing directory exits 1 (got $rc)" test "$rc" -eq 1
+check "--counts error message" has "$out" "^v4fleet stats: $tmp/nodir/c\.txt: cannot create: No such file"
+
 # ---------------------------------------------------------------- JSON
 js=$("$bin" stats --redis "$url" --prefix "$P" --json --top 3); rc=$?
 check "--json exit 0 (got $rc)" test "$rc" -eq 0

@@ -49,15 +49,29 @@ int v4_simtrace_count(v4_simtrace *t, v4_error *err);
 /* A synthetic trace (cachesim_synth.c has the routing model): steps of `batch` rows
  * through n_layers layers of n_experts, top_k per row and layer, Zipf(zipf) popularity
  * per layer over a random permutation (uniform on the first n_hash layers), one group
- * (= one pinned step of the replay) per (step, layer).  Same spec, same trace. */
+ * (= one pinned step of the replay) per (step, layer).  Same spec, same trace.
+ * weights (borrowed, NULL = the Zipf model): [n_layers * n_experts] popularity of each
+ * expert (e.g. the fleet's counts, v4_popularity_load), used as given on every layer (no
+ * permutation, no uniform hash layers); a layer whose weights have fewer than top_k
+ * positive entries is uniform. */
 typedef struct v4_synthspec {
     int n_layers, n_experts, top_k, n_hash;
     int batch, steps;
     double zipf;
     uint64_t seed;
+    const double *weights;
 } v4_synthspec;
 
 int v4_simtrace_synth(const v4_synthspec *sp, v4_simtrace *t, v4_error *err);
+
+/* Read a popularity file (cachesim_popularity.c): text lines "layer expert count" ('#'
+ * comments, blank lines ignored; `v4fleet stats --counts` writes it) for a model of
+ * n_layers x n_experts (an index outside it is an error, a pair not listed counts 0, a
+ * pair listed twice is an error).  *w = malloc'd [n_layers * n_experts] counts (the
+ * caller frees it), *uniform = layers with fewer than top_k experts counted (they will
+ * be uniform), *total = the sum of the counts.  0, or -1 + err (where = "path:line"). */
+int v4_popularity_load(const char *path, int n_layers, int n_experts, int top_k, double **w, int *uniform,
+                       double *total, v4_error *err);
 
 typedef struct v4_simresult {
     int64_t hits, misses, evictions;

@@ -11,6 +11,10 @@
  * cachesim's pinning rule): the union of the rows' experts of that layer, pinned while
  * the layer runs, as the engine's acquire does.
  *
+ * With weights (the fleet's counts, --popularity) each layer draws from its own counts
+ * instead (experts never counted are never drawn; a layer with fewer than top_k counted
+ * experts is uniform).
+ *
  * Deterministic: a splitmix64 stream from the seed; the same spec gives the same trace.
  * Ownership: fills a v4_simtrace whose arrays are malloc'd (v4_simtrace_free).
  * Thread: any.
@@ -73,15 +77,20 @@ int v4_simtrace_synth(const v4_synthspec *sp, v4_simtrace *t, v4_error *err)
     for (int l = 0; l < L; l++) {
         double *c = cdf + (size_t)l * E, sum = 0.0;
         int *p = perm + (size_t)l * E;
+        const double *wl = sp->weights ? sp->weights + (size_t)l * E : NULL;
+        int positive = 0;
+        for (int r = 0; wl && r < E; r++)
+            positive += wl[r] > 0;
+        const int uniform = wl ? positive < K : l < sp->n_hash;
         for (int r = 0; r < E; r++) {
             p[r] = r;
-            sum += l < sp->n_hash ? 1.0 : pow(r + 1.0, -sp->zipf);
+            sum += uniform ? 1.0 : wl ? (wl[r] > 0 ? wl[r] : 0.0) : pow(r + 1.0, -sp->zipf);
             c[r] = sum;
         }
         for (int r = 0; r < E; r++)
             c[r] /= sum;
         c[E - 1] = 1.0;
-        for (int r = E - 1; r > 0; r--) {   /* which expert has rank r: a random permutation */
+        for (int r = E - 1; r > 0 && !wl; r--) {   /* which expert has rank r: a random permutation */
             int j = (int)(mix(&rs) % (uint64_t)(r + 1)), tmp = p[r];
             p[r] = p[j];
             p[j] = tmp;

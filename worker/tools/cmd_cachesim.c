@@ -26,7 +26,8 @@ static void usage(FILE *f)
         "usage: v4fleet cachesim (--trace FILE | --synth PRESET) (--budget-bytes B | --budget-pct P)\n"
         "                        [--block-bytes N | --model DIR] [--policy lru|slru|lfru|next|all]\n"
         "                        [--slru-protected N] [--lfru-age N]\n"
-        "                        [--batch LIST] [--zipf Z] [--steps N] [--seed S]   (with --synth)\n"
+        "                        [--batch LIST] [--zipf Z | --popularity FILE] [--steps N] [--seed S]\n"
+        "                                                                          (with --synth)\n"
         "\n"
         "Replays a routing trace through the expert cache's eviction policies (no I/O) and\n"
         "prints, per policy and for Belady's offline optimum (MIN: evict the expert whose\n"
@@ -43,6 +44,10 @@ static void usage(FILE *f)
         "                     layers); one table per batch size, then a summary vs Belady\n"
         "  --batch LIST       rows per step, comma-separated (default 1,16,64,128,256)\n"
         "  --zipf Z           popularity exponent (default 0.9)\n"
+        "  --popularity FILE  the fleet's routing skew instead of Zipf: 'layer expert count'\n"
+        "                     lines (`v4fleet stats --counts FILE` writes them from Redis);\n"
+        "                     each layer draws from its counts (fewer than top-k counted:\n"
+        "                     uniform)\n"
         "  --steps N          steps per trace (default: about 3M accesses per trace)\n"
         "  --seed S           trace seed (default 1)\n"
         "  --budget-bytes B   host cache bytes; slots = floor(B / block bytes)\n"
@@ -131,11 +136,16 @@ static int parse_batches(const char *s, int *b, int *nb)
     return *nb ? 0 : -1;
 }
 
-static void summary(const sim_opts *o, const v4_synthspec *sp, const int *batches, int nb,
+static void summary(const sim_opts *o, const v4_synthspec *sp, const char *popularity, const int *batches, int nb,
                     int64_t (*m)[V4_XPOL_COUNT + 2])
 {
-    printf("\nsummary: misses vs Belady's MIN, %d layers x %d experts, top-%d, zipf %.2f, %d slots "
-           "(%.1f%% of the experts)\n", sp->n_layers, sp->n_experts, sp->top_k, sp->zipf, o->slots,
+    char pop[4200];
+    if (popularity)
+        snprintf(pop, sizeof pop, "popularity %s", popularity);
+    else
+        snprintf(pop, sizeof pop, "zipf %.2f", sp->zipf);
+    printf("\nsummary: misses vs Belady's MIN, %d layers x %d experts, top-%d, %s, %d slots "
+           "(%.1f%% of the experts)\n", sp->n_layers, sp->n_experts, sp->top_k, pop, o->slots,
            100.0 * o->slots / ((double)sp->n_layers * sp->n_experts));
     printf("| batch | belady misses | best fixed set |");
     for (int k = 0; k < V4_XPOL_COUNT; k++)
@@ -159,7 +169,7 @@ static void summary(const sim_opts *o, const v4_synthspec *sp, const int *batche
 int v4_cmd_cachesim(int argc, char **argv)
 {
     const char *trace = NULL, *model = NULL, *policy = "all", *synth = NULL, *batch_list = "1,16,64,128,256";
-    const char *zipf_s = "0.9";
+    const char *zipf_s = NULL, *popularity = NULL;
     long long budget = -1, block = -1, prot = -1, age = 0, pct = -1, steps = 0, seed = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -189,6 +199,8 @@ int v4_cmd_cachesim(int argc, char **argv)
             batch_list = v;
         } else if (!strcmp(a, "--zipf")) {
             zipf_s = v;
+        } else if (!strcmp(a, "--popularity")) {
+            popularity = v;
         } else if (!strcmp(a, "--model")) {
             model = v;
         } else if (!strcmp(a, "--policy")) {
@@ -211,6 +223,16 @@ int v4_cmd_cachesim(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if ((zipf_s || popularity) && !synth) {
+        fprintf(stderr, "v4fleet cachesim: --zipf and --popularity shape the --synth traces\n");
+        return 2;
+    }
+    if (zipf_s && popularity) {
+        fprintf(stderr, "v4fleet cachesim: --zipf and --popularity exclude each other\n");
+        return 2;
+    }
+    if (!zipf_s)
+        zipf_s = "0.9";
     int batches[MAXB], nb = 0;
     char *zend;
     double zipf = strtod(zipf_s, &zend);
@@ -247,8 +269,21 @@ int v4_cmd_cachesim(int argc, char **argv)
     o.slot = ((size_t)block + V4_XBLOCK_ALIGN - 1) / V4_XBLOCK_ALIGN * V4_XBLOCK_ALIGN;
     o.pp = (v4_xpolicy_params){(int)(prot > 1 << 30 ? 1 << 30 : prot), age, 0};
     if (synth) {
+        double *weights = NULL;
+        if (popularity) {
+            int uniform = 0;
+            double total = 0;
+            if (v4_popularity_load(popularity, cfg.n_layers, cfg.n_routed_experts, cfg.n_act_experts, &weights,
+                                   &uniform, &total, &err)) {
+                fprintf(stderr, "v4fleet cachesim: --popularity %s: %s\n", err.where, err.msg);
+                return 1;
+            }
+            printf("popularity %s: %.0f expert assignments; %d of %d layers drawn from their counts, %d uniform "
+                   "(fewer than %d experts counted)\n",
+                   popularity, total, cfg.n_layers - uniform, cfg.n_layers, uniform, cfg.n_act_experts);
+        }
         v4_synthspec sp = {cfg.n_layers, cfg.n_routed_experts, cfg.n_act_experts, cfg.n_hash_layers, 1, 0, zipf,
-                           (uint64_t)seed};
+                           (uint64_t)seed, weights};
         long long all_keys = (long long)sp.n_layers * sp.n_experts;
         o.slots = pct >= 0 ? (int)(all_keys * pct / 100) : (int)(budget / (long long)o.slot);
         int64_t (*m)[V4_XPOL_COUNT + 2] = calloc((size_t)nb, sizeof *m);
@@ -272,13 +307,14 @@ int v4_cmd_cachesim(int argc, char **argv)
             v4_simtrace_free(&t);
         }
         if (!rc)
-            summary(&o, &sp, batches, nb, m);
+            summary(&o, &sp, popularity, batches, nb, m);
         else if (!m)
             fprintf(stderr, "v4fleet cachesim: out of memory\n");
         else
             fprintf(stderr, "v4fleet cachesim: %s: %s\n", err.where[0] ? err.where : "--budget",
                     err.msg[0] ? err.msg : "no slot at this budget");
         free(m);
+        free(weights);
         return rc;
     }
     if (pct >= 0) {

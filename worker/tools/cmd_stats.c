@@ -17,6 +17,7 @@
  * Thread: main thread only.
  */
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,7 @@
 #define MAX_NAME 200
 
 typedef struct stats_opts {
-    const char *url, *prefix, *model, *bucket, *png;
+    const char *url, *prefix, *model, *bucket, *png, *counts;
     int hours, top, json, help;
 } stats_opts;
 
@@ -44,6 +45,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: v4fleet stats [--redis URL] [--prefix P] [--model NAME]\n"
             "                     [--bucket YYYYmmddHHMM | --hours H] [--top N] [--json] [--png FILE]\n"
+            "                     [--counts FILE]\n"
             "\n"
             "Expert-utilization report of the fleet: per layer, the routed tokens, the\n"
             "busiest experts and the load balance (std, CV = std/mean, max/mean over all\n"
@@ -62,6 +64,8 @@ static void usage(FILE *f)
             "  --png FILE      also write an experts x layers heatmap PNG (x = expert,\n"
             "                  y = layer, color = count / layer mean, linear 0..2x, clamped;\n"
             "                  gray = layer without data)\n"
+            "  --counts FILE   also write every expert's count, one 'layer expert count'\n"
+            "                  line each (the routing skew for cachesim --popularity)\n"
             "  -h, --help      this help\n");
 }
 
@@ -100,7 +104,7 @@ static int parse_args(int argc, char **argv, stats_opts *o)
             continue;
         }
         static const char *const with_value[] = {"--redis", "--prefix", "--model", "--bucket",
-                                                 "--hours", "--top", "--png"};
+                                                 "--hours", "--top", "--png", "--counts"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
             known |= !strcmp(a, with_value[k]);
@@ -128,8 +132,8 @@ static int parse_args(int argc, char **argv, stats_opts *o)
                 return bad_usage("--top wants an integer in [0, 1000], got '%s'", v);
         } else {
             if (!*v)
-                return bad_usage("--png wants a file name%s", "");
-            o->png = v;
+                return bad_usage("%s wants a file name", a);
+            *(!strcmp(a, "--png") ? &o->png : &o->counts) = v;
         }
     }
     if (o->bucket && o->hours)
@@ -297,6 +301,26 @@ static int write_heatmap(const char *path, const v4_umat *u, int *w, int *h, v4_
     return rc;
 }
 
+/* Every (layer, expert) count of u as text lines "layer expert count" after a comment
+ * header naming the source: the format `cachesim --popularity` reads. */
+static int write_counts(const char *path, const v4_umat *u, const char *model, const v4_stats_report *rep,
+                        v4_error *err)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return v4_err_set(err, V4_ERR_IO, path, "cannot create: %s", strerror(errno));
+    fprintf(f, "# v4fleet stats --counts: model %s, %d layers x %d experts, top-%d, %llu tokens, %s\n"
+               "# layer expert count\n",
+            model, u->layers, u->experts, u->top_k, (unsigned long long)u->tokens,
+            rep->hours ? "recent buckets" : rep->n_buckets ? "one bucket" : "all-time total");
+    for (int l = 0; l < u->layers; l++)
+        for (int e = 0; e < u->experts; e++)
+            fprintf(f, "%d %d %llu\n", l, e, (unsigned long long)u->counts[(size_t)l * u->experts + e]);
+    if (ferror(f) | fclose(f))
+        return v4_err_set(err, V4_ERR_IO, path, "write failed: %s", strerror(errno));
+    return 0;
+}
+
 /* ---------------------------------------------------------------- entry point */
 
 int v4_cmd_stats(int argc, char **argv)
@@ -339,6 +363,10 @@ int v4_cmd_stats(int argc, char **argv)
             goto out;
         }
         rep.png_path = o.png;
+    }
+    if (o.counts && write_counts(o.counts, &u, model, &rep, &err)) {
+        fail(&err);
+        goto out;
     }
     if (o.json) {
         if (v4_stats_print_json(stdout, &rep, &u, &err)) {
