@@ -47,7 +47,7 @@ typedef struct v4_cuda_plan_in {
     size_t experts_bytes;       /* every routed expert resident (the step's own layout) */
     size_t slot_bytes;          /* one paged expert slot (an upper bound is fine) */
     int step_experts;           /* slots one step pins at most (one layer's experts for the batch) */
-    size_t headroom;            /* left free for sequences and the runtime */
+    size_t headroom;            /* left free for the runtime (CUDA context, cuBLASLt workspaces, pinned maps) */
     size_t budget;              /* explicit V4_GPU_EXPERT_MEM in bytes, 0 = none */
     size_t seq_claim;           /* one task's sequence at the full context (v4_cuda_seq_bytes), 0 = unknown */
     int seq_tasks;              /* tasks decoded at once (< 1: 1) */

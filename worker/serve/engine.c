@@ -172,7 +172,7 @@ int v4_attach_gpu_experts(v4_backend *be, struct v4_model_files *m, struct v4_ct
 #endif
 }
 
-#define HEADROOM ((size_t)1 << 30)      /* device bytes left for sequences and the runtime */
+#define HEADROOM ((size_t)1 << 30)      /* device bytes left for the runtime (the sequences have their own reserve) */
 #define GIB(x) ((double)(x) / 1073741824.0)
 
 #ifdef V4_HAVE_CUDA
