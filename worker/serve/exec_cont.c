@@ -231,7 +231,7 @@ static void admit_waiting(cont_exec *c)
             v4_error err = {0};
             v4_err_set(&err, V4_ERR_NOMEM, "device_memory",
                        "a sequence of %d positions needs %zu bytes of device memory, %zu available with no other "
-                       "sequence active",
+                       "sequence active (a shorter prompt + max_tokens, or more V4_GPU_SEQ_MEM on a GPU)",
                        v4_seq_capacity(s->rj.seq), need, left);
             retire(c, s, 1, &err);   /* a summary may move on to its next generation: WAIT again */
             if (s->state == SLOT_WAIT)
