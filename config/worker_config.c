@@ -163,7 +163,7 @@ static const char *const KNOWN[] = {
     "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
     "V4_REDIS_BUCKET_S", "V4_REDIS_BUCKET_TTL_S", "V4_REDIS_DONE_TTL_S", "V4_REDIS_TIMEOUT_MS",
     "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
-    "V4_IO_THREADS", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
+    "V4_IO_THREADS", "V4_LOOKAHEAD", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
     "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM", "V4_GPU_SEQ_MEM", "V4_NUMERICS", "V4_THREADS",
 };
 
@@ -240,6 +240,7 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_bytes(src, "V4_HOST_CACHE_BYTES", &c->host_cache_bytes, err) ||
         get_str(src, "V4_CACHE_POLICY", "next", c->cache_policy, sizeof c->cache_policy, err) ||
         get_int(src, "V4_IO_THREADS", 4, 1, 64, &c->io_threads, err) ||
+        get_int(src, "V4_LOOKAHEAD", 1, 0, 1, &c->lookahead, err) ||
         get_int(src, "V4_THREADS", 0, 0, 1024, &c->threads, err) ||
         get_int(src, "V4_HTTP_PORT", 9090, 0, 65535, &c->http_port, err) ||
         get_str(src, "V4_HTTP_ADDR", "0.0.0.0", c->http_addr, sizeof c->http_addr, err) ||

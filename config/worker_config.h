@@ -14,7 +14,8 @@
  * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
  * V4_REDIS_PREFIX, V4_REDIS_BUCKET_S, V4_REDIS_BUCKET_TTL_S, V4_REDIS_DONE_TTL_S,
  * V4_REDIS_TIMEOUT_MS, V4_REDIS_BACKLOG, V4_EXPERT_PACK, V4_HOST_CACHE_BYTES (a byte
- * count, suffixes K/M/G/T = powers of 1024), V4_CACHE_POLICY, V4_IO_THREADS,
+ * count, suffixes K/M/G/T = powers of 1024), V4_CACHE_POLICY, V4_IO_THREADS, V4_LOOKAHEAD
+ * (0 | 1, default 1: the router look-ahead of paged experts, host cache and GPU slots),
  * V4_HTTP_PORT (health/metrics endpoint, default 9090, 0 = off; http_port_set tells
  * whether it was given: the worker treats a busy default port as a warning, a busy
  * explicit one as an error), V4_HTTP_ADDR (its
@@ -77,6 +78,7 @@ typedef struct v4_worker_config {
     long long host_cache_bytes;     /* V4_HOST_CACHE_BYTES: 0 = all experts resident (no cache) */
     char cache_policy[16];          /* V4_CACHE_POLICY: lru | slru | lfru | next */
     int io_threads;                 /* V4_IO_THREADS: concurrent expert reads */
+    int lookahead;                  /* V4_LOOKAHEAD: router look-ahead of paged experts (0/1, default 1) */
     int threads;                    /* V4_THREADS: CPU engine threads (0: the CPUs the
                                      * process may use: affinity, cgroup quota) */
     /* observability (worker/fleet/http_server.h, worker/fleet/log.h) */

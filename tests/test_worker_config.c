@@ -241,6 +241,42 @@ int main(void)
     unsetenv("V4_CONFIG_FILE");
     remove(path);
 
+    /* the router look-ahead of paged experts: default 1, 0 and 1 accepted (env, file, the
+     * environment over the file), anything else an error naming V4_LOOKAHEAD and the value */
+    unsetenv("V4_LOOKAHEAD");
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.lookahead == 1, "look-ahead default: %d", c.lookahead);
+    setenv("V4_LOOKAHEAD", "0", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.lookahead == 0, "V4_LOOKAHEAD=0: %d %s", c.lookahead, err.msg);
+    setenv("V4_LOOKAHEAD", "1", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.lookahead == 1, "V4_LOOKAHEAD=1: %d %s", c.lookahead, err.msg);
+    static const char *const badla[] = {"2", "-1", "yes", "on", "1x", "0.5"};
+    for (size_t i = 0; i < sizeof badla / sizeof badla[0]; i++) {
+        setenv("V4_LOOKAHEAD", badla[i], 1);
+        c.lookahead = 7;
+        int rc = v4_worker_config_from_env(&c, &err);
+        CHECK(rc == -1 && !strcmp(err.where, "V4_LOOKAHEAD") && strstr(err.msg, badla[i]) && strstr(err.msg, "[0, 1]"),
+              "V4_LOOKAHEAD='%s': want an error naming it and the range, got %d %s %s", badla[i], rc, err.where,
+              err.msg);
+    }
+    unsetenv("V4_LOOKAHEAD");
+    f = fopen(path, "w");
+    fputs("V4_LOOKAHEAD=0\n", f);
+    fclose(f);
+    setenv("V4_CONFIG_FILE", path, 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.lookahead == 0, "look-ahead from the config file: %d %s",
+          c.lookahead, err.msg);
+    setenv("V4_LOOKAHEAD", "1", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.lookahead == 1, "the environment over the file: %d",
+          c.lookahead);
+    unsetenv("V4_LOOKAHEAD");
+    f = fopen(path, "w");
+    fputs("V4_LOOKAHEAD=maybe\n", f);
+    fclose(f);
+    CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_LOOKAHEAD"),
+          "a bad look-ahead in the config file: %s %s", err.where, err.msg);
+    unsetenv("V4_CONFIG_FILE");
+    remove(path);
+
     /* the shipped example parses (its secret files are overridden by the environment) */
     char example[4200];
     snprintf(example, sizeof example, "%s/../../config/worker.conf.example", t_env("V4_TEST_DATA", "tests/data"));

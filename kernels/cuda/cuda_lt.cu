@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/rng.h"   /* v4_splitmix64: the self-test's inputs */
 #include "kernels/calc_diff.h"
 #include "cu_debug.h"
 #include "cuda_fast.h"
@@ -307,14 +308,6 @@ int bf16_impl(v4cu_lt *lt, const uint16_t *wb, int rows, int K, int n, const flo
 
 /* ------------------------------------------------------------------ self-test */
 
-uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 struct devbufs {
     void *p[8] = {};
     ~devbufs()
@@ -340,22 +333,22 @@ int selftest(v4cu_lt *lt, cudaStream_t st, char *why, size_t nwhy)
     }
     uint8_t *hs8 = hw + nw8, *hw4 = hs8 + ns8, *hs4 = hw4 + nw4;
     for (size_t i = 0; i < nw8; i++) {
-        hw[i] = (uint8_t)mix(&seed);
+        hw[i] = (uint8_t)v4_splitmix64(&seed);
         if ((hw[i] & 0x7f) == 0x7f)
             hw[i] = 0x31;
-        const float v = (float)((int)(mix(&seed) % 2001) - 1000) / 4096.0f;
+        const float v = (float)((int)(v4_splitmix64(&seed) % 2001) - 1000) / 4096.0f;
         uint32_t u;
         memcpy(&u, &v, 4);
         hb[i] = (uint16_t)(u >> 16);
     }
     for (size_t i = 0; i < ns8; i++)
-        hs8[i] = (uint8_t)(120 + mix(&seed) % 6);
+        hs8[i] = (uint8_t)(120 + v4_splitmix64(&seed) % 6);
     for (size_t i = 0; i < nw4; i++)
-        hw4[i] = (uint8_t)mix(&seed);
+        hw4[i] = (uint8_t)v4_splitmix64(&seed);
     for (size_t i = 0; i < ns4; i++)
-        hs4[i] = (uint8_t)(118 + mix(&seed) % 8);
+        hs4[i] = (uint8_t)(118 + v4_splitmix64(&seed) % 8);
     for (size_t i = 0; i < (size_t)n * K; i++)
-        hx[i] = (float)((int)(mix(&seed) % 20001) - 10000) / (float)(1 + mix(&seed) % 3000);
+        hx[i] = (float)((int)(v4_splitmix64(&seed) % 20001) - 10000) / (float)(1 + v4_splitmix64(&seed) % 3000);
     devbufs B;
     const size_t bytes[6] = {nw8 + ns8 + nw4 + ns4, sizeof(uint16_t) * nw8, sizeof(float) * (size_t)n * K,
                              sizeof(float) * 2 * (size_t)n * rows, sizeof(double) * (size_t)n * K,

@@ -29,6 +29,7 @@
 #include "cuda_linear.h"
 #include "cuda_mma.h"
 #include "cuda_num.cuh"
+#include "config/rng.h"   /* v4_splitmix64: the self-test's inputs */
 #include "kernels/calc_diff.h"
 
 namespace {
@@ -138,14 +139,6 @@ k_mma_grouped(const uint8_t *const *__restrict__ wtab, const uint8_t *const *__r
 
 /* ---------------------------------------------------------------- self-test */
 
-uint64_t st_mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 struct st_bufs {
     void *p[4] = {nullptr, nullptr, nullptr, nullptr};
     ~st_bufs()
@@ -199,19 +192,19 @@ extern "C" int v4cu_mma_selftest(cudaStream_t st, char *why, size_t nwhy)
     }
     /* per expert: w8, s8, w4, s4 */
     for (size_t i = 0; i < wbytes; i++)
-        hw[i] = (uint8_t)st_mix(&seed);
+        hw[i] = (uint8_t)v4_splitmix64(&seed);
     for (int x = 0; x < E; x++) {
         uint8_t *b = hw + x * (nw8 + ns8 + nw4 + ns4);
         for (size_t i = 0; i < nw8; i++)   /* no NaN codes: a NaN weight would blank most rows */
             if ((b[i] & 0x7f) == 0x7f)
                 b[i] = 0x31;
         for (size_t i = 0; i < ns8; i++)
-            b[nw8 + i] = (uint8_t)(120 + st_mix(&seed) % 6);
+            b[nw8 + i] = (uint8_t)(120 + v4_splitmix64(&seed) % 6);
         for (size_t i = 0; i < ns4; i++)
-            b[nw8 + ns8 + nw4 + i] = (uint8_t)(118 + st_mix(&seed) % 8);
+            b[nw8 + ns8 + nw4 + i] = (uint8_t)(118 + v4_splitmix64(&seed) % 8);
     }
     for (int i = 0; i < P * K; i++)
-        hx[i] = (float)((int)(st_mix(&seed) % 20001) - 10000) / (float)(1 + st_mix(&seed) % 3000);
+        hx[i] = (float)((int)(v4_splitmix64(&seed) % 20001) - 10000) / (float)(1 + v4_splitmix64(&seed) % 3000);
     hx[5 * K + 77] = NAN;   /* a NaN activation: its row's outputs are NaN on both paths */
     /* eid [64], tile [64], (device pointer table after them) */
     for (int s = 0; s < 64; s++) {

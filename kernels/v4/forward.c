@@ -189,6 +189,8 @@ void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p)
 
 void v4_ctx_set_lookahead(v4_ctx *c, int on) { c->lookahead = on != 0; }
 
+int v4_ctx_lookahead(const v4_ctx *c) { return c->lookahead; }
+
 uint64_t v4_ctx_lookahead_prefetched(const v4_ctx *c) { return c->la_prefetched; }
 
 /* Hash-routed layers: their experts follow from the token ids; tell the provider now so

@@ -181,8 +181,10 @@ void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p);
  * hint: outputs do not change (the provider's bytes are the same whenever they load),
  * a wrong guess costs a load and a slot.  v4_ctx_lookahead_prefetched: experts it
  * passed to prefetch since create (hits included; the cache counts what it loaded).
- * Thread: c's. */
+ * v4_ctx_lookahead: the setting (1 on, 0 off).  The user setting is V4_LOOKAHEAD /
+ * --no-lookahead (worker/serve/engine.h v4_lookahead_on).  Thread: c's. */
 void v4_ctx_set_lookahead(v4_ctx *c, int on);
+int v4_ctx_lookahead(const v4_ctx *c);
 uint64_t v4_ctx_lookahead_prefetched(const v4_ctx *c);
 void v4_ctx_free(v4_ctx *c);
 const v4_config *v4_ctx_config(const v4_ctx *c);

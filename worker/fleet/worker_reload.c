@@ -30,7 +30,8 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
                                .prefill_chunk = c->prefill_chunk,
                                .gpu_cache_policy = c->gpu_cache_policy,
                                .gpu_weight_mem = c->gpu_weight_mem,
-                               .gpu_seq_mem = c->gpu_seq_mem};
+                               .gpu_seq_mem = c->gpu_seq_mem,
+                               .no_lookahead = !c->lookahead};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -160,6 +161,7 @@ static void reload(worker *w, const char *why)
     memcpy(w->cfg.cache_policy, nc.cache_policy, sizeof nc.cache_policy);
     w->cfg.host_cache_bytes = nc.host_cache_bytes;
     w->cfg.io_threads = nc.io_threads;
+    w->cfg.lookahead = nc.lookahead;
     w->cfg.threads = nc.threads;
     memcpy(w->cfg.device, nc.device, sizeof nc.device);
     memcpy(w->cfg.cuda_mode, nc.cuda_mode, sizeof nc.cuda_mode);

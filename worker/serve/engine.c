@@ -11,7 +11,8 @@
  * headroom; hybrid only when not even that fits.  The slots evict by
  * V4_GPU_CACHE_POLICY (default next); the hybrid mode's weight copies are bounded by
  * V4_GPU_WEIGHT_MEM (default: free memory less 1 GiB).  The choice and the memory split
- * are logged.
+ * are logged.  The router look-ahead of paged experts (--no-lookahead / V4_LOOKAHEAD,
+ * v4_lookahead_on) goes to the ctx (CPU path) and to the resident step's engine.
  * v4_gpu_cache_figs_get reads either mode's expert counters for /metrics.
  * Ownership: the engine is owned by the backend (freed with it).  Thread: main thread.
  */
@@ -41,6 +42,21 @@ const char *v4_opt_or_env(const char *v, const char *name)
         return v;
     v = getenv(name);
     return v ? v : "";
+}
+
+int v4_lookahead_on(int no_lookahead, v4_error *err)
+{
+    if (no_lookahead)
+        return 0;
+    const char *v = v4_opt_or_env(NULL, "V4_LOOKAHEAD");
+    if (!*v)
+        return 1;
+    char *end;
+    const long x = strtol(v, &end, 10);
+    if (*end || end == v || (x != 0 && x != 1))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_LOOKAHEAD", "'%s' is not 0 or 1 (the router look-ahead of paged "
+                                                              "experts: 1 on, the default; 0 off)", v);
+    return (int)x;
 }
 
 v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err)
@@ -94,7 +110,8 @@ static v4_gpu_opts gpu_opts_of(const v4_engine_opts *o)
                          .cache_policy = o->gpu_cache_policy,
                          .weight_mem = o->gpu_weight_mem,
                          .seq_mem = o->gpu_seq_mem,
-                         .context = 0};
+                         .context = 0,
+                         .no_lookahead = o->no_lookahead};
 }
 
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
@@ -102,6 +119,10 @@ int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_f
 {
     *out = NULL;
     const v4_gpu_opts g = gpu_opts_of(o);
+    const int la = v4_lookahead_on(o->no_lookahead, err);
+    if (la < 0)
+        return -1;
+    v4_ctx_set_lookahead(ctx, la);
     if (o->host_cache_bytes <= 0) {
         if (o->pack || o->cache_policy || o->io_threads)
             return v4_err_set(err, V4_ERR_INVALID, "--host-cache-bytes",
@@ -318,6 +339,9 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     v4_cuda_mode_req req;
     if (!v4_cuda_mode_ok(mode) || v4_cuda_mode_req_parse(mode, &req))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_CUDA_MODE", "'%s': expected auto, resident or hybrid", mode);
+    const int la = v4_lookahead_on(g ? g->no_lookahead : 0, err);
+    if (la < 0)
+        return -1;
     if (strcmp(be->ops->name, "cuda"))
         return 0;   /* the CPU path: nothing to choose */
 #ifdef V4_HAVE_CUDA
@@ -365,6 +389,7 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     }
     if (plan.seq_bytes)
         v4_cuda_engine_set_seq_budget(e, plan.seq_bytes);
+    v4_cuda_engine_set_lookahead(e, la);   /* only paged experts use it */
     v4_cuda_backend_own_engine(be, e);
     v4_step_impl impl = v4_cuda_engine_impl(e);
     v4_ctx_set_step_impl(ctx, &impl);
@@ -372,9 +397,9 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     v4_cuda_engine_expert_stats(e, &xs);
     char paged[240] = "every expert resident";
     if (budget)
-        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (%s, %s eviction) from the %s", xs.slots,
-                 xs.slot_bytes / 1048576.0, *spec ? spec : "the free device memory", v4_xpolicy_name(pol),
-                 xp ? "host expert cache" : "mapped checkpoint");
+        snprintf(paged, sizeof paged, "experts paged in %d slots of %.2f MiB (%s, %s eviction, router look-ahead %s) "
+                 "from the %s", xs.slots, xs.slot_bytes / 1048576.0, *spec ? spec : "the free device memory",
+                 v4_xpolicy_name(pol), la ? "on" : "off", xp ? "host expert cache" : "mapped checkpoint");
     fprintf(stderr, "v4fleet: CUDA resident mode on %s: the whole decode step on the GPU, %s, %s numerics; %.2f "
                     "GiB held (%.2f GiB free of %.2f)\n",
             dev, paged, lt ? "fast (tensor cores)" : "exact", GIB(v4_cuda_engine_bytes(e)), GIB(free_b), GIB(total_b));
@@ -385,6 +410,7 @@ int v4_attach_device_step(v4_backend *be, struct v4_model_files *m, struct v4_ct
     (void)max_batch;
     (void)xp;
     (void)req;
+    (void)la;
     return v4_err_set(err, V4_ERR_INTERNAL, "cuda", "a CUDA device in a build without CUDA");
 #endif
 }

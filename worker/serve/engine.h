@@ -51,6 +51,9 @@ typedef struct v4_engine_opts {
     /* --prefill-chunk N: prompt positions per forward step (0: the backend's default,
      * worker/serve/step_rows.h); only the commands that prefill (generate, batch). */
     int prefill_chunk;
+    /* --no-lookahead: 1 = the router look-ahead of paged experts off (v4_lookahead_on);
+     * 0 = the V4_LOOKAHEAD environment variable, else on. */
+    int no_lookahead;
 } v4_engine_opts;
 
 /* The GPU settings of one engine; each string NULL or "": its environment variable
@@ -64,10 +67,19 @@ typedef struct v4_gpu_opts {
     const char *weight_mem;     /* hybrid weight copies: bytes or P% of the device */
     const char *seq_mem;        /* resident step: the sequences' caches, bytes or P% of the device */
     long context;               /* positions a task may use (prompt + max_tokens); 0: the model's */
+    int no_lookahead;           /* 1: the resident step's router look-ahead off; 0: V4_LOOKAHEAD, else on */
 } v4_gpu_opts;
 
 /* v when set (non-NULL, non-empty), else the environment variable name, else "". */
 const char *v4_opt_or_env(const char *v, const char *name);
+/* The router look-ahead of paged experts (a prefetch hint, outputs unchanged: the CPU
+ * path's v4_ctx_set_lookahead, kernels/v4/model.h, and the resident CUDA step's
+ * v4_cuda_engine_set_lookahead, kernels/cuda/cuda_step.h): 0 when no_lookahead is set
+ * (--no-lookahead, or the worker's V4_LOOKAHEAD=0 through v4_runner_opts), else the
+ * environment variable V4_LOOKAHEAD (0 or 1; unset or empty: 1).  Returns 1 or 0, or -1
+ * with err (V4_ERR_CONFIG naming V4_LOOKAHEAD) when V4_LOOKAHEAD is anything else.
+ * Reads the environment: the thread that builds the engine. */
+int v4_lookahead_on(int no_lookahead, v4_error *err);
 /* The backend o asks for: --device (or V4_DEVICE) cpu (default) -> the CPU backend
  * (--threads, --isa); cuda or cuda:N -> the CUDA backend on device N (0).  Asking
  * for cuda in a build without it, or on a machine without a usable GPU, is an error
@@ -81,8 +93,9 @@ struct v4_ctx;
 struct v4_xprov;
 /* When o asks for paged experts: open the expert cache for the model m opened from
  * o->model and attach it to ctx; *out = the provider to close after ctx is freed
- * (NULL when all experts stay resident).  Then v4_attach_gpu (max_batch 1, o's CUDA
- * mode and GPU expert budget).  0 or -1 with err. */
+ * (NULL when all experts stay resident).  Sets ctx's router look-ahead to
+ * v4_lookahead_on(o->no_lookahead).  Then v4_attach_gpu (max_batch 1, o's CUDA mode,
+ * GPU expert budget and look-ahead).  0 or -1 with err. */
 int v4_attach_experts(const v4_engine_opts *o, v4_backend *be, struct v4_model_files *m, struct v4_ctx *ctx,
                       struct v4_xprov **out, v4_error *err);
 /* The GPU expert cache of the hybrid mode (kernels/cuda/gpu_experts.h) when g's
@@ -106,7 +119,9 @@ int v4_gpu_cache_policy(const v4_gpu_opts *g, v4_xpolicy_kind *kind, v4_error *e
  * paged within the GPU expert budget (g's expert_mem, else V4_GPU_EXPERT_MEM; unset and
  * the experts do not fit: the device's free memory after the trunk and 1 GiB), evicting
  * by g's cache_policy, the misses coming from the host expert cache xp (its provider is
- * ctx's already) or, with xp NULL, from the mapped checkpoint.  hybrid: only the weight
+ * ctx's already) or, with xp NULL, from the mapped checkpoint; the engine's router
+ * look-ahead of paged experts is v4_lookahead_on(g's no_lookahead) (an error in
+ * V4_LOOKAHEAD fails the call, on any backend).  hybrid: only the weight
  * products on the GPU (the GPU expert cache of v4_attach_gpu_experts serves that mode).
  * auto decides by kernels/cuda/cuda_plan.h: resident with every expert when it fits,
  * else resident with paged experts, hybrid only when not even one step's experts fit

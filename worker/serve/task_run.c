@@ -72,7 +72,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
                          .gpu_cache_policy = ex ? ex->gpu_cache_policy : NULL,
                          .gpu_weight_mem = ex ? ex->gpu_weight_mem : NULL,
                          .gpu_seq_mem = ex ? ex->gpu_seq_mem : NULL,
-                         .numerics = ex ? ex->numerics : NULL};
+                         .numerics = ex ? ex->numerics : NULL,
+                         .no_lookahead = ex ? ex->no_lookahead : 0};
     if (v4_model_open_paged(model_dir, &r->m, ex && ex->host_cache_bytes > 0, &err))
         goto fail;
     r->m_open = 1;
@@ -85,6 +86,10 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     r->chunk = v4_prefill_chunk(r->be, ex ? ex->prefill_chunk : 0, r->max_batch);
     if (!(r->ctx = v4_ctx_create(&r->m.w, r->be, r->max_batch + r->chunk - 1, &err)))
         goto fail;
+    const int la = v4_lookahead_on(eo.no_lookahead, &err);
+    if (la < 0)
+        goto fail;
+    v4_ctx_set_lookahead(r->ctx, la);
     r->threads = ex ? ex->threads : 0;
     if (ex && ex->host_cache_bytes > 0) {
         v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};
@@ -97,7 +102,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
                             .cache_policy = eo.gpu_cache_policy,
                             .weight_mem = eo.gpu_weight_mem,
                             .seq_mem = eo.gpu_seq_mem,
-                            .context = r->context};
+                            .context = r->context,
+                            .no_lookahead = !la};
     if (v4_attach_gpu(r->be, &r->m, r->ctx, r->max_batch, r->xp, &go, &err))
         goto fail;
     /* one row per sequence plus a prefill chunk's spare rows, as worker/serve/step_rows.h
@@ -136,8 +142,9 @@ void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n)
     }
     v4_xcache_stats st;
     v4_xprov_stats(r->xp, &st);
-    snprintf(out, n, "experts paged from the %s through a %.2f GiB host cache (%d slots of %zu bytes)",
-             v4_xprov_source_kind(r->xp), st.budget_bytes / 1073741824.0, st.slots, st.slot_bytes);
+    snprintf(out, n, "experts paged from the %s through a %.2f GiB host cache (%d slots of %zu bytes), router "
+             "look-ahead %s", v4_xprov_source_kind(r->xp), st.budget_bytes / 1073741824.0, st.slots, st.slot_bytes,
+             v4_ctx_lookahead(r->ctx) ? "on" : "off");
 }
 
 int v4_runner_cache_figs_get(const v4_runner *r, v4_runner_cache_figs *f)

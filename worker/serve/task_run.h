@@ -78,6 +78,10 @@ typedef struct v4_runner_opts {
     const char *gpu_cache_policy;   /* GPU expert slots: lru | slru | lfru | next */
     const char *gpu_weight_mem;     /* hybrid weight copies: bytes or P% of the device */
     const char *gpu_seq_mem;        /* resident step's sequence caches: bytes or P% of the device */
+    /* 1: the router look-ahead of paged experts off (V4_LOOKAHEAD=0, --no-lookahead), on
+     * the ctx and on the resident CUDA step; 0: the V4_LOOKAHEAD environment variable,
+     * else on (engine.h v4_lookahead_on) */
+    int no_lookahead;
 } v4_runner_opts;
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
@@ -85,7 +89,8 @@ typedef struct v4_runner_opts {
  * the first name.  ex may be NULL (defaults: experts resident, all cores). */
 v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e);
-/* One line describing how experts are served (for the worker's start-up log). */
+/* One line describing how experts are served (for the worker's start-up log); with
+ * paged experts it says whether the router look-ahead is on (the ctx's setting). */
 void v4_runner_describe_experts(const v4_runner *r, char *out, size_t n);
 void v4_runner_free(v4_runner *r);
 const char *v4_runner_model_name(const v4_runner *r);

@@ -13,6 +13,10 @@
 int v4_opts_take(v4_engine_opts *o, int argc, char **argv, int *i, const char *cmd)
 {
     const char *a = argv[*i];
+    if (!strcmp(a, "--no-lookahead")) {   /* the one engine flag without a value */
+        o->no_lookahead = 1;
+        return 1;
+    }
     static const char *const flags[] = {"--model", "--threads", "--isa", "--host-cache-bytes", "--pack",
                                         "--cache-policy", "--io-threads", "--device", "--numerics"};
     int ours = 0;

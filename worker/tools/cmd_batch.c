@@ -124,6 +124,7 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
+            printf(V4_LOOKAHEAD_HELP);
             *done = 1;
             return 0;
         }
@@ -505,7 +506,8 @@ int v4_cmd_batch(int argc, char **argv)
                                    .prefill_chunk = b.eo.prefill_chunk,
                                    .gpu_cache_policy = b.eo.gpu_cache_policy,
                                    .gpu_weight_mem = b.eo.gpu_weight_mem,
-                                   .gpu_seq_mem = b.eo.gpu_seq_mem};
+                                   .gpu_seq_mem = b.eo.gpu_seq_mem,
+                                   .no_lookahead = b.eo.no_lookahead};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;

@@ -14,7 +14,9 @@
  * The prompt goes through in prefill chunks (several positions per forward step, the
  * same results as one at a time), sized by worker/serve/step_rows.h: with paged experts
  * (--host-cache-bytes) the chunk shrinks so a layer's experts fit the cache, and a
- * line on stderr says the cache's slots and the chunk.
+ * line on stderr says the cache's slots and the chunk; at the end another gives the
+ * cache's figures and how many experts the router look-ahead prefetched
+ * (--no-lookahead / V4_LOOKAHEAD=0: none).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,16 @@ static void usage(FILE *f)
                "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"
                "          experts resident unless --host-cache-bytes > 0 (paged through a host cache\n"
                "          from --pack DIR, else from the safetensors; --cache-policy next, --io-threads 4)\n");
+}
+
+/* --help: the usage and what the paged-expert lines on stderr say. */
+static void help(void)
+{
+    usage(stdout);
+    printf(V4_LOOKAHEAD_HELP
+           "with --host-cache-bytes two lines on stderr give the cache's slots and the prefill chunk\n"
+           "(before) and the cache's hits, misses and prefetch reads and the experts the look-ahead\n"
+           "prefetched (after).\n");
 }
 
 typedef struct gen_opts {
@@ -75,7 +87,7 @@ static int parse(int argc, char **argv, gen_opts *o, int *done)
         if (r)
             continue;
         if (!strcmp(a, "--help")) {
-            usage(stdout);
+            help();
             *done = 1;
             return 0;
         }
@@ -209,6 +221,15 @@ int v4_cmd_generate(int argc, char **argv)
         for (int i = 0; i < res.n_tokens; i++)
             printf(i ? ", %d" : "%d", res.tokens[i]);
         printf("]\n");
+    }
+    if (xp) {   /* after the answer's line break: the paged run's figures */
+        v4_xcache_stats st;
+        v4_xprov_stats(xp, &st);
+        fprintf(stderr, "v4fleet %s: host expert cache: %llu hits, %llu misses, %llu prefetch reads (%llu used); "
+                        "router look-ahead %s: %llu experts prefetched\n", PROG, (unsigned long long)st.hits,
+                (unsigned long long)st.misses, (unsigned long long)st.prefetch_issued,
+                (unsigned long long)st.prefetch_hits, v4_ctx_lookahead(ctx) ? "on" : "off",
+                (unsigned long long)v4_ctx_lookahead_prefetched(ctx));
     }
     rc = 0;
 out:

@@ -419,7 +419,8 @@ static int print_gpu_plan(const inspect_args *o, int synth)
                            .cache_policy = NULL,
                            .weight_mem = NULL,
                            .seq_mem = NULL,
-                           .context = o->context};
+                           .context = o->context,
+                           .no_lookahead = 0};
     v4_cuda_plan plan;
     v4_gpu_plan_info info;
     const size_t free_b = (size_t)free_d;

@@ -19,7 +19,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet logits --model DIR --tokens FILE.json --out FILE.bin [--trace FILE.jsonl]\n"
                "                      [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
-               "             " V4_EXPERT_FLAGS_USAGE "             " V4_DEVICE_FLAG_USAGE);
+               "             " V4_EXPERT_FLAGS_USAGE "             " V4_DEVICE_FLAG_USAGE
+               "             " V4_LOOKAHEAD_FLAG_USAGE);
 }
 
 static void write_trace_line(FILE *f, const v4_config *cfg, int pos, int am, const v4_trace *t)
@@ -64,6 +65,7 @@ int v4_cmd_logits(int argc, char **argv)
             continue;
         if (!strcmp(argv[i], "--help")) {
             usage(stdout);
+            printf(V4_LOOKAHEAD_HELP);
             return 0;
         }
         const char **dst = !strcmp(argv[i], "--tokens") ? &tokens : !strcmp(argv[i], "--out") ? &out

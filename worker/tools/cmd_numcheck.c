@@ -326,6 +326,10 @@ static int parse(args *a, int argc, char **argv)
                         "checkpoint's experts directly)\n");
         return 2;
     }
+    if (a->eo.no_lookahead) {
+        fprintf(stderr, "v4fleet numerics-check: --no-lookahead does not apply (no paged experts here)\n");
+        return 2;
+    }
     if (a->eo.numerics) {
         fprintf(stderr, "v4fleet numerics-check: --numerics does not apply (the check runs both modes)\n");
         return 2;
