@@ -1412,7 +1412,7 @@ static dseq *seq_state(v4_cuda_engine *e, const v4_seq_view *v, const v4_seq_vie
     } else {
         if (s->L)
             free_dseq(e, s);
-        const size_t claim = v4_cuda_seq_bytes(cfg, v->max_len, 1 << e->pg_shift);
+        const size_t claim = seq_bytes(cfg, v->max_len, e->pg_shift, 1);
         const size_t fixed = seq_bytes(cfg, v->max_len, e->pg_shift, 0), total = seq_total(e);
         int oom = !seq_safe(e, NULL, 0, fixed, claim, total);
         const int refused = oom;
@@ -2134,7 +2134,7 @@ static int engine_admit(void *ud, const v4_seq *key, int max_len, size_t *need, 
 {
     v4_cuda_engine *e = (v4_cuda_engine *)ud;
     const v4_config *cfg = &e->w->cfg;
-    *need = v4_cuda_seq_bytes(cfg, max_len, 1 << e->pg_shift);
+    *need = seq_bytes(cfg, max_len, e->pg_shift, 1);
     for (int i = 0; i < e->max_seqs; i++)
         if (e->seqs[i].key == key && e->seqs[i].L && e->seqs[i].max_len == max_len)
             *need = 0;

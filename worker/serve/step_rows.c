@@ -29,7 +29,12 @@ int v4_fit_step_rows(const v4_ctx *ctx, const v4_backend *be, v4_xprov *xp, cons
 
 int v4_prefill_chunk(const v4_backend *be, int asked, int max_batch)
 {
-    const int cpu = !strcmp(be->ops->name, "cpu");
+    return v4_prefill_chunk_on(strcmp(be->ops->name, "cpu") != 0, asked, max_batch);
+}
+
+int v4_prefill_chunk_on(int device, int asked, int max_batch)
+{
+    const int cpu = !device;
     int chunk = asked > 0 ? asked : cpu ? V4_CPU_CHUNK : V4_DEVICE_CHUNK;
     if (chunk > V4_GEN_CHUNK_MAX)
         chunk = V4_GEN_CHUNK_MAX;

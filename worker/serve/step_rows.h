@@ -53,5 +53,8 @@ int v4_fit_step_rows(const v4_ctx *ctx, const v4_backend *be, v4_xprov *xp, cons
 /* The prefill chunk on be (see above): asked (0 = the default) for a context that also
  * carries max_batch sequences' rows. */
 int v4_prefill_chunk(const v4_backend *be, int asked, int max_batch);
+/* The same by kind (device = 0: the CPU backend, else a device), for a plan made
+ * without a backend (inspect --gpu-mem). */
+int v4_prefill_chunk_on(int device, int asked, int max_batch);
 
 #endif

@@ -411,8 +411,7 @@ static int print_gpu_plan(const inspect_args *o, int synth)
     if (v4_model_open_ex(o->model, &m, V4_OPEN_NO_PREPARE | (synth ? V4_OPEN_EXPERTS_PAGED : 0), &err))
         return report(&err, o->model);
     /* the worker's step rows on a device: a prefill chunk beside one row per other task */
-    const int conc = o->concurrency, room = V4_DEVICE_STEP_ROWS - (conc - 1);
-    const int chunk = room < V4_DEVICE_CHUNK ? (room < 1 ? 1 : room) : V4_DEVICE_CHUNK;
+    const int conc = o->concurrency, chunk = v4_prefill_chunk_on(1, 0, conc);
     const int rows = conc + chunk - 1 < V4_DEVICE_STEP_ROWS ? conc + chunk - 1 : V4_DEVICE_STEP_ROWS;
     const v4_gpu_opts g = {.cuda_mode = NULL,
                            .expert_mem = NULL,
