@@ -43,6 +43,8 @@
 # Output: $OUT (the device tool's folder; else build-gpu/out/): NN-step.log per step,
 # summary.txt (rewritten after each step), cublaslt.log, the benchmark tables, and
 # device-check.log (everything).  Exit 0 when no step read FAIL or TIMEOUT.
+# The build tree is build-gpu/ (V4_DEVICE_CHECK_BUILD=DIR for another; the suite's
+# tests/test_device_check.sh uses its own).
 set -u
 RUN=default
 case ${1:-} in
@@ -55,9 +57,12 @@ case ${1:-} in
 esac
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-BUILD=$ROOT/build-gpu
+BUILD=${V4_DEVICE_CHECK_BUILD:-$ROOT/build-gpu}
 OUTDIR=${OUT:-$BUILD/out}
 mkdir -p "$BUILD" "$OUTDIR" || exit 1
+BUILD=$(cd "$BUILD" && pwd)
+TABLES=(bench.txt bench_flash.txt bench_batching.txt numerics.txt diverge.txt paged.txt sanitize.txt)
+for f in "${TABLES[@]}"; do rm -f "${BUILD:?}/$f"; done   # a table is this run's or none
 LOG=$OUTDIR/device-check.log
 : >"$LOG"
 T_START=$(date +%s)
@@ -167,7 +172,7 @@ finish() {
     write_summary
     tee -a "$LOG" <"$OUTDIR/summary.txt"
     local f
-    for f in bench.txt bench_flash.txt bench_batching.txt numerics.txt diverge.txt paged.txt sanitize.txt; do
+    for f in "${TABLES[@]}"; do
         if [ -s "$BUILD/$f" ]; then
             cp "$BUILD/$f" "$OUTDIR/$f"
             say ""; say "$f:"; tee -a "$LOG" <"$BUILD/$f"
@@ -292,7 +297,7 @@ if grep -q '^libs: carried' "$STEP_LOG"; then
     # find_library see DEBROOT/usr/lib/<arch>; the binaries get that directory in RUNPATH.
     CMAKE_EXTRA=(-DPKG_CONFIG_EXECUTABLE="$DEBROOT/pkg-config" -DCMAKE_PREFIX_PATH="$DEBROOT/usr")
     export PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
-    result libs ok $STEP_S "$(grep '^libs: carried' "$STEP_LOG" | sed 's/^libs: //') -> build-gpu/debroot"
+    result libs ok $STEP_S "$(grep '^libs: carried' "$STEP_LOG" | sed 's/^libs: //') -> ${DEBROOT#"$ROOT"/}"
 else
     result libs ok $STEP_S "system"
 fi
@@ -306,7 +311,7 @@ if [ $STEP_RC -ne 0 ] || ! grep -q "CUDA backend: ON" "$STEP_LOG"; then
     result configure "$(word FAIL)" $STEP_S "cmake failed or the CUDA backend is not ON: $(last_error)"
     finish
 fi
-result configure ok $STEP_S "release, V4_CUDA=ON, build-gpu/"
+result configure ok $STEP_S "release, V4_CUDA=ON, ${BUILD#"$ROOT"/}/"
 step build 170 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 if [ $STEP_RC -ne 0 ]; then result build "$(word)" $STEP_S "$(last_error)"; finish; fi
 result build ok $STEP_S "${#TARGETS[@]} targets"
@@ -414,7 +419,7 @@ for f in "$BUILD"/cublaslt.*.log; do
     [ -f "$f" ] && { echo "== $(basename "$f"): $(wc -l <"$f") lines"; head -c 2000000 "$f"; }
 done >"$OUTDIR/cublaslt.log" 2>/dev/null
 r=$(ctest_word test_cuda_fast)
-result fast-selftest "$r" $STEP_S "$(grep -iE 'fast mode|self-test|numerics' "$STEP_LOG" | grep -v '^[0-9]*: *$' | tail -1 | cut -c1-160)"
+result fast-selftest "$r" $STEP_S "$(grep -iE 'SKIPPED:|fast mode|self-test|numerics' "$STEP_LOG" | sed 's/^[0-9]*: //' | tail -1 | cut -c1-160)"
 row "cuBLASLt log" "$(cat "$BUILD"/cublaslt.*.log 2>/dev/null | wc -l) lines (CUBLASLT_LOG_LEVEL=2): cublaslt.log; errors: $(cat "$BUILD"/cublaslt.*.log 2>/dev/null | grep -ciE 'error|fail')"
 
 # The exact GPU paths bit for bit against the CPU engine.
@@ -453,7 +458,13 @@ else
 fi
 step bench-linear 25 "$BUILD/bench/bench_cuda_linear" 30
 grep -A40 "^machine:" "$STEP_LOG" >"$BUILD/bench.txt" 2>/dev/null
-result bench-linear "$(word)" $STEP_S "$([ $STEP_RC = 0 ] && echo bench.txt || last_error)"
+r=$(word)
+case $r in
+    ok) d=bench.txt ;;
+    SKIPPED) d=$(grep -m1 'no GPU: skipped' "$STEP_LOG" | sed 's/^[a-z_]*: //') ;;
+    *) d=$(last_error) ;;
+esac
+result bench-linear "$r" $STEP_S "$d"
 if [ -f "$FLASH/synthetic_experts.json" ]; then
     step bench-flash 50 "$BUILD/bench/bench_flash" --model "$FLASH" --device cuda --tokens 32 --runs 3 --budgets "all,85%"
     grep -vE '^(mkmodel|===)' "$STEP_LOG" >"$BUILD/bench_flash.txt"

@@ -29,9 +29,7 @@
 #include "kernels/v4/weights.h"
 #include "linear_gen.h"
 #include "testutil.h"
-#ifndef V4_TEST_NO_CLI
-#include "worker/tools/cli_util.h"   /* V4_TEST_NO_CLI: scripts/device-check.sh's minimal build */
-#endif
+#include "worker/tools/cli_util.h"
 #ifdef V4_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -356,12 +354,7 @@ static int run_gpu(v4_backend *cu)
 
 int main(void)
 {
-#if !defined(V4_HAVE_CUDA) && defined(V4_TEST_NO_CLI)
-    (void)t_failures;
-    (void)t_checks;
-    printf("SKIPPED: built without the CUDA backend\n");
-    return 77;
-#elif !defined(V4_HAVE_CUDA)
+#if !defined(V4_HAVE_CUDA)
     (void)t_failures;
     (void)t_checks;
     /* the CLI must refuse cuda in a build without it */
@@ -383,7 +376,6 @@ int main(void)
         v4_error err = {0};
         v4_backend *be = v4_cuda_backend_create(0, &err);
         CHECK(be == NULL && err.code == V4_ERR_INVALID && err.msg[0], "create without a GPU: NULL + error");
-#ifndef V4_TEST_NO_CLI
         v4_engine_opts o = {0};
         o.device = "cuda";
         v4_error e2 = {0};
@@ -391,7 +383,6 @@ int main(void)
         CHECK(be == NULL && e2.code == V4_ERR_INVALID, "--device cuda without a GPU must fail");
         o.device = "tpu";
         CHECK(v4_open_backend(&o, &e2) == NULL && strstr(e2.msg, "unknown device"), "--device tpu: %s", e2.msg);
-#endif
         if (t_failures)
             TEST_DONE();
         printf("SKIPPED: %s (v4_cuda_backend_create says: %s)\n", why, err.msg);
