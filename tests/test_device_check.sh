@@ -12,7 +12,8 @@
 # The whole bare-machine rehearsal (no libraries, no network, carried packages) is
 # scripts/device-rehearse.sh (root, a debootstrap rootfs): docs/cuda.md.
 # SKIPPED (77) without nvcc, or on a machine that has a GPU (device-check is then run
-# for real, by hand).  Needs V4_TMP.
+# for real, by hand), and in a build without the CUDA backend (V4_BIN's CMakeCache.txt:
+# the ASan build).  Needs V4_TMP.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DC=$ROOT/scripts/device-check.sh
@@ -23,6 +24,11 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 NVCC=$(command -v nvcc || true)
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 if [ -z "$NVCC" ]; then echo "SKIPPED: no nvcc (device-check builds the CUDA tree)"; exit 77; fi
+# Once per suite: in the build that has the CUDA backend (the ASan build has none).
+CACHE=$(dirname "${V4_BIN:-/nonexistent/x}")/CMakeCache.txt
+if [ -f "$CACHE" ] && ! grep -q '^V4_CUDA:BOOL=ON' "$CACHE"; then
+    echo "SKIPPED: the build under test has no CUDA backend (the release build runs this test)"; exit 77
+fi
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     echo "SKIPPED: this machine has a GPU: run scripts/device-check.sh itself"; exit 77
 fi
