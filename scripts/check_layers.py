@@ -29,7 +29,7 @@ import subprocess
 import sys
 
 # room -> the rooms it may use (itself included).  Arrows one way:
-# tools -> fleet -> serve -> tokenizer; fleet -> queue, telemetry; serve -> cache,
+# tools -> fleet -> serve -> tokenizer, grammar; fleet -> queue, telemetry; serve -> cache,
 # kernels; cache -> kernels; everything -> config.
 ALLOWED = {
     "config": {"config"},
@@ -38,13 +38,15 @@ ALLOWED = {
     "telemetry": {"telemetry", "config"},
     "queue": {"queue", "config"},
     "tokenizer": {"tokenizer", "config"},
-    "serve": {"serve", "tokenizer", "cache", "kernels", "config"},
-    "fleet": {"fleet", "serve", "tokenizer", "telemetry", "queue", "cache", "kernels", "config"},
-    "tools": {"tools", "fleet", "serve", "tokenizer", "telemetry", "queue", "cache", "kernels", "config"},
+    "grammar": {"grammar", "config"},
+    "serve": {"serve", "tokenizer", "grammar", "cache", "kernels", "config"},
+    "fleet": {"fleet", "serve", "tokenizer", "grammar", "telemetry", "queue", "cache", "kernels", "config"},
+    "tools": {"tools", "fleet", "serve", "tokenizer", "grammar", "telemetry", "queue", "cache", "kernels", "config"},
     "main": {"main", "tools", "fleet"},
 }
 PREFIXES = [  # longest first
     ("worker/tokenizer/", "tokenizer"),
+    ("worker/grammar/", "grammar"),
     ("worker/serve/", "serve"),
     ("worker/fleet/", "fleet"),
     ("worker/tools/", "tools"),
@@ -57,7 +59,7 @@ PREFIXES = [  # longest first
     ("bench/", None),
 ]
 # The CMake library targets whose objects the object check reads.
-LIBS = ["v4config", "v4engine", "v4cuda", "v4telemetry", "v4queue", "v4tokenizer", "v4serve",
+LIBS = ["v4config", "v4engine", "v4cuda", "v4telemetry", "v4queue", "v4tokenizer", "v4grammar", "v4serve",
         "v4fleetcore", "v4tools", "v4fleet"]
 EXTS = (".c", ".h", ".cu", ".cuh", ".cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

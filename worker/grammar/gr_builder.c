@@ -1,0 +1,402 @@
+/* gr_builder.c - what the constraint compilers emit into: lexemes (deduplicated by their
+ * source), nonterminals and productions; then frozen into a gr_grammar (nullable symbols,
+ * productions grouped by left-hand side, the NFA trimmed to states that can still accept).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/grammar/gr_internal.h"
+
+static int grow(void **p, int32_t *cap, int64_t need, size_t el, v4_error *err)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t nc = *cap ? *cap : 32;
+    while (nc < need)
+        nc *= 2;
+    if (nc > INT32_MAX / 2)
+        return v4_err_set(err, V4_ERR_RANGE, "grammar", "constraint too large");
+    void *q = realloc(*p, (size_t)nc * el);
+    if (!q)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    *p = q;
+    *cap = (int32_t)nc;
+    return 0;
+}
+
+void gr_builder_init(gr_builder *b)
+{
+    memset(b, 0, sizeof *b);
+    b->skip = -1;
+    b->start = -1;
+}
+
+void gr_builder_free(gr_builder *b)
+{
+    gr_nfa_free(&b->nfa);
+    for (int i = 0; i < b->n_lex; i++)
+        free(b->lex[i].key);
+    free(b->lex);
+    free(b->prods);
+    free(b->syms);
+    for (int i = 0; i < b->n_nt; i++)
+        free(b->nt_names[i]);
+    free(b->nt_names);
+    free(b->lex_ht);
+    memset(b, 0, sizeof *b);
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int lex_find(gr_builder *b, const char *key)
+{
+    if (!b->lex_ht_cap)
+        return -1;
+    for (uint64_t i = hash_str(key) & (uint64_t)(b->lex_ht_cap - 1);; i = (i + 1) & (uint64_t)(b->lex_ht_cap - 1)) {
+        int32_t v = b->lex_ht[i];
+        if (v < 0)
+            return -1;
+        if (!strcmp(b->lex[v].key, key))
+            return v;
+    }
+}
+
+static int lex_index(gr_builder *b, int id, v4_error *err)
+{
+    if ((int64_t)(b->n_lex + 1) * 2 > b->lex_ht_cap) {
+        int32_t nc = b->lex_ht_cap ? b->lex_ht_cap * 2 : 64;
+        int32_t *ht = malloc((size_t)nc * sizeof *ht);
+        if (!ht)
+            return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+        memset(ht, 0xFF, (size_t)nc * sizeof *ht);
+        free(b->lex_ht);
+        b->lex_ht = ht;
+        b->lex_ht_cap = nc;
+        for (int k = 0; k < b->n_lex; k++) {
+            if (k == id)
+                continue;
+            uint64_t i = hash_str(b->lex[k].key) & (uint64_t)(nc - 1);
+            while (ht[i] >= 0)
+                i = (i + 1) & (uint64_t)(nc - 1);
+            ht[i] = k;
+        }
+    }
+    uint64_t i = hash_str(b->lex[id].key) & (uint64_t)(b->lex_ht_cap - 1);
+    while (b->lex_ht[i] >= 0)
+        i = (i + 1) & (uint64_t)(b->lex_ht_cap - 1);
+    b->lex_ht[i] = id;
+    return 0;
+}
+
+/* a new lexeme from a built fragment: its end accepts the lexeme */
+static int lex_add(gr_builder *b, char *key, const gr_frag *f, v4_error *err)
+{
+    if (b->n_lex >= GR_MAX_LEXEMES) {
+        free(key);
+        return v4_err_set(err, V4_ERR_RANGE, "grammar", "constraint too large: over %d lexemes", GR_MAX_LEXEMES);
+    }
+    if (grow((void **)&b->lex, &b->cap_lex, b->n_lex + 1, sizeof *b->lex, err)) {
+        free(key);
+        return -1;
+    }
+    int id = b->n_lex++;
+    b->lex[id].key = key;
+    b->lex[id].start = f->start;
+    b->nfa.st[f->end].accept = id;
+    /* the end must be a state of its own: an accepting state takes no other edges out */
+    if (lex_index(b, id, err))
+        return -1;
+    return id;
+}
+
+static char *keyf(const char *kind, const char *src, size_t len, int a, int c, int d)
+{
+    size_t n = len + strlen(kind) + 64;
+    char *k = malloc(n);
+    if (!k)
+        return NULL;
+    int h = snprintf(k, n, "%s:%d:%d:%d:", kind, a, c, d);
+    memcpy(k + h, src, len);
+    k[(size_t)h + len] = 0;
+    /* a NUL inside src would cut the key: such sources are told apart by length */
+    if (memchr(src, 0, len))
+        snprintf(k, n, "%s:%d:%d:%d:#%zu:%016llx", kind, a, c, d, len, (unsigned long long)len * 0x9E3779B97F4A7C15ull);
+    return k;
+}
+
+/* wrap a fragment so that its end is a fresh state (the accepting one) */
+static int seal(gr_builder *b, gr_frag *f, v4_error *err)
+{
+    int e = gr_nfa_state(&b->nfa, err);
+    if (e < 0 || gr_nfa_eps(&b->nfa, f->end, e, err))
+        return -1;
+    f->end = e;
+    return 0;
+}
+
+int gr_lex_regex(gr_builder *b, const char *src, int mode, int json, int min_len, int max_len, v4_error *err)
+{
+    size_t len = strlen(src);
+    char *key = keyf("rx", src, len, mode, json, min_len * 65536 + max_len);
+    if (!key)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    int have = lex_find(b, key);
+    if (have >= 0) {
+        free(key);
+        return have;
+    }
+    if (min_len > 0 || max_len >= 0) {
+        free(key);
+        return v4_err_set(err, V4_ERR_INVALID, "grammar", "a length bound together with a pattern is not supported");
+    }
+    gr_frag f, body;
+    int rc = gr_regex_emit(&b->nfa, src, len, mode, json, &body, err);
+    if (!rc && json) {   /* the quotes around the content */
+        gr_frag q1, q2;
+        rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) ||
+                     gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) ||
+                     gr_nfa_eps(&b->nfa, q1.end, body.start, err) || gr_nfa_eps(&b->nfa, body.end, q2.start, err)
+                 ? -1
+                 : 0;
+        f.start = q1.start;
+        f.end = q2.end;
+    } else {
+        f = body;
+    }
+    if (rc || seal(b, &f, err)) {
+        free(key);
+        return -1;
+    }
+    return lex_add(b, key, &f, err);
+}
+
+int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err)
+{
+    char *key = keyf("lit", bytes, len, 0, 0, 0);
+    if (!key)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    int have = lex_find(b, key);
+    if (have >= 0) {
+        free(key);
+        return have;
+    }
+    gr_frag f;
+    if (gr_emit_bytes(&b->nfa, (const uint8_t *)bytes, len, &f, err) || seal(b, &f, err)) {
+        free(key);
+        return -1;
+    }
+    return lex_add(b, key, &f, err);
+}
+
+int gr_lex_json_string(gr_builder *b, int min, int max, v4_error *err)
+{
+    char *key = keyf("str", "", 0, min, max, 0);
+    if (!key)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    int have = lex_find(b, key);
+    if (have >= 0) {
+        free(key);
+        return have;
+    }
+    gr_frag q1, q2, body, f;
+    if (gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) || gr_emit_any_len(&b->nfa, 1, min, max, &body, err) ||
+        gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) || gr_nfa_eps(&b->nfa, q1.end, body.start, err) ||
+        gr_nfa_eps(&b->nfa, body.end, q2.start, err)) {
+        free(key);
+        return -1;
+    }
+    f.start = q1.start;
+    f.end = q2.end;
+    if (seal(b, &f, err)) {
+        free(key);
+        return -1;
+    }
+    return lex_add(b, key, &f, err);
+}
+
+/* ---- a JSON string that is none of the given keys: a code point trie of the keys --- */
+typedef struct ktrie {
+    uint32_t cp;
+    int child, sib, is_key;
+} ktrie;
+
+static int utf8_dec(const unsigned char *s, size_t n, size_t *i, uint32_t *cp)
+{
+    unsigned c = s[*i];
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (!len || *i + (size_t)len > n)
+        return -1;
+    uint32_t v = len == 1 ? c : c & (0x7F >> len);
+    for (int k = 1; k < len; k++) {
+        if ((s[*i + (size_t)k] & 0xC0) != 0x80)
+            return -1;
+        v = (v << 6) | (s[*i + (size_t)k] & 0x3F);
+    }
+    *i += (size_t)len;
+    *cp = v;
+    return 0;
+}
+
+/* node v of the trie -> NFA state; 'free' is the state "content differs from every key" */
+static int emit_ktrie(gr_builder *b, ktrie *t, int v, int state, int free_st, int close, v4_error *err)
+{
+    gr_cset kids = {0}, other;
+    int rc = 0;
+    for (int c = t[v].child; c >= 0 && !rc; c = t[c].sib) {
+        gr_cset one = {0};
+        gr_frag f;
+        if (gr_cset_add(&one, t[c].cp, t[c].cp) || gr_cset_add(&kids, t[c].cp, t[c].cp))
+            rc = v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+        if (!rc)
+            rc = gr_emit_cset(&b->nfa, &one, 1, &f, err);
+        gr_cset_free(&one);
+        if (!rc)
+            rc = gr_nfa_eps(&b->nfa, state, f.start, err);
+        if (!rc)
+            rc = emit_ktrie(b, t, c, f.end, free_st, close, err);
+    }
+    if (!rc) {
+        gr_cset_norm(&kids);
+        rc = gr_cset_negate(&kids, &other) ? v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory") : 0;
+        if (!rc) {
+            gr_frag f;
+            rc = gr_emit_cset(&b->nfa, &other, 1, &f, err) || gr_nfa_eps(&b->nfa, state, f.start, err) ||
+                         gr_nfa_eps(&b->nfa, f.end, free_st, err)
+                     ? -1
+                     : 0;
+            gr_cset_free(&other);
+        }
+    }
+    if (!rc && !t[v].is_key)   /* the content may end here: it is a proper prefix, not a key */
+        rc = gr_nfa_eps(&b->nfa, state, close, err);
+    gr_cset_free(&kids);
+    return rc;
+}
+
+int gr_lex_key_except(gr_builder *b, const char *const *keys, int n, v4_error *err)
+{
+    size_t klen = 16;
+    for (int i = 0; i < n; i++)
+        klen += strlen(keys[i]) + 1;
+    char *src = malloc(klen);
+    if (!src)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(keys[i]);
+        memcpy(src + o, keys[i], l);
+        o += l;
+        src[o++] = '\x01';
+    }
+    char *key = keyf("kx", src, o, n, 0, 0);
+    free(src);
+    if (!key)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    int have = lex_find(b, key);
+    if (have >= 0) {
+        free(key);
+        return have;
+    }
+    ktrie *t = NULL;
+    int nt = 1, cap = 0, rc = 0;
+    if (grow((void **)&t, &cap, 1, sizeof *t, err)) {
+        free(key);
+        return -1;
+    }
+    t[0] = (ktrie){.child = -1, .sib = -1};
+    for (int i = 0; i < n && !rc; i++) {
+        const unsigned char *s = (const unsigned char *)keys[i];
+        size_t len = strlen(keys[i]), j = 0;
+        int v = 0;
+        while (j < len && !rc) {
+            uint32_t cp;
+            if (utf8_dec(s, len, &j, &cp)) {
+                rc = v4_err_set(err, V4_ERR_INVALID, "grammar", "a property name is not valid UTF-8");
+                break;
+            }
+            int c = t[v].child;
+            while (c >= 0 && t[c].cp != cp)
+                c = t[c].sib;
+            if (c < 0) {
+                if (grow((void **)&t, &cap, nt + 1, sizeof *t, err)) {
+                    rc = -1;
+                    break;
+                }
+                c = nt++;
+                t[c] = (ktrie){.cp = cp, .child = -1, .sib = t[v].child};
+                t[v].child = c;
+            }
+            v = c;
+        }
+        if (!rc)
+            t[v].is_key = 1;
+    }
+    gr_frag q1, body, q2, f;
+    if (!rc) {
+        int st = gr_nfa_state(&b->nfa, err), free_st = gr_nfa_state(&b->nfa, err), close = gr_nfa_state(&b->nfa, err);
+        rc = st < 0 || free_st < 0 || close < 0 ? -1 : 0;
+        if (!rc)
+            rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) || gr_nfa_eps(&b->nfa, q1.end, st, err) ? -1 : 0;
+        if (!rc)
+            rc = emit_ktrie(b, t, 0, st, free_st, close, err);
+        if (!rc)   /* free: any content, then the closing quote */
+            rc = gr_emit_any_len(&b->nfa, 1, 0, -1, &body, err) || gr_nfa_eps(&b->nfa, free_st, body.start, err) ||
+                         gr_nfa_eps(&b->nfa, body.end, close, err)
+                     ? -1
+                     : 0;
+        if (!rc)
+            rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) || gr_nfa_eps(&b->nfa, close, q2.start, err)
+                     ? -1
+                     : 0;
+        f.start = q1.start;
+        f.end = rc ? -1 : q2.end;
+    }
+    free(t);
+    if (rc || seal(b, &f, err)) {
+        free(key);
+        return -1;
+    }
+    return lex_add(b, key, &f, err);
+}
+
+int gr_nt(gr_builder *b, const char *hint, v4_error *err)
+{
+    char **q = realloc(b->nt_names, (size_t)(b->n_nt + 1) * sizeof *q);
+    if (!q)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    b->nt_names = q;
+    b->nt_names[b->n_nt] = hint ? strdup(hint) : NULL;
+    return GR_NT0 + b->n_nt++;
+}
+
+int gr_rule(gr_builder *b, int lhs, const int32_t *syms, int n, v4_error *err)
+{
+    if (b->n_prods >= GR_MAX_PRODS)
+        return v4_err_set(err, V4_ERR_RANGE, "grammar", "constraint too large: over %d productions", GR_MAX_PRODS);
+    if (grow((void **)&b->prods, &b->cap_prods, b->n_prods + 1, sizeof *b->prods, err) ||
+        grow((void **)&b->syms, &b->cap_syms, (int64_t)b->n_syms + n, sizeof *b->syms, err))
+        return -1;
+    b->prods[b->n_prods++] = (gr_prod){.lhs = lhs, .off = b->n_syms, .len = n};
+    memcpy(b->syms + b->n_syms, syms, (size_t)n * sizeof *syms);
+    b->n_syms += n;
+    return 0;
+}
+
+int gr_set_skip(gr_builder *b, int max_run, v4_error *err)
+{
+    char src[64];
+    snprintf(src, sizeof src, "[ \\t\\n\\r]{1,%d}", max_run);
+    int id = gr_lex_regex(b, src, GR_RX_FULL, 0, 0, -1, err);
+    if (id < 0)
+        return -1;
+    b->skip = id;
+    b->skip_max = max_run;
+    return 0;
+}

@@ -1,0 +1,807 @@
+/* gr_schema.c - JSON Schema -> grammar: a nonterminal per (sub)schema, memoized by the
+ * schema node so that $ref recursion becomes grammar recursion; allOf and sibling keywords
+ * merged; anyOf/oneOf as alternatives; objects with their properties in the schema's
+ * order (required ones mandatory, others optional, extra keys after them when allowed);
+ * arrays with prefix items and counted bounds.  A keyword that changes which instances
+ * are valid and cannot be enforced is a compile error naming it and its JSON pointer.
+ * docs/structured-outputs.md lists what is supported.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/grammar/gr_compile.h"
+#include "worker/grammar/gr_schema_internal.h"
+
+#define PTR_MAX 512
+
+/* where = ptr/kw (a JSON pointer; empty at the root) */
+static void place(char *out, size_t n, const char *ptr, const char *kw)
+{
+    snprintf(out, n, "%.200s%s%.50s", ptr, kw ? "/" : "", kw ? kw : "");
+}
+
+int gr_sc_fail(gr_sc *c, const char *ptr, const char *kw, const char *fmt, ...)
+{
+    char msg[400], at[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    place(at, sizeof at, ptr, kw);
+    v4_err_set(c->err, V4_ERR_INVALID, NULL, "%.300s (at %.200s)", msg, *at ? at : "the schema's root");
+    if (c->err)
+        memcpy(c->err->where, at, sizeof at);
+    return -1;
+}
+
+int gr_sc_where(gr_sc *c, const char *ptr, const char *kw)
+{
+    if (c->err) {   /* the callee's message, the schema's place */
+        place(c->err->where, sizeof c->err->where, ptr, kw);
+        char m[sizeof c->err->msg];
+        snprintf(m, sizeof m, "%.240s (at %.250s)", c->err->msg, *c->err->where ? c->err->where : "the schema's root");
+        memcpy(c->err->msg, m, sizeof m);
+    }
+    return -1;
+}
+
+/* ptr + "/" + token (JSON pointer escaping ~ and /) */
+static void sub_ptr(char *out, const char *ptr, const char *tok)
+{
+    size_t n = (size_t)snprintf(out, PTR_MAX, "%s/", ptr);
+    for (const char *p = tok; *p && n + 3 < PTR_MAX; p++) {
+        if (*p == '~' || *p == '/') {
+            out[n++] = '~';
+            out[n++] = *p == '~' ? '0' : '1';
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n < PTR_MAX ? n : PTR_MAX - 1] = 0;
+}
+
+static void idx_ptr(char *out, const char *ptr, const char *kw, size_t i)
+{
+    snprintf(out, PTR_MAX, "%s/%s/%zu", ptr, kw, i);
+}
+
+/* ------------------------------------------------------------- keywords -- */
+static const char *const UNSUPPORTED[] = {
+    "not", "if", "then", "else", "contains", "minContains", "maxContains", "dependencies",
+    "dependentRequired", "dependentSchemas", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "$dynamicRef", "$recursiveRef", NULL};
+/* keywords that assert something (the rest of a schema is annotation for us) */
+static const char *const ASSERTING[] = {
+    "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties", "required", "additionalProperties",
+    "patternProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+    "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minProperties", "maxProperties", NULL};
+
+static int in(const char *const *list, const char *k)
+{
+    for (; *list; list++)
+        if (!strcmp(*list, k))
+            return 1;
+    return 0;
+}
+
+static int asserts(json_t *s)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) {
+        if (in(ASSERTING, k) || in(UNSUPPORTED, k))
+            return 1;
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------- memo -- */
+static int memo_get(gr_sc *c, json_t *s)
+{
+    for (int i = c->n_memo - 1; i >= 0; i--)
+        if (c->memo[i].schema == s)
+            return c->memo[i].nt;
+    return -1;
+}
+
+static int memo_put(gr_sc *c, json_t *s, int nt)
+{
+    if (c->n_memo == c->cap_memo) {
+        int nc = c->cap_memo ? c->cap_memo * 2 : 64;
+        gr_sc_memo *q = realloc(c->memo, (size_t)nc * sizeof *q);
+        if (!q)
+            return v4_err_set(c->err, V4_ERR_NOMEM, "grammar", "out of memory");
+        c->memo = q;
+        c->cap_memo = nc;
+    }
+    c->memo[c->n_memo++] = (gr_sc_memo){s, nt};
+    return 0;
+}
+
+/* --------------------------------------------------------------- $ref -- */
+static json_t *resolve(gr_sc *c, const char *ref, const char *ptr)
+{
+    if (ref[0] != '#') {
+        gr_sc_fail(c, ptr, "$ref", "only local references (#...) are supported, not '%.200s'", ref);
+        return NULL;
+    }
+    json_t *cur = c->root;
+    const char *p = ref + 1;
+    if (*p && *p != '/') {   /* an anchor: look for a matching $anchor / $id at the top levels */
+        gr_sc_fail(c, ptr, "$ref", "anchor references ('%.200s') are not supported", ref);
+        return NULL;
+    }
+    while (*p == '/') {
+        p++;
+        char tok[PTR_MAX];
+        size_t n = 0;
+        while (*p && *p != '/' && n + 1 < sizeof tok) {
+            if (p[0] == '~' && (p[1] == '0' || p[1] == '1')) {
+                tok[n++] = p[1] == '0' ? '~' : '/';
+                p += 2;
+            } else if (p[0] == '%' && p[1] && p[2]) {
+                char h[3] = {p[1], p[2], 0};
+                tok[n++] = (char)strtol(h, NULL, 16);
+                p += 3;
+            } else {
+                tok[n++] = *p++;
+            }
+        }
+        tok[n] = 0;
+        if (json_is_object(cur)) {
+            cur = json_object_get(cur, tok);
+        } else if (json_is_array(cur)) {
+            char *e;
+            long i = strtol(tok, &e, 10);
+            cur = *e || i < 0 ? NULL : json_array_get(cur, (size_t)i);
+        } else {
+            cur = NULL;
+        }
+        if (!cur) {
+            gr_sc_fail(c, ptr, "$ref", "the reference '%.200s' points nowhere", ref);
+            return NULL;
+        }
+    }
+    return cur;
+}
+
+/* ---------------------------------------------------------------- merge -- */
+static json_t *own(gr_sc *c, json_t *x)
+{
+    if (x)
+        json_array_append_new(c->owned, x);
+    return x;
+}
+
+static json_t *types_of(json_t *t)
+{
+    json_t *a = json_array();
+    if (json_is_string(t))
+        json_array_append(a, t);
+    else if (json_is_array(t))
+        json_array_extend(a, t);
+    return a;
+}
+
+static int has_type(json_t *arr, const char *t)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(arr, i, x) {
+        if (json_is_string(x) && !strcmp(json_string_value(x), t))
+            return 1;
+    }
+    return 0;
+}
+
+static json_t *all_of2(json_t *a, json_t *b)
+{
+    json_t *o = json_object();
+    json_t *arr = json_array();
+    json_array_append(arr, a);
+    json_array_append(arr, b);
+    json_object_set_new(o, "allOf", arr);
+    return o;
+}
+
+/* allOf(a, b) as one schema (both objects with their $ref already resolved) */
+static json_t *merge(gr_sc *c, json_t *a, json_t *b, const char *ptr)
+{
+    if (json_is_true(b) || (json_is_object(b) && !json_object_size(b)))
+        return a;
+    if (json_is_true(a) || (json_is_object(a) && !json_object_size(a)))
+        return b;
+    if (json_is_false(a) || json_is_false(b)) {
+        gr_sc_fail(c, ptr, "allOf", "a false schema in allOf admits no value");
+        return NULL;
+    }
+    json_t *m = own(c, json_deep_copy(a));
+    if (!m) {
+        v4_err_set(c->err, V4_ERR_NOMEM, "grammar", "out of memory");
+        return NULL;
+    }
+    const char *k;
+    json_t *bv;
+    json_object_foreach(b, k, bv) {
+        json_t *av = json_object_get(m, k);
+        if (!av) {
+            json_object_set(m, k, bv);
+            continue;
+        }
+        if (json_equal(av, bv))
+            continue;
+        if (!strcmp(k, "type")) {
+            json_t *ta = types_of(av), *tb = types_of(bv), *r = json_array();
+            size_t i;
+            json_t *x;
+            json_array_foreach(ta, i, x) {
+                const char *t = json_string_value(x);
+                if (!t)
+                    continue;
+                if (has_type(tb, t) || (!strcmp(t, "integer") && has_type(tb, "number")))
+                    json_array_append(r, x);
+                else if (!strcmp(t, "number") && has_type(tb, "integer"))
+                    json_array_append_new(r, json_string("integer"));
+            }
+            json_decref(ta);
+            json_decref(tb);
+            if (!json_array_size(r)) {
+                json_decref(r);
+                gr_sc_fail(c, ptr, "type", "allOf branches with no type in common");
+                return NULL;
+            }
+            json_object_set_new(m, k, r);
+        } else if (!strcmp(k, "properties") && json_is_object(av) && json_is_object(bv)) {
+            json_t *p = json_deep_copy(av);
+            const char *pk;
+            json_t *pv;
+            json_object_foreach(bv, pk, pv) {
+                json_t *ap = json_object_get(p, pk);
+                json_object_set_new(p, pk, ap ? all_of2(ap, pv) : json_incref(pv));
+            }
+            json_object_set_new(m, k, p);
+        } else if (!strcmp(k, "required") && json_is_array(av) && json_is_array(bv)) {
+            json_t *r = json_deep_copy(av);
+            size_t i;
+            json_t *x;
+            json_array_foreach(bv, i, x) {
+                size_t j;
+                json_t *y;
+                int dup = 0;
+                json_array_foreach(r, j, y) dup |= json_equal(x, y);
+                if (!dup)
+                    json_array_append(r, x);
+            }
+            json_object_set_new(m, k, r);
+        } else if (!strcmp(k, "enum") && json_is_array(av) && json_is_array(bv)) {
+            json_t *r = json_array();
+            size_t i, j;
+            json_t *x, *y;
+            json_array_foreach(av, i, x) {
+                json_array_foreach(bv, j, y) {
+                    if (json_equal(x, y)) {
+                        json_array_append(r, x);
+                        break;
+                    }
+                }
+            }
+            json_object_set_new(m, k, r);
+        } else if (!strcmp(k, "minLength") || !strcmp(k, "minItems") || !strcmp(k, "minimum") ||
+                   !strcmp(k, "minProperties")) {
+            if (json_is_number(av) && json_is_number(bv) && json_number_value(bv) > json_number_value(av))
+                json_object_set(m, k, bv);
+        } else if (!strcmp(k, "maxLength") || !strcmp(k, "maxItems") || !strcmp(k, "maximum") ||
+                   !strcmp(k, "maxProperties")) {
+            if (json_is_number(av) && json_is_number(bv) && json_number_value(bv) < json_number_value(av))
+                json_object_set(m, k, bv);
+        } else if (!strcmp(k, "additionalProperties") || !strcmp(k, "items") || !strcmp(k, "additionalItems")) {
+            if (json_is_false(av) || json_is_false(bv))
+                json_object_set_new(m, k, json_false());
+            else if (json_is_true(av))
+                json_object_set(m, k, bv);
+            else if (!json_is_true(bv))
+                json_object_set_new(m, k, all_of2(av, bv));
+        } else if (in(ASSERTING, k) || in(UNSUPPORTED, k)) {
+            gr_sc_fail(c, ptr, k, "allOf branches with different '%s' cannot be merged", k);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+/* s with its $ref and allOf folded in (s itself when it has neither) */
+static json_t *flatten(gr_sc *c, json_t *s, const char *ptr)
+{
+    if (++c->depth > 64) {
+        gr_sc_fail(c, ptr, "$ref", "references nested too deep (a recursive $ref with sibling keywords?)");
+        return NULL;
+    }
+    json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
+    json_t *out = s;
+    if (ref || all) {
+        out = own(c, json_deep_copy(s));
+        json_object_del(out, "$ref");
+        json_object_del(out, "allOf");
+        if (ref) {
+            if (!json_is_string(ref)) {
+                c->depth--;
+                return gr_sc_fail(c, ptr, "$ref", "$ref must be a string"), NULL;
+            }
+            json_t *t = resolve(c, json_string_value(ref), ptr);
+            if (!t || (t = json_is_object(t) ? flatten(c, t, ptr) : t) == NULL) {
+                c->depth--;
+                return NULL;
+            }
+            out = merge(c, t, out, ptr);
+        }
+        if (out && all) {
+            if (!json_is_array(all)) {
+                c->depth--;
+                return gr_sc_fail(c, ptr, "allOf", "allOf must be an array"), NULL;
+            }
+            size_t i;
+            json_t *x;
+            json_array_foreach(all, i, x) {
+                char sp[PTR_MAX];
+                idx_ptr(sp, ptr, "allOf", i);
+                json_t *fx = json_is_object(x) ? flatten(c, x, sp) : x;
+                if (!fx || !(out = merge(c, out, fx, sp)))
+                    break;
+            }
+        }
+    }
+    c->depth--;
+    return out;
+}
+
+/* ------------------------------------------------------------ structure -- */
+static int value(gr_sc *c, json_t *s, const char *ptr);
+
+static int rule(gr_sc *c, int lhs, int n, ...)
+{
+    int32_t syms[16];
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        syms[i] = va_arg(ap, int32_t);
+    va_end(ap);
+    return gr_rule(c->b, lhs, syms, n, c->err);
+}
+
+static int any_value(gr_sc *c)
+{
+    if (c->nt_any >= 0)
+        return c->nt_any;
+    int v = gr_nt(c->b, "any", c->err), o = gr_nt(c->b, "any-object", c->err), m = gr_nt(c->b, "any-members", c->err);
+    int a = gr_nt(c->b, "any-array", c->err), e = gr_nt(c->b, "any-elements", c->err);
+    if (v < 0 || o < 0 || m < 0 || a < 0 || e < 0)
+        return -1;
+    c->nt_any = v;
+    if (rule(c, v, 1, o) || rule(c, v, 1, a) || rule(c, v, 1, c->lx_str) || rule(c, v, 1, c->lx_num) ||
+        rule(c, v, 1, c->lx_true) || rule(c, v, 1, c->lx_false) || rule(c, v, 1, c->lx_null) ||
+        rule(c, o, 2, c->lx_lbrace, c->lx_rbrace) || rule(c, o, 3, c->lx_lbrace, m, c->lx_rbrace) ||
+        rule(c, m, 3, c->lx_str, c->lx_colon, v) || rule(c, m, 5, m, c->lx_comma, c->lx_str, c->lx_colon, v) ||
+        rule(c, a, 2, c->lx_lbrack, c->lx_rbrack) || rule(c, a, 3, c->lx_lbrack, e, c->lx_rbrack) ||
+        rule(c, e, 1, v) || rule(c, e, 3, e, c->lx_comma, v))
+        return -1;
+    return v;
+}
+
+static int sub_value(gr_sc *c, json_t *s, const char *ptr)   /* absent or true: any */
+{
+    if (!s || json_is_true(s))
+        return any_value(c);
+    return value(c, s, ptr);
+}
+
+static int object_nt(gr_sc *c, json_t *s, const char *ptr)
+{
+    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    json_t *ap = json_object_get(s, "additionalProperties"), *pp = json_object_get(s, "patternProperties");
+    if (props && !json_is_object(props))
+        return gr_sc_fail(c, ptr, "properties", "properties must be an object");
+    if (req && !json_is_array(req))
+        return gr_sc_fail(c, ptr, "required", "required must be an array");
+    /* the named keys: properties in order, then required names without a schema */
+    int n = 0, cap = (int)(props ? json_object_size(props) : 0) + (int)(req ? json_array_size(req) : 0);
+    const char **keys = calloc((size_t)cap + 1, sizeof *keys);
+    json_t **sch = calloc((size_t)cap + 1, sizeof *sch);
+    char *isreq = calloc((size_t)cap + 1, 1);
+    int rc = !keys || !sch || !isreq ? v4_err_set(c->err, V4_ERR_NOMEM, "grammar", "out of memory") : 0;
+    const char *k;
+    json_t *v;
+    if (!rc && props)
+        json_object_foreach(props, k, v) {
+            keys[n] = k;
+            sch[n++] = v;
+        }
+    size_t i;
+    json_array_foreach(req, i, v) {
+        if (rc)
+            break;
+        if (!json_is_string(v)) {
+            rc = gr_sc_fail(c, ptr, "required", "required must list strings");
+            break;
+        }
+        int j = 0;
+        while (j < n && strcmp(keys[j], json_string_value(v)))
+            j++;
+        if (j == n) {
+            if (json_is_false(ap) && !pp) {
+                rc = gr_sc_fail(c, ptr, "required", "'%.100s' is required but additionalProperties is false",
+                                json_string_value(v));
+                break;
+            }
+            keys[n] = json_string_value(v);
+            sch[n++] = ap && !json_is_false(ap) ? ap : json_true();
+        }
+        isreq[j] = 1;
+    }
+    int nreq = 0;
+    for (int j = 0; j < n; j++)
+        nreq += isreq[j];
+    json_t *mnp = json_object_get(s, "minProperties"), *mxp = json_object_get(s, "maxProperties");
+    if (!rc && mnp && !(json_is_integer(mnp) && json_integer_value(mnp) <= nreq))
+        rc = gr_sc_fail(c, ptr, "minProperties", "minProperties above the number of required properties is not supported");
+    if (!rc && mxp && !(json_is_integer(mxp) && json_is_false(ap) && !pp && json_integer_value(mxp) >= n))
+        rc = gr_sc_fail(c, ptr, "maxProperties", "maxProperties is not supported where more properties are possible");
+    /* extra members: XL -> X | XL "," X */
+    int xl = -1;
+    if (!rc && pp) {
+        if (!json_is_object(pp) || !json_is_false(ap))
+            rc = gr_sc_fail(c, ptr, "patternProperties",
+                            "patternProperties is supported only with additionalProperties false");
+        else if (json_object_size(pp)) {
+            int x = gr_nt(c->b, "pattern-member", c->err);
+            xl = gr_nt(c->b, "pattern-members", c->err);
+            rc = x < 0 || xl < 0 ? -1 : 0;
+            json_object_foreach(pp, k, v) {
+                if (rc)
+                    break;
+                char sp[PTR_MAX], sp2[PTR_MAX];
+                sub_ptr(sp, ptr, "patternProperties");
+                sub_ptr(sp2, sp, k);
+                int kl = gr_lex_regex(c->b, k, GR_RX_SEARCH, 1, 0, -1, c->err);
+                int vn = kl < 0 ? -1 : sub_value(c, v, sp2);
+                rc = kl < 0 ? gr_sc_where(c, sp, k) : vn < 0 ? -1 : rule(c, x, 3, kl, c->lx_colon, vn);
+            }
+            if (!rc)
+                rc = rule(c, xl, 1, x) || rule(c, xl, 3, xl, c->lx_comma, x) ? -1 : 0;
+        }
+    } else if (!rc && !json_is_false(ap)) {
+        char sp[PTR_MAX];
+        sub_ptr(sp, ptr, "additionalProperties");
+        int kl = gr_lex_key_except(c->b, keys, n, c->err);
+        int vn = kl < 0 ? -1 : sub_value(c, ap, sp);
+        int x = gr_nt(c->b, "extra-member", c->err);
+        xl = gr_nt(c->b, "extra-members", c->err);
+        rc = kl < 0 || vn < 0 || x < 0 || xl < 0 || rule(c, x, 3, kl, c->lx_colon, vn) || rule(c, xl, 1, x) ||
+                     rule(c, xl, 3, xl, c->lx_comma, x)
+                 ? -1
+                 : 0;
+    }
+    /* F_j: nothing written yet, properties j.. to come; C_j: something written */
+    int obj = -1;
+    if (!rc) {
+        int nextF = gr_nt(c->b, "members-end", c->err), nextC = gr_nt(c->b, "members-end-c", c->err);
+        rc = nextF < 0 || nextC < 0 || rule(c, nextF, 0) || rule(c, nextC, 0) ? -1 : 0;
+        if (!rc && xl >= 0)
+            rc = rule(c, nextF, 1, xl) || rule(c, nextC, 2, c->lx_comma, xl) ? -1 : 0;
+        for (int j = n - 1; j >= 0 && !rc; j--) {
+            char sp[PTR_MAX], sp2[PTR_MAX];
+            sub_ptr(sp, ptr, "properties");
+            sub_ptr(sp2, sp, keys[j]);
+            json_t *ks = json_string(keys[j]);
+            char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+            json_decref(ks);
+            int kl = kd ? gr_lex_bytes(c->b, kd, strlen(kd), c->err) : -1;
+            free(kd);
+            if (json_is_false(sch[j])) {   /* a property that must not appear */
+                if (isreq[j])
+                    rc = gr_sc_fail(c, sp2, NULL, "a required property whose schema is false");
+                continue;
+            }
+            int vn = kl < 0 ? -1 : sub_value(c, sch[j], sp2);
+            int F = gr_nt(c->b, keys[j], c->err), C = gr_nt(c->b, keys[j], c->err);
+            rc = kl < 0 || vn < 0 || F < 0 || C < 0 ? -1 : 0;
+            if (!rc)
+                rc = rule(c, F, 4, kl, c->lx_colon, vn, nextC) || rule(c, C, 5, c->lx_comma, kl, c->lx_colon, vn, nextC)
+                         ? -1
+                         : 0;
+            if (!rc && !isreq[j])
+                rc = rule(c, F, 1, nextF) || rule(c, C, 1, nextC) ? -1 : 0;
+            nextF = F;
+            nextC = C;
+        }
+        obj = rc ? -1 : gr_nt(c->b, "object", c->err);
+        if (obj >= 0 && rule(c, obj, 3, c->lx_lbrace, nextF, c->lx_rbrace))
+            obj = -1;
+    }
+    free(keys);
+    free(sch);
+    free(isreq);
+    return rc ? -1 : obj;
+}
+
+static int array_nt(gr_sc *c, json_t *s, const char *ptr)
+{
+    json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
+    json_t *addl = json_object_get(s, "additionalItems");
+    json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
+    json_t *uq = json_object_get(s, "uniqueItems");
+    if (uq && !json_is_false(uq))
+        return gr_sc_fail(c, ptr, "uniqueItems", "uniqueItems is not supported");
+    json_t *rest = items;
+    if (json_is_array(items)) {   /* draft 7 tuples */
+        prefix = items;
+        rest = addl;
+    } else if (prefix && !json_is_array(prefix)) {
+        return gr_sc_fail(c, ptr, "prefixItems", "prefixItems must be an array");
+    }
+    int P = prefix ? (int)json_array_size(prefix) : 0;
+    long min = 0, max = -1;
+    if (mn) {
+        if (!json_is_integer(mn) || json_integer_value(mn) < 0)
+            return gr_sc_fail(c, ptr, "minItems", "minItems must be a non-negative integer");
+        min = (long)json_integer_value(mn);
+    }
+    if (mx) {
+        if (!json_is_integer(mx) || json_integer_value(mx) < 0)
+            return gr_sc_fail(c, ptr, "maxItems", "maxItems must be a non-negative integer");
+        max = (long)json_integer_value(mx);
+    }
+    if (json_is_false(rest) && (max < 0 || max > P))
+        max = P;
+    if (max >= 0 && max < min)
+        return gr_sc_fail(c, ptr, "maxItems", "maxItems is below minItems");
+    long base = min > P ? min : P;   /* counted positions before the free tail */
+    if (base > GR_MAX_REPEAT || (max >= 0 && max - base > GR_MAX_REPEAT))
+        return gr_sc_fail(c, ptr, max >= 0 ? "maxItems" : "minItems", "item counts over the engine's bound of %d",
+                          GR_MAX_REPEAT);
+    int R = -1;
+    if (!json_is_false(rest) && (max < 0 || max > P)) {
+        char sp[PTR_MAX];
+        snprintf(sp, sizeof sp, "%s/%s", ptr, json_is_array(items) ? "additionalItems" : "items");
+        R = sub_value(c, rest, sp);
+        if (R < 0)
+            return -1;
+    }
+    /* T_k: the rest after k items. T_k -> eps (k >= min) | "," E_k T_{k+1} (k < max) */
+    int next = -1;   /* T_{k+1} */
+    if (max < 0) {   /* T_base: RL -> eps | RL "," R (left recursion) */
+        next = gr_nt(c->b, "items-rest", c->err);
+        if (next < 0 || rule(c, next, 0) || rule(c, next, 3, next, c->lx_comma, R))
+            return -1;
+    }
+    int e0 = -1;
+    long k0 = max < 0 ? (base > 0 ? base - 1 : 0) : max;
+    for (long k = k0; max != 0 && k >= 0; k--) {
+        int E = -1;
+        if (k == 0 || max < 0 || k < max) {
+            if (k < P) {
+                char sp[PTR_MAX];
+                idx_ptr(sp, ptr, json_is_array(items) ? "items" : "prefixItems", (size_t)k);
+                E = sub_value(c, json_array_get(prefix, (size_t)k), sp);
+            } else {
+                E = R;
+            }
+            if (E < 0)
+                return -1;
+        }
+        if (k == 0) {
+            e0 = E;
+            break;
+        }
+        int T = gr_nt(c->b, "items", c->err);
+        if (T < 0 || (k >= min && rule(c, T, 0)))
+            return -1;
+        if ((max < 0 || k < max) && rule(c, T, 3, c->lx_comma, E, next))
+            return -1;
+        next = T;
+    }
+    int arr = gr_nt(c->b, "array", c->err);
+    if (arr < 0)
+        return -1;
+    if (min == 0 && rule(c, arr, 2, c->lx_lbrack, c->lx_rbrack))
+        return -1;
+    if (max != 0 && rule(c, arr, 4, c->lx_lbrack, e0, next, c->lx_rbrack))
+        return -1;
+    return arr;
+}
+
+/* the rules of nonterminal nt for schema s */
+static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) {
+        if (in(UNSUPPORTED, k))
+            return gr_sc_fail(c, ptr, k, "the keyword '%s' is not supported", k);
+    }
+    if (json_object_get(s, "$ref") || json_object_get(s, "allOf")) {
+        json_t *ref = json_object_get(s, "$ref");
+        if (ref && json_is_string(ref) && !json_object_get(s, "allOf")) {
+            json_t *rest = own(c, json_deep_copy(s));
+            json_object_del(rest, "$ref");
+            if (!asserts(rest)) {   /* a plain reference: share the target's nonterminal */
+                char sp[PTR_MAX];
+                snprintf(sp, sizeof sp, "%.500s", json_string_value(ref));
+                json_t *t = resolve(c, json_string_value(ref), ptr);
+                int tn = t ? value(c, t, sp) : -1;
+                return tn < 0 ? -1 : rule(c, nt, 1, tn);
+            }
+        }
+        json_t *f = flatten(c, s, ptr);
+        if (!f)
+            return -1;
+        if (json_is_object(f))
+            return body(c, f, nt, ptr);
+        int fv = value(c, f, ptr);
+        return fv < 0 ? -1 : rule(c, nt, 1, fv);
+    }
+    json_t *any = json_object_get(s, "anyOf"), *one = json_object_get(s, "oneOf");
+    if (any && one)
+        return gr_sc_fail(c, ptr, "oneOf", "anyOf and oneOf in one schema are not supported");
+    if (any || one) {
+        json_t *alts = any ? any : one;
+        const char *kw = any ? "anyOf" : "oneOf";
+        if (!json_is_array(alts) || !json_array_size(alts))
+            return gr_sc_fail(c, ptr, kw, "%s must be a non-empty array", kw);
+        json_t *base = own(c, json_deep_copy(s));
+        json_object_del(base, kw);
+        int plain = !asserts(base);
+        size_t i;
+        json_array_foreach(alts, i, v) {
+            char sp[PTR_MAX];
+            idx_ptr(sp, ptr, kw, i);
+            int an;
+            if (plain) {
+                an = value(c, v, sp);
+            } else {
+                json_t *fv = json_is_object(v) ? flatten(c, v, sp) : v;
+                json_t *m = fv ? merge(c, base, fv, sp) : NULL;
+                an = m ? value(c, m, sp) : -1;
+            }
+            if (an < 0 || rule(c, nt, 1, an))
+                return -1;
+        }
+        return 0;
+    }
+    /* the types this schema allows */
+    static const char *const ALL[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    json_t *t = json_object_get(s, "type");
+    int allow[7];
+    for (int j = 0; j < 7; j++)
+        allow[j] = t == NULL;
+    if (t) {
+        json_t *ta = types_of(t);
+        if (!json_array_size(ta)) {
+            json_decref(ta);
+            return gr_sc_fail(c, ptr, "type", "type must be a type name or an array of them");
+        }
+        size_t i;
+        json_array_foreach(ta, i, v) {
+            int found = 0;
+            for (int j = 0; j < 7; j++)
+                if (json_is_string(v) && !strcmp(json_string_value(v), ALL[j]))
+                    allow[j] = found = 1;
+            if (!found) {
+                json_decref(ta);
+                return gr_sc_fail(c, ptr, "type", "unknown type");
+            }
+        }
+        json_decref(ta);
+    }
+    if (allow[3])
+        allow[4] = 0;   /* number covers integer */
+    json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (en || cn) {
+        if (en && !json_is_array(en))
+            return gr_sc_fail(c, ptr, "enum", "enum must be an array");
+        int added = 0;
+        size_t i, n = en ? json_array_size(en) : 1;
+        for (i = 0; i < n; i++) {
+            json_t *x = en ? json_array_get(en, i) : cn;
+            int ok = json_is_object(x)    ? allow[0]
+                     : json_is_array(x)   ? allow[1]
+                     : json_is_string(x)  ? allow[2]
+                     : json_is_integer(x) ? allow[3] || allow[4]
+                     : json_is_real(x)    ? allow[3]
+                     : json_is_boolean(x) ? allow[5]
+                                          : allow[6];
+            if (!ok)
+                continue;
+            int cv = gr_sc_const(c, x, ptr);
+            if (cv < 0 || rule(c, nt, 1, cv))
+                return -1;
+            added++;
+        }
+        if (!added)
+            return gr_sc_fail(c, ptr, en ? "enum" : "const", "no listed value has an allowed type");
+        return 0;
+    }
+    for (int j = 0; j < 7; j++) {
+        if (!allow[j])
+            continue;
+        int sym = j == 0   ? object_nt(c, s, ptr)
+                  : j == 1 ? array_nt(c, s, ptr)
+                  : j == 2 ? gr_sc_string(c, s, ptr)
+                  : j <= 4 ? gr_sc_number(c, s, ptr, j == 4)
+                  : j == 5 ? -2
+                           : c->lx_null;
+        if (sym == -2) {
+            if (rule(c, nt, 1, c->lx_true) || rule(c, nt, 1, c->lx_false))
+                return -1;
+            continue;
+        }
+        if (sym < 0 || rule(c, nt, 1, sym))
+            return -1;
+    }
+    return 0;
+}
+
+static int value(gr_sc *c, json_t *s, const char *ptr)
+{
+    if (json_is_true(s) || (json_is_object(s) && !json_object_size(s)))
+        return any_value(c);
+    if (json_is_false(s))
+        return gr_sc_fail(c, ptr, NULL, "the schema false admits no value");
+    if (!json_is_object(s))
+        return gr_sc_fail(c, ptr, NULL, "a schema must be an object or a boolean");
+    int nt = memo_get(c, s);
+    if (nt >= 0)
+        return nt;
+    if (++c->depth > 200) {
+        c->depth--;
+        return gr_sc_fail(c, ptr, NULL, "schema nested too deep");
+    }
+    nt = gr_nt(c->b, ptr, c->err);
+    int rc = nt < 0 || memo_put(c, s, nt) ? -1 : body(c, s, nt, ptr);
+    c->depth--;
+    return rc ? -1 : nt;
+}
+
+int gr_schema_emit(gr_builder *b, json_t *schema, v4_error *err)
+{
+    gr_sc c = {.b = b, .root = schema, .err = err, .nt_any = -1};
+    c.owned = json_array();
+    if (!c.owned)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    static const char *const LIT[] = {"{", "}", "[", "]", ",", ":", "true", "false", "null"};
+    int32_t *dst[] = {&c.lx_lbrace, &c.lx_rbrace, &c.lx_lbrack, &c.lx_rbrack, &c.lx_comma,
+                      &c.lx_colon,  &c.lx_true,   &c.lx_false,  &c.lx_null};
+    int rc = 0;
+    for (int i = 0; i < 9 && !rc; i++)
+        rc = (*dst[i] = gr_lex_bytes(b, LIT[i], strlen(LIT[i]), err)) < 0;
+    if (!rc)
+        rc = (c.lx_str = gr_lex_json_string(b, 0, -1, err)) < 0;
+    if (!rc) {
+        json_t *num = json_object();
+        json_object_set_new(num, "type", json_string("number"));
+        rc = (c.lx_num = gr_sc_number(&c, num, "", 0)) < 0;
+        json_decref(num);
+    }
+    int top = -1;
+    if (!rc) {
+        if (!schema) {   /* json_object: any object */
+            json_t *o = json_object();
+            json_object_set_new(o, "type", json_string("object"));
+            json_array_append_new(c.owned, o);
+            top = value(&c, o, "");
+        } else {
+            top = value(&c, schema, "");
+        }
+        rc = top < 0;
+    }
+    if (!rc) {
+        int st = gr_nt(b, "start", err);
+        rc = st < 0 || gr_rule(b, st, (int32_t[]){top}, 1, err);
+        b->start = st;
+    }
+    json_decref(c.owned);
+    free(c.memo);
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,43 @@
+/* gr_schema_internal.h - what the two files of the JSON Schema compiler share
+ * (gr_schema.c: structure, references, objects, arrays; gr_schema_types.c: strings,
+ * numbers, constants).  Internal to worker/grammar/.
+ * Ownership: a gr_sc lives for one compilation; merged schemas it makes are kept in
+ * `owned` until the end.  Thread: the compiling thread only.
+ */
+#ifndef V4_GR_SCHEMA_INTERNAL_H
+#define V4_GR_SCHEMA_INTERNAL_H
+
+#include <jansson.h>
+
+#include "worker/grammar/gr_internal.h"
+
+typedef struct gr_sc_memo {
+    json_t *schema;
+    int32_t nt;
+} gr_sc_memo;
+
+typedef struct gr_sc {
+    gr_builder *b;
+    json_t *root;
+    v4_error *err;
+    gr_sc_memo *memo;
+    int n_memo, cap_memo;
+    json_t *owned;   /* array: merged schemas made while compiling */
+    int depth;
+    int32_t lx_lbrace, lx_rbrace, lx_lbrack, lx_rbrack, lx_comma, lx_colon;
+    int32_t lx_true, lx_false, lx_null, lx_str, lx_num;
+    int32_t nt_any;  /* any JSON value, made on first use (-1) */
+} gr_sc;
+
+/* Fail at ptr/kw with a message; returns -1.  gr_sc_where: keep the message a callee
+ * wrote, prefix the place. */
+int gr_sc_fail(gr_sc *c, const char *ptr, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int gr_sc_where(gr_sc *c, const char *ptr, const char *kw);
+
+/* lexeme ids (>= 0) or nonterminals, -1 on error */
+int gr_sc_number(gr_sc *c, json_t *s, const char *ptr, int integer);
+int gr_sc_string(gr_sc *c, json_t *s, const char *ptr);
+int gr_sc_const(gr_sc *c, json_t *v, const char *ptr);
+char *gr_int_range_regex(int has_lo, int64_t lo, int has_hi, int64_t hi);
+
+#endif

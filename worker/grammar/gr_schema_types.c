@@ -1,0 +1,456 @@
+/* gr_schema_types.c - the scalar parts of the JSON Schema compiler: strings (length,
+ * pattern, format), integers and numbers (bounds as exact regexes over decimal text),
+ * and constants (enum/const values as lexemes and rules).  gr_schema.c drives it.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/grammar/gr_schema_internal.h"
+
+/* ------------------------------------------------------- integer ranges -- */
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void put(sbuf *b, const char *t)
+{
+    size_t l = strlen(t);
+    if (b->n + l + 1 > b->cap) {
+        size_t nc = (b->cap ? b->cap * 2 : 256) + l;
+        char *q = realloc(b->s, nc);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->s = q;
+        b->cap = nc;
+    }
+    memcpy(b->s + b->n, t, l + 1);
+    b->n += l;
+}
+
+/* fixed-width digit strings a <= b of the same length: a regex for the range */
+static void fixed(sbuf *o, const char *a, const char *b, int L)
+{
+    char t[64];
+    if (L == 0)
+        return;
+    if (a[0] == b[0]) {
+        snprintf(t, sizeof t, "%c", a[0]);
+        put(o, t);
+        fixed(o, a + 1, b + 1, L - 1);
+        return;
+    }
+    int all0 = 1, all9 = 1;
+    for (int i = 1; i < L; i++) {
+        all0 &= a[i] == '0';
+        all9 &= b[i] == '9';
+    }
+    put(o, "(?:");
+    int lo = a[0] - '0', hi = b[0] - '0';
+    int first = 1;
+    if (!all0) {   /* a[0] followed by a[1..]..9* */
+        char nines[64];
+        memset(nines, '9', (size_t)L - 1);
+        snprintf(t, sizeof t, "%c", a[0]);
+        put(o, t);
+        fixed(o, a + 1, nines, L - 1);
+        lo++;
+        first = 0;
+    }
+    int top = all9 ? hi : hi - 1;
+    if (lo <= top) {
+        if (!first)
+            put(o, "|");
+        snprintf(t, sizeof t, "[%d-%d]", lo, top);
+        put(o, t);
+        if (L > 1) {
+            snprintf(t, sizeof t, "[0-9]{%d}", L - 1);
+            put(o, t);
+        }
+        first = 0;
+    }
+    if (!all9) {   /* b[0] followed by 0*..b[1..] */
+        char zeros[64];
+        memset(zeros, '0', (size_t)L - 1);
+        if (!first)
+            put(o, "|");
+        snprintf(t, sizeof t, "%c", b[0]);
+        put(o, t);
+        fixed(o, zeros, b + 1, L - 1);
+    }
+    put(o, ")");
+}
+
+/* non-negative integers in [a, b] (b < 0: unbounded), no leading zeros */
+static void nonneg(sbuf *o, uint64_t a, int64_t b)
+{
+    char sa[32], sb[32], t[64];
+    int first = 1;
+    put(o, "(?:");
+    for (int L = 1; L <= 20; L++) {
+        uint64_t lo = L == 1 ? 0 : (uint64_t)pow(10, L - 1), hi = L >= 20 ? UINT64_MAX : (uint64_t)pow(10, L) - 1;
+        if (L == 20)
+            lo = 10000000000000000000ull;
+        if (b >= 0 && lo > (uint64_t)b)
+            break;
+        if (hi < a)
+            continue;
+        uint64_t x = a > lo ? a : lo, y = b >= 0 && (uint64_t)b < hi ? (uint64_t)b : hi;
+        if (b < 0 && x == lo && L < 20) {   /* every number of L or more digits */
+            if (!first)
+                put(o, "|");
+            snprintf(t, sizeof t, L == 1 ? "[0-9]|[1-9][0-9]+" : "[1-9][0-9]{%d,}", L - 1);
+            put(o, t);
+            first = 0;
+            break;
+        }
+        snprintf(sa, sizeof sa, "%0*llu", L, (unsigned long long)x);
+        snprintf(sb, sizeof sb, "%0*llu", L, (unsigned long long)y);
+        if (!first)
+            put(o, "|");
+        fixed(o, sa, sb, L);
+        first = 0;
+        if (b < 0 && L < 20 && y == hi) {   /* and every longer number */
+            snprintf(t, sizeof t, "|[1-9][0-9]{%d,}", L);
+            put(o, t);
+            break;
+        }
+    }
+    put(o, ")");
+}
+
+/* the regex of the integers in [lo, hi] (has_lo/has_hi: bounded) */
+char *gr_int_range_regex(int has_lo, int64_t lo, int has_hi, int64_t hi)
+{
+    sbuf o = {0};
+    put(&o, "(?:");
+    int alt = 0;
+    /* negatives -n: n in [nmin, nmax] with -n <= hi and -n >= lo */
+    if (!has_lo || lo < 0) {
+        uint64_t nmin = has_hi && hi < 0 ? (uint64_t)(-(hi + 1)) + 1 : 1;
+        int64_t nmax = has_lo ? (int64_t)((uint64_t)(-(lo + 1)) + 1) : -1;   /* -1: unbounded */
+        if (nmax < 0 || (uint64_t)nmax >= nmin) {
+            put(&o, "-");
+            nonneg(&o, nmin, nmax);
+            alt = 1;
+        }
+    }
+    if (!has_hi || hi >= 0) {
+        uint64_t a = has_lo && lo > 0 ? (uint64_t)lo : 0;
+        if (!has_hi || (uint64_t)hi >= a) {
+            if (alt)
+                put(&o, "|");
+            nonneg(&o, a, has_hi ? hi : -1);
+            alt = 1;
+        }
+    }
+    put(&o, ")");
+    if (o.oom || !alt) {
+        free(o.s);
+        return NULL;
+    }
+    return o.s;
+}
+
+/* ----------------------------------------------------------------- bounds -- */
+/* minimum/maximum/exclusive* of s as an integer interval; 1 when there are none */
+static int int_bounds(gr_sc *c, json_t *s, const char *ptr, int *has_lo, int64_t *lo, int *has_hi, int64_t *hi)
+{
+    *has_lo = *has_hi = 0;
+    json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
+    json_t *emn = json_object_get(s, "exclusiveMinimum"), *emx = json_object_get(s, "exclusiveMaximum");
+    double v;
+    if (mn && json_is_number(mn)) {
+        v = json_number_value(mn);
+        int ex = json_is_true(emn);
+        *lo = (int64_t)(ex ? floor(v) + 1 : ceil(v));
+        *has_lo = fabs(v) < 9e18;
+    }
+    if (emn && json_is_number(emn)) {
+        v = json_number_value(emn);
+        int64_t l = (int64_t)(floor(v) + 1);
+        if (!*has_lo || l > *lo)
+            *lo = l;
+        *has_lo = fabs(v) < 9e18;
+    }
+    if (mx && json_is_number(mx)) {
+        v = json_number_value(mx);
+        int ex = json_is_true(emx);
+        *hi = (int64_t)(ex ? ceil(v) - 1 : floor(v));
+        *has_hi = fabs(v) < 9e18;
+    }
+    if (emx && json_is_number(emx)) {
+        v = json_number_value(emx);
+        int64_t h = (int64_t)(ceil(v) - 1);
+        if (!*has_hi || h < *hi)
+            *hi = h;
+        *has_hi = fabs(v) < 9e18;
+    }
+    if (*has_lo && *has_hi && *lo > *hi)
+        return gr_sc_fail(c, ptr, "minimum", "no integer lies between minimum and maximum");
+    return 0;
+}
+
+static int is_int_value(json_t *v)
+{
+    if (json_is_integer(v))
+        return 1;
+    if (!json_is_real(v))
+        return 0;
+    double d = json_real_value(v);
+    return d == floor(d) && fabs(d) < 9e18;
+}
+
+static const char NUM_TAIL[] = "(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?";
+
+/* non-negative y = I.F with lo <= y <= hi (exclusive where said; lo >= 0): its regex
+ * alternatives, each behind sign.  I strictly between the ends: any fraction; I == lo
+ * when lo is excluded: a nonzero fraction; I == hi: a zero fraction unless excluded. */
+static void part(sbuf *o, int *alt, const char *sign, int64_t lo, int lo_ex, int has_hi, int64_t hi, int hi_ex)
+{
+    char t[96];
+    int64_t any_lo = lo_ex ? lo + 1 : lo;
+    if (!has_hi || hi - 1 >= any_lo) {
+        char *r = gr_int_range_regex(1, any_lo, has_hi, hi - 1);
+        if (!r) {
+            o->oom = 1;
+            return;
+        }
+        put(o, *alt ? "|" : "");
+        put(o, sign);
+        put(o, r);
+        put(o, "(?:\\.[0-9]+)?");
+        free(r);
+        *alt = 1;
+    }
+    if (lo_ex && (!has_hi || lo < hi)) {
+        snprintf(t, sizeof t, "%s%s%lld\\.[0-9]*[1-9][0-9]*", *alt ? "|" : "", sign, (long long)lo);
+        put(o, t);
+        *alt = 1;
+    }
+    if (has_hi && !hi_ex && hi >= lo && !(lo_ex && lo == hi)) {
+        snprintf(t, sizeof t, "%s%s%lld(?:\\.0+)?", *alt ? "|" : "", sign, (long long)hi);
+        put(o, t);
+        *alt = 1;
+    }
+}
+
+/* a number in an interval with integer bounds, written without exponent (docs) */
+static char *num_range_regex(gr_sc *c, json_t *s, const char *ptr)
+{
+    static const char *const kws[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    int has[4] = {0};
+    int64_t v[4] = {0};
+    for (int k = 0; k < 4; k++) {
+        json_t *x = json_object_get(s, kws[k]);
+        if (!x || !json_is_number(x))
+            continue;
+        if (!is_int_value(x)) {
+            gr_sc_fail(c, ptr, kws[k], "a bound of a number that is not an integer is not supported");
+            return NULL;
+        }
+        has[k] = 1;
+        v[k] = (int64_t)json_number_value(x);
+    }
+    int has_lo = has[0] || has[1], has_hi = has[2] || has[3];
+    int64_t lo = has[0] ? v[0] : v[1], hi = has[2] ? v[2] : v[3];
+    int lo_ex = has[0] ? json_is_true(json_object_get(s, "exclusiveMinimum")) : has[1];
+    int hi_ex = has[2] ? json_is_true(json_object_get(s, "exclusiveMaximum")) : has[3];
+    if (has[0] && has[1] && v[1] >= v[0])
+        lo = v[1], lo_ex = 1;
+    if (has[2] && has[3] && v[3] <= v[2])
+        hi = v[3], hi_ex = 1;
+    sbuf o = {0};
+    int alt = 0;
+    put(&o, "(?:");
+    if (!has_hi || hi > 0 || (hi == 0 && !hi_ex)) {   /* y = x >= 0 */
+        int pos_lo = has_lo && lo >= 0;
+        part(&o, &alt, "", pos_lo ? lo : 0, pos_lo ? lo_ex : 0, has_hi, hi, hi_ex);
+    }
+    if (!has_lo || lo < 0) {   /* y = -x > 0 */
+        int neg_hi = has_hi && hi < 0;
+        part(&o, &alt, "-", neg_hi ? -hi : 0, neg_hi ? hi_ex : 1, has_lo, has_lo ? -lo : 0, lo_ex);
+    }
+    put(&o, ")");
+    if (o.oom || !alt) {
+        free(o.s);
+        gr_sc_fail(c, ptr, "minimum", "no number lies between the bounds");
+        return NULL;
+    }
+    return o.s;
+}
+
+/* ----------------------------------------------------------------- scalars -- */
+int gr_sc_number(gr_sc *c, json_t *s, const char *ptr, int integer)
+{
+    json_t *mo = json_object_get(s, "multipleOf");
+    if (mo) {
+        if (!(integer && json_is_number(mo) && json_number_value(mo) == 1.0))
+            return gr_sc_fail(c, ptr, "multipleOf", "multipleOf is not supported");
+    }
+    int bounded = json_object_get(s, "minimum") || json_object_get(s, "maximum") ||
+                  json_is_number(json_object_get(s, "exclusiveMinimum")) ||
+                  json_is_number(json_object_get(s, "exclusiveMaximum"));
+    char *rx;
+    if (integer) {
+        int has_lo = 0, has_hi = 0;
+        int64_t lo = 0, hi = 0;
+        if (int_bounds(c, s, ptr, &has_lo, &lo, &has_hi, &hi))
+            return -1;
+        if (!has_lo && !has_hi)
+            rx = strdup("-?(?:0|[1-9][0-9]*)");
+        else
+            rx = gr_int_range_regex(has_lo, lo, has_hi, hi);
+    } else if (!bounded) {
+        size_t n = strlen(NUM_TAIL) + 32;
+        rx = malloc(n);
+        if (rx)
+            snprintf(rx, n, "-?(?:0|[1-9][0-9]*)%s", NUM_TAIL);
+    } else {
+        rx = num_range_regex(c, s, ptr);
+        if (!rx)
+            return -1;
+    }
+    if (!rx)
+        return gr_sc_fail(c, ptr, integer ? "minimum" : "type", "out of memory or an empty range");
+    int l = gr_lex_regex(c->b, rx, GR_RX_FULL, 0, 0, -1, c->err);
+    free(rx);
+    if (l < 0)
+        return gr_sc_where(c, ptr, "minimum");
+    return l;
+}
+
+/* formats: regexes over the decoded string (docs: formats) */
+static const struct {
+    const char *name, *rx;
+} FORMATS[] = {
+    {"date", "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"},
+    {"time", "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"},
+    {"date-time", "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)"
+                  "(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"},
+    {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+    {"ipv4", "(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"},
+    {"email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\.)+"
+              "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"},
+    {"hostname", "(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"},
+    {"uri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*"},
+    {"uri-reference", "[^\\x00-\\x20\"<>\\\\^`{|}]*"},
+    {"duration", "P(?:[0-9]+W|(?:[0-9]+Y)?(?:[0-9]+M)?(?:[0-9]+D)?(?:T(?:[0-9]+H)?(?:[0-9]+M)?(?:[0-9]+(?:\\.[0-9]+)?S)?)?)"},
+};
+
+int gr_sc_string(gr_sc *c, json_t *s, const char *ptr)
+{
+    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    json_t *mnl = json_object_get(s, "minLength"), *mxl = json_object_get(s, "maxLength");
+    int min = 0, max = -1, l;
+    if (mnl) {
+        if (!json_is_integer(mnl) || json_integer_value(mnl) < 0)
+            return gr_sc_fail(c, ptr, "minLength", "minLength must be a non-negative integer");
+        if (json_integer_value(mnl) > GR_MAX_REPEAT)
+            return gr_sc_fail(c, ptr, "minLength", "minLength over the engine's bound of 4096");
+        min = (int)json_integer_value(mnl);
+    }
+    if (mxl) {
+        if (!json_is_integer(mxl) || json_integer_value(mxl) < 0)
+            return gr_sc_fail(c, ptr, "maxLength", "maxLength must be a non-negative integer");
+        if (json_integer_value(mxl) > GR_MAX_REPEAT)
+            return gr_sc_fail(c, ptr, "maxLength", "maxLength over the engine's bound of 4096");
+        max = (int)json_integer_value(mxl);
+        if (max < min)
+            return gr_sc_fail(c, ptr, "maxLength", "maxLength is below minLength");
+    }
+    const char *rx = NULL, *kw = "pattern";
+    int mode = GR_RX_SEARCH;
+    if (pat) {
+        if (!json_is_string(pat))
+            return gr_sc_fail(c, ptr, "pattern", "pattern must be a string");
+        rx = json_string_value(pat);
+    }
+    if (fmt && json_is_string(fmt)) {
+        const char *f = json_string_value(fmt);
+        const char *frx = NULL;
+        for (size_t k = 0; k < sizeof FORMATS / sizeof *FORMATS; k++)
+            if (!strcmp(f, FORMATS[k].name))
+                frx = FORMATS[k].rx;
+        if (!frx)
+            return gr_sc_fail(c, ptr, "format", "format is not supported (supported: date, time, date-time, uuid, "
+                                                "ipv4, email, hostname, uri, uri-reference, duration)");
+        if (rx)
+            return gr_sc_fail(c, ptr, "format", "format together with pattern is not supported");
+        rx = frx;
+        kw = "format";
+        mode = GR_RX_FULL;
+    }
+    if (rx) {
+        if (min > 0 || max >= 0)
+            return gr_sc_fail(c, ptr, min > 0 ? "minLength" : "maxLength",
+                              "a length bound together with a pattern or format is not supported");
+        l = gr_lex_regex(c->b, rx, mode, 1, 0, -1, c->err);
+        return l < 0 ? gr_sc_where(c, ptr, kw) : l;
+    }
+    l = gr_lex_json_string(c->b, min, max, c->err);
+    return l < 0 ? gr_sc_where(c, ptr, max >= 0 ? "maxLength" : "minLength") : l;
+}
+
+/* ---------------------------------------------------------------- constants -- */
+int gr_sc_const(gr_sc *c, json_t *v, const char *ptr)
+{
+    if (json_is_object(v) || json_is_array(v)) {
+        int nt = gr_nt(c->b, "const", c->err);
+        if (nt < 0)
+            return -1;
+        int32_t syms[4096];
+        int n = 0;
+        size_t i;
+        json_t *x;
+        const char *k;
+        if (json_is_object(v)) {
+            if (json_object_size(v) * 4 + 2 > 4096)
+                return gr_sc_fail(c, ptr, "const", "a constant object too large");
+            syms[n++] = c->lx_lbrace;
+            int first = 1;
+            json_object_foreach(v, k, x) {
+                if (!first)
+                    syms[n++] = c->lx_comma;
+                first = 0;
+                json_t *ks = json_string(k);
+                char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+                json_decref(ks);
+                int kl = kd ? gr_lex_bytes(c->b, kd, strlen(kd), c->err) : -1;
+                free(kd);
+                int vs = gr_sc_const(c, x, ptr);
+                if (kl < 0 || vs < 0)
+                    return -1;
+                syms[n++] = kl;
+                syms[n++] = c->lx_colon;
+                syms[n++] = vs;
+            }
+            syms[n++] = c->lx_rbrace;
+        } else {
+            if (json_array_size(v) * 2 + 2 > 4096)
+                return gr_sc_fail(c, ptr, "const", "a constant array too large");
+            syms[n++] = c->lx_lbrack;
+            json_array_foreach(v, i, x) {
+                if (i)
+                    syms[n++] = c->lx_comma;
+                int vs = gr_sc_const(c, x, ptr);
+                if (vs < 0)
+                    return -1;
+                syms[n++] = vs;
+            }
+            syms[n++] = c->lx_rbrack;
+        }
+        return gr_rule(c->b, nt, syms, n, c->err) ? -1 : nt;
+    }
+    char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
+    if (!d)
+        return gr_sc_fail(c, ptr, "const", "out of memory");
+    int l = gr_lex_bytes(c->b, d, strlen(d), c->err);
+    free(d);
+    return l;
+}
