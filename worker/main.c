@@ -23,6 +23,8 @@ static const subcommand commands[] = {
     {"worker", v4_cmd_worker, "queue worker: RabbitMQ tasks in, results out (settings from the environment)"},
     {"cachesim", v4_cmd_cachesim, "replay a routing trace through the expert cache policies vs Belady MIN"},
     {"numerics-check", v4_cmd_numerics_check, "the fast numerics mode against the exact one: the contract table"},
+    {"grammar-check", v4_cmd_grammar_check, "does a text pass a constraint (JSON Schema, regex, choice), and where is it refused"},
+    {"grammar-bench", v4_cmd_grammar_bench, "the constraint engine on MaskBench: passing, errors, mask times vs LLGuidance"},
     {"batch", v4_cmd_batch, "run a JSONL file of tasks (queue packets or OpenAI batch lines) -> results, resumable"},
 };
 

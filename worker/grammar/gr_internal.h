@@ -141,6 +141,12 @@ typedef struct gr_dstate {   /* a lexer DFA state: a set of NFA states */
     int32_t n_acc;           /* lexemes accepted here: acc_off into gr_lexer.accs */
     int32_t acc_off;
     uint8_t live;            /* some byte continues */
+    /* the mask cache (gr_matcher.c), for the vocabulary cache_vocab: the tokens whose bytes
+     * all stay inside the lexeme from here (allowed whatever the parser says), and the trie
+     * nodes where a token leaves the lexeme (node, lexer state before it: walked in full) */
+    uint32_t *inner;
+    int32_t *bnd;
+    int32_t n_bnd;
 } gr_dstate;
 
 typedef struct gr_lexer {
@@ -162,6 +168,7 @@ typedef struct gr_lexer {
     int32_t *stack, *mark, *buf;
     int32_t mark_gen;
     size_t bytes;            /* memory held (for the cache's byte budget) */
+    const void *cache_vocab; /* the vocabulary of the mask caches (one at a time) */
 } gr_lexer;
 
 struct gr_grammar {

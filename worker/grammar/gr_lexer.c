@@ -172,8 +172,11 @@ void gr_grammar_free(gr_grammar *g)
     free(g->by_lhs);
     free(g->nullable);
     gr_lexer *lx = &g->lx;
-    for (int i = 0; i < lx->n_ds; i++)
+    for (int i = 0; i < lx->n_ds; i++) {
         free(lx->ds[i].next);
+        free(lx->ds[i].inner);
+        free(lx->ds[i].bnd);
+    }
     free(lx->ds);
     free(lx->sets);
     free(lx->accs);

@@ -43,8 +43,6 @@ struct v4g_matcher {
 };
 
 /* ------------------------------------------------------------------ vocab -- */
-static const v4g_vocab *g_sort_vocab;   /* qsort has no context: set under no lock */
-
 static int cmp_tok(const void *a, const void *b, void *vv)
 {
     const v4g_vocab *v = vv;
@@ -135,7 +133,6 @@ static int build_trie(v4g_vocab *v, v4_error *err)
 v4g_vocab *v4g_vocab_new(int32_t n, v4g_token_bytes_fn bytes, v4g_token_special_fn special, void *ctx, int32_t eos,
                          v4_error *err)
 {
-    (void)g_sort_vocab;
     if (n <= 0 || !bytes) {
         v4_err_set(err, V4_ERR_INVALID, "grammar", "an empty vocabulary");
         return NULL;
@@ -374,26 +371,19 @@ void v4g_matcher_free(v4g_matcher *m)
     free(m);
 }
 
-int v4g_matcher_mask(v4g_matcher *m, uint32_t *bits, v4_error *err)
+/* The walk of trie nodes [first, last) with the matcher's full semantics, from the state
+ * st[nd[first] - 1]: the tokens it takes get their bits.  0, or -1 out of memory. */
+static int walk(v4g_matcher *m, int32_t first, int32_t last, uint32_t *bits)
 {
     const v4g_vocab *v = m->v;
-    memset(bits, 0, ((size_t)v->n + 31) / 32 * sizeof *bits);
-    if (m->finished)
-        return 0;
-    pthread_mutex_lock(&m->g->mu);
-    const mstate base = save(m);
-    m->st[0] = base;
-    int rc = 0;
-    int32_t prev_ok_depth = 0;   /* the state now is st[prev_ok_depth] */
-    for (int32_t i = 0; i < v->n_nodes;) {
+    int32_t prev_ok_depth = -1;   /* the state now is st[prev_ok_depth] */
+    for (int32_t i = first; i < last;) {
         const int d = v->nd[i];
         if (prev_ok_depth != d - 1)
             restore(m, m->st[d - 1]);
         int r = feed_byte(m, v->nb[i]);
-        if (r < 0) {
-            rc = v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory (lexer cache full)");
-            break;
-        }
+        if (r < 0)
+            return -1;
         if (r) {
             prev_ok_depth = -1;
             i += v->nsz[i];
@@ -405,7 +395,114 @@ int v4g_matcher_mask(v4g_matcher *m, uint32_t *bits, v4_error *err)
             bits[t >> 5] |= 1u << (t & 31);
         i++;
     }
+    return 0;
+}
+
+/* The cache of lexer state s (gr_dstate.inner, .bnd): a walk of the whole trie over the
+ * lexer alone.  A token whose bytes all lead to live states never ends a lexeme, so the
+ * parser cannot refuse it; where a byte would end the lexeme (no transition from an
+ * accepting state, or a state nothing can follow) the node is kept for a full walk. */
+static int fill_cache(v4g_matcher *m, int32_t s)
+{
+    gr_grammar *g = m->g;
+    const v4g_vocab *v = m->v;
+    const size_t words = ((size_t)v->n + 31) / 32;
+    uint32_t *inner = calloc(words, sizeof *inner);
+    int32_t *state = malloc(((size_t)v->max_depth + 2) * sizeof *state);
+    int32_t *bnd = NULL, n_bnd = 0, cap_bnd = 0;
+    if (!inner || !state)
+        goto oom;
+    state[0] = s;
+    for (int32_t i = 0; i < v->n_nodes;) {
+        const int d = v->nd[i];
+        const int32_t p = state[d - 1];
+        const int32_t t = gr_lex_next(g, p, v->nb[i]);
+        if (t == -3)
+            goto oom;
+        if (t >= 0 && g->lx.ds[t].live) {
+            state[d] = t;
+            for (int32_t k = v->ntok[i]; k >= 0; k = v->dup[k])
+                inner[k >> 5] |= 1u << (k & 31);
+            i++;
+            continue;
+        }
+        if (t >= 0 || g->lx.ds[p].n_acc) {   /* the lexeme ends here: a full walk later */
+            if (n_bnd + 2 > cap_bnd) {
+                cap_bnd = cap_bnd ? cap_bnd * 2 : 64;
+                int32_t *q = realloc(bnd, (size_t)cap_bnd * sizeof *q);
+                if (!q)
+                    goto oom;
+                bnd = q;
+            }
+            bnd[n_bnd++] = i;
+            bnd[n_bnd++] = p;
+        }
+        i += v->nsz[i];
+    }
+    free(state);
+    gr_dstate *ds = &g->lx.ds[s];
+    ds->inner = inner;
+    ds->bnd = bnd;
+    ds->n_bnd = n_bnd / 2;
+    g->lx.bytes += words * sizeof *inner + (size_t)n_bnd * sizeof *bnd;
+    return 0;
+oom:
+    free(inner);
+    free(state);
+    free(bnd);
+    return -1;
+}
+
+/* the caches belong to one vocabulary at a time: another one empties them */
+static void cache_for(v4g_matcher *m)
+{
+    gr_lexer *lx = &m->g->lx;
+    if (lx->cache_vocab == m->v)
+        return;
+    for (int32_t i = 0; i < lx->n_ds; i++) {
+        free(lx->ds[i].inner);
+        free(lx->ds[i].bnd);
+        lx->ds[i].inner = NULL;
+        lx->ds[i].bnd = NULL;
+        lx->ds[i].n_bnd = 0;
+    }
+    lx->cache_vocab = m->v;
+}
+
+int v4g_matcher_mask(v4g_matcher *m, uint32_t *bits, v4_error *err)
+{
+    const v4g_vocab *v = m->v;
+    const size_t words = ((size_t)v->n + 31) / 32;
+    memset(bits, 0, words * sizeof *bits);
+    if (m->finished)
+        return 0;
+    pthread_mutex_lock(&m->g->mu);
+    cache_for(m);
+    const mstate base = save(m);
+    int rc = 0;
+    int r = m->lx < 0 ? start(m) : 0;   /* the lexer state the next byte meets */
+    if (r < 0)
+        rc = -1;
+    if (r == 0 && m->lx >= 0) {
+        const int32_t s = m->lx;
+        if (!m->g->lx.ds[s].inner && fill_cache(m, s))
+            rc = -1;
+        if (!rc) {
+            memcpy(bits, m->g->lx.ds[s].inner, words * sizeof *bits);
+            /* the boundaries: lexer state p before node i, parser as now */
+            const mstate here = save(m);
+            for (int32_t k = 0; !rc && k < m->g->lx.ds[s].n_bnd; k++) {
+                const int32_t i = m->g->lx.ds[s].bnd[2 * k], p = m->g->lx.ds[s].bnd[2 * k + 1];
+                mstate at = here;
+                at.lx = p;
+                m->st[v->nd[i] - 1] = at;
+                rc = walk(m, i, i + v->nsz[i], bits);
+            }
+        }
+    }
     restore(m, base);
+    if (rc)
+        v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory (lexer cache full)");
     if (!rc && v->eos >= 0 && accepting_locked(m))
         bits[v->eos >> 5] |= 1u << (v->eos & 31);
     pthread_mutex_unlock(&m->g->mu);

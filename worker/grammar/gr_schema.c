@@ -612,6 +612,115 @@ static int array_nt(gr_sc *c, json_t *s, const char *ptr)
     return arr;
 }
 
+/* ------------------------------------------------------- oneOf exclusivity -- */
+enum { T_OBJ = 1, T_ARR = 2, T_STR = 4, T_NUM = 8, T_INT = 16, T_BOOL = 32, T_NULL = 64 };
+
+static int value_bits(json_t *x)
+{
+    return json_is_object(x) ? T_OBJ : json_is_array(x) ? T_ARR : json_is_string(x) ? T_STR
+           : json_is_integer(x) ? T_INT : json_is_real(x) ? T_NUM : json_is_boolean(x) ? T_BOOL : T_NULL;
+}
+
+/* the types an instance of s can have (s flattened: no $ref, no allOf) */
+static int type_bits(json_t *s)
+{
+    if (!json_is_object(s))
+        return json_is_false(s) ? 0 : 127;
+    json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+    if (cn)
+        return value_bits(cn);
+    if (json_is_array(en)) {
+        int b = 0;
+        size_t i;
+        json_t *x;
+        json_array_foreach(en, i, x) b |= value_bits(x);
+        return b;
+    }
+    json_t *t = json_object_get(s, "type");
+    if (!t)
+        return 127;
+    static const char *const N[] = {"object", "array", "string", "number", "integer", "boolean", "null"};
+    json_t *ta = types_of(t);
+    int b = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(ta, i, x) {
+        for (int k = 0; k < 7; k++)
+            if (json_is_string(x) && !strcmp(json_string_value(x), N[k]))
+                b |= 1 << k;
+    }
+    json_decref(ta);
+    return b;
+}
+
+/* the values s allows when it lists them (enum/const), else NULL (borrowed or owned) */
+static json_t *listed(gr_sc *c, json_t *s)
+{
+    json_t *cn = json_object_get(s, "const");
+    if (cn) {
+        json_t *a = own(c, json_array());
+        json_array_append(a, cn);
+        return a;
+    }
+    json_t *en = json_object_get(s, "enum");
+    return json_is_array(en) ? en : NULL;
+}
+
+static int values_disjoint(json_t *a, json_t *b)
+{
+    size_t i, j;
+    json_t *x, *y;
+    json_array_foreach(a, i, x) {
+        json_array_foreach(b, j, y) {
+            if (json_equal(x, y))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static int in_required(json_t *s, const char *k)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(s, "required"), i, x) {
+        if (json_is_string(x) && !strcmp(json_string_value(x), k))
+            return 1;
+    }
+    return 0;
+}
+
+/* 1 when no instance can match both a and b: by types, by listed values, or by a
+ * required property whose listed values differ (a discriminator) */
+static int disjoint(gr_sc *c, json_t *a, json_t *b)
+{
+    int ta = type_bits(a), tb = type_bits(b);
+    if (ta & T_NUM)
+        ta |= T_INT;
+    if (tb & T_NUM)
+        tb |= T_INT;
+    if (!(ta & tb))
+        return 1;
+    json_t *la = json_is_object(a) ? listed(c, a) : NULL, *lb = json_is_object(b) ? listed(c, b) : NULL;
+    if (la && lb && values_disjoint(la, lb))
+        return 1;
+    if (!json_is_object(a) || !json_is_object(b) || (ta & tb) != T_OBJ)
+        return 0;
+    const char *k;
+    json_t *pa;
+    json_object_foreach(json_object_get(a, "properties"), k, pa) {
+        json_t *pb = json_object_get(json_object_get(b, "properties"), k);
+        if (!pb || !in_required(a, k) || !in_required(b, k) || !json_is_object(pa) || !json_is_object(pb))
+            continue;
+        json_t *va = listed(c, pa), *vb = listed(c, pb);
+        if (va && vb && values_disjoint(va, vb))
+            return 1;
+        if (!(type_bits(pa) & type_bits(pb)))
+            return 1;
+    }
+    return 0;
+}
+
 /* the rules of nonterminal nt for schema s */
 static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
 {
@@ -654,6 +763,31 @@ static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
         json_object_del(base, kw);
         int plain = !asserts(base);
         size_t i;
+        if (one) {   /* exactly one branch: enforced only where the branches cannot overlap */
+            size_t n = json_array_size(alts);
+            json_t **fl = calloc(n, sizeof *fl);
+            if (!fl)
+                return v4_err_set(c->err, V4_ERR_NOMEM, "grammar", "out of memory");
+            int rc = 0;
+            for (i = 0; i < n && !rc; i++) {
+                char sp[PTR_MAX];
+                idx_ptr(sp, ptr, kw, i);
+                json_t *x = json_array_get(alts, i);
+                json_t *fx = json_is_object(x) ? flatten(c, x, sp) : x;
+                fl[i] = fx && !plain ? merge(c, base, fx, sp) : fx;
+                rc = fl[i] ? 0 : -1;
+            }
+            for (size_t a = 0; a < n && !rc; a++)
+                for (size_t bb = a + 1; bb < n && !rc; bb++)
+                    if (!disjoint(c, fl[a], fl[bb]))
+                        rc = gr_sc_fail(c, ptr, "oneOf",
+                                        "oneOf branches %zu and %zu may both match, and exclusivity is not enforced "
+                                        "(anyOf would be)",
+                                        a, bb);
+            free(fl);
+            if (rc)
+                return -1;
+        }
         json_array_foreach(alts, i, v) {
             char sp[PTR_MAX];
             idx_ptr(sp, ptr, kw, i);

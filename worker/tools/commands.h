@@ -17,5 +17,7 @@ int v4_cmd_pack(int argc, char **argv);
 int v4_cmd_cachesim(int argc, char **argv);
 int v4_cmd_batch(int argc, char **argv);
 int v4_cmd_numerics_check(int argc, char **argv);
+int v4_cmd_grammar_check(int argc, char **argv);
+int v4_cmd_grammar_bench(int argc, char **argv);
 
 #endif

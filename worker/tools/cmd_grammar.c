@@ -1,0 +1,430 @@
+/* cmd_grammar.c - `v4fleet grammar-check`: does a text's token sequence pass a constraint,
+ * and where is it refused.
+ *
+ *   v4fleet grammar-check --tokenizer DIR (--schema FILE | --json-object | --regex R |
+ *                         --choice FILE) [--compact] [TEXT_FILE | -]
+ *
+ * The text (a file, or stdin) is tokenized as the model would write it (no special
+ * tokens) and fed token by token through the engine (worker/grammar/grammar.h): before
+ * each token the mask must allow it, and after the last one the end must be allowed.
+ * Prints "accepted (N tokens)" or where it was refused (token index, byte offset, the
+ * token's text, the text before it), and exits 0 accepted, 1 refused, 2 usage or a
+ * constraint that does not compile (the message names the keyword and JSON pointer).
+ * Also the shared helpers of grammar_cli.h.  docs/structured-outputs.md has examples.
+ * Thread: main thread (a command).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "grammar_cli.h"
+
+/* ---------------------------------------------------------------- helpers -- */
+static const char *tok_bytes(void *ctx, int32_t id, size_t *len)
+{
+    const char *b = v4_tok_bytes(ctx, id, len);
+    if (!b)
+        *len = 0;
+    return b;
+}
+
+static int tok_special(void *ctx, int32_t id)
+{
+    return v4_tok_is_special(ctx, id);
+}
+
+v4g_vocab *v4_grammar_vocab(const v4_tokenizer *t, v4_error *err)
+{
+    return v4g_vocab_new(v4_tok_n_ids(t), tok_bytes, tok_special, (void *)t, v4_tok_eos(t), err);
+}
+
+typedef struct tbuf {
+    char *s;
+    size_t n, cap;
+    int oom;
+} tbuf;
+
+static void put(tbuf *b, const char *t, size_t l)
+{
+    if (b->n + l + 1 > b->cap) {
+        size_t nc = (b->cap ? b->cap * 2 : 256) + l;
+        char *q = realloc(b->s, nc);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->s = q;
+        b->cap = nc;
+    }
+    memcpy(b->s + b->n, t, l);
+    b->n += l;
+    b->s[b->n] = 0;
+}
+
+static void real_text(double d, char *out, size_t n)
+{
+    for (int p = 1; p <= 17; p++) {   /* the shortest text that reads back the same */
+        snprintf(out, n, "%.*g", p, d);
+        if (strtod(out, NULL) == d)
+            break;
+    }
+    if (!strpbrk(out, ".eEn"))   /* a real stays a real: 1.0, not 1 */
+        strncat(out, ".0", n - strlen(out) - 1);
+}
+
+/* ------------------------------------------- keys in the schema's order -- */
+/* The engine writes an object's properties in its schema's order (the named ones, then
+ * extra keys); a document checked against it must come in that order too.  The schema
+ * of a value is found as the compiler finds it: $ref target first, then the schema's own
+ * properties, then allOf's branches; of anyOf/oneOf the branch naming most of the keys. */
+#define ORDER_DEPTH 32
+
+static const json_t *deref(const json_t *root, const json_t *s)
+{
+    const char *ref = json_string_value(json_object_get(s, "$ref"));
+    if (!ref || ref[0] != '#')
+        return NULL;
+    const json_t *cur = root;
+    const char *p = ref + 1;
+    while (*p == '/' && cur) {
+        p++;
+        char tok[256];
+        size_t n = 0;
+        while (*p && *p != '/' && n + 1 < sizeof tok) {
+            if (p[0] == '~' && (p[1] == '0' || p[1] == '1')) {
+                tok[n++] = p[1] == '0' ? '~' : '/';
+                p += 2;
+            } else {
+                tok[n++] = *p++;
+            }
+        }
+        tok[n] = 0;
+        cur = json_is_array(cur) ? json_array_get(cur, (size_t)atol(tok)) : json_object_get(cur, tok);
+    }
+    return cur;
+}
+
+/* append the property schemas of s (and of what it folds in) to props, in the compiler's order */
+static void collect(const json_t *root, const json_t *s, const json_t *data, json_t *props, int depth)
+{
+    if (!json_is_object(s) || depth > ORDER_DEPTH)
+        return;
+    const json_t *t = deref(root, s);
+    if (t)
+        collect(root, t, data, props, depth + 1);
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(s, "properties"), k, v) {
+        if (!json_object_get(props, k))
+            json_object_set(props, k, v);
+    }
+    size_t i;
+    json_array_foreach(json_object_get(s, "allOf"), i, v) collect(root, v, data, props, depth + 1);
+    const json_t *alts = json_object_get(s, "anyOf");
+    if (!alts)
+        alts = json_object_get(s, "oneOf");
+    const json_t *best = NULL;
+    long best_n = -1;
+    json_array_foreach(alts, i, v) {
+        json_t *p = json_object();
+        collect(root, v, data, p, depth + 1);
+        long n = 0;
+        json_t *x;
+        const char *pk;
+        json_object_foreach(p, pk, x) n += json_object_get(data, pk) != NULL;
+        json_decref(p);
+        if (n > best_n)
+            best = v, best_n = n;
+    }
+    if (best)
+        collect(root, best, data, props, depth + 1);
+}
+
+/* the schema of an array's item i */
+static const json_t *item_schema(const json_t *root, const json_t *s, size_t i, int depth)
+{
+    if (!json_is_object(s) || depth > ORDER_DEPTH)
+        return NULL;
+    const json_t *t = deref(root, s);
+    if (t)
+        return item_schema(root, t, i, depth + 1);
+    const json_t *pre = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
+    if (json_is_array(items))
+        pre = items, items = json_object_get(s, "additionalItems");
+    if (json_is_array(pre) && i < json_array_size(pre))
+        return json_array_get(pre, i);
+    if (items)
+        return items;
+    size_t k;
+    json_t *v;
+    json_array_foreach(json_object_get(s, "allOf"), k, v) {
+        const json_t *r = item_schema(root, v, i, depth + 1);
+        if (r)
+            return r;
+    }
+    const json_t *alts = json_object_get(s, "anyOf");
+    if (!alts)
+        alts = json_object_get(s, "oneOf");
+    json_array_foreach(alts, k, v) {
+        const json_t *r = item_schema(root, v, i, depth + 1);
+        if (r)
+            return r;
+    }
+    return NULL;
+}
+
+static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, const json_t *schema, int depth);
+
+static void member(tbuf *b, const char *k, const json_t *x, int first, int spaced, const json_t *root,
+                   const json_t *sub, int depth)
+{
+    if (!first)
+        put(b, spaced ? ", " : ",", spaced ? 2 : 1);
+    json_t *ks = json_string(k);
+    char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+    json_decref(ks);
+    if (!kd) {
+        b->oom = 1;
+        return;
+    }
+    put(b, kd, strlen(kd));
+    free(kd);
+    put(b, spaced ? ": " : ":", spaced ? 2 : 1);
+    text_of(b, x, spaced, root, sub, depth + 1);
+}
+
+static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, const json_t *schema, int depth)
+{
+    char tmp[64];
+    size_t i;
+    const char *k;
+    json_t *x;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        json_t *props = json_object();
+        if (schema && depth < ORDER_DEPTH)
+            collect(root, schema, v, props, 0);
+        const json_t *ap = schema ? json_object_get(schema, "additionalProperties") : NULL;
+        put(b, "{", 1);
+        int first = 1;
+        json_object_foreach(props, k, x) {   /* the named properties, in order */
+            json_t *dv = json_object_get(v, k);
+            if (dv) {
+                member(b, k, dv, first, spaced, root, x, depth);
+                first = 0;
+            }
+        }
+        json_object_foreach((json_t *)v, k, x) {   /* then the others, as they come */
+            if (!json_object_get(props, k)) {
+                member(b, k, x, first, spaced, root, json_is_object(ap) ? ap : NULL, depth);
+                first = 0;
+            }
+        }
+        json_decref(props);
+        put(b, "}", 1);
+        return;
+    }
+    case JSON_ARRAY:
+        put(b, "[", 1);
+        json_array_foreach((json_t *)v, i, x) {
+            if (i)
+                put(b, spaced ? ", " : ",", spaced ? 2 : 1);
+            text_of(b, x, spaced, root, schema ? item_schema(root, schema, i, 0) : NULL, depth + 1);
+        }
+        put(b, "]", 1);
+        return;
+    case JSON_REAL:
+        real_text(json_real_value(v), tmp, sizeof tmp);
+        put(b, tmp, strlen(tmp));
+        return;
+    default: {
+        char *d = json_dumps(v, JSON_ENCODE_ANY);
+        if (!d) {
+            b->oom = 1;
+            return;
+        }
+        put(b, d, strlen(d));
+        free(d);
+    }
+    }
+}
+
+char *v4_json_text(const json_t *v, const json_t *schema, int spaced)
+{
+    tbuf b = {0};
+    text_of(&b, v, spaced, schema, schema, 0);
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s ? b.s : strdup("");
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *s = malloc(cap);
+    while (s) {
+        if (n + 4096 > cap) {
+            char *q = realloc(s, cap * 2);
+            if (!q) {
+                free(s);
+                s = NULL;
+                break;
+            }
+            s = q;
+            cap *= 2;
+        }
+        size_t r = fread(s + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    if (f != stdin)
+        fclose(f);
+    if (s) {
+        s[n] = 0;
+        *len = n;
+    }
+    return s;
+}
+
+/* ----------------------------------------------------------- grammar-check -- */
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: v4fleet grammar-check --tokenizer DIR (--schema FILE | --json-object | --regex R |\n"
+               "                             --choice FILE) [--compact] [TEXT_FILE | -]\n\n"
+               "Feed a text's tokens through a constraint; say whether it is accepted and where it is refused.\n"
+               "  --tokenizer DIR  directory with tokenizer.json (+ tokenizer_config.json)\n"
+               "  --schema FILE    a JSON Schema          --json-object  any JSON object\n"
+               "  --regex R        a regex (ECMA-262) the whole text must match\n"
+               "  --choice FILE    a JSON array of strings: the text is one of them\n"
+               "  --compact        JSON without whitespace between tokens (default: bounded runs)\n"
+               "Exit: 0 accepted, 1 refused, 2 usage error or a constraint that does not compile.\n");
+}
+
+int v4_cmd_grammar_check(int argc, char **argv)
+{
+    const char *tokdir = NULL, *schema = NULL, *regex = NULL, *choice = NULL, *textf = "-";
+    int json_object = 0, compact = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--tokenizer") && i + 1 < argc) {
+            tokdir = argv[++i];
+        } else if (!strcmp(a, "--schema") && i + 1 < argc) {
+            schema = argv[++i];
+        } else if (!strcmp(a, "--regex") && i + 1 < argc) {
+            regex = argv[++i];
+        } else if (!strcmp(a, "--choice") && i + 1 < argc) {
+            choice = argv[++i];
+        } else if (!strcmp(a, "--json-object")) {
+            json_object = 1;
+        } else if (!strcmp(a, "--compact")) {
+            compact = 1;
+        } else if (a[0] != '-' || !strcmp(a, "-")) {
+            textf = a;
+        } else {
+            fprintf(stderr, "v4fleet grammar-check: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!tokdir || (!!schema + !!regex + !!choice + json_object) != 1) {
+        fprintf(stderr, "v4fleet grammar-check: need --tokenizer and exactly one of --schema, --json-object, "
+                        "--regex, --choice\n");
+        usage(stderr);
+        return 2;
+    }
+    v4_error err = {0};
+    v4_tokenizer *t = NULL;
+    if (v4_tok_load(tokdir, &t, &err)) {
+        v4_print_error("grammar-check", &err);
+        return 2;
+    }
+    size_t clen = 0, tlen = 0;
+    char *ctext = NULL;
+    v4g_kind kind = V4G_JSON_OBJECT;
+    if (schema || choice) {
+        ctext = slurp(schema ? schema : choice, &clen);
+        if (!ctext) {
+            fprintf(stderr, "v4fleet grammar-check: %s: cannot read\n", schema ? schema : choice);
+            v4_tok_free(t);
+            return 2;
+        }
+        kind = schema ? V4G_JSON_SCHEMA : V4G_CHOICE;
+    } else if (regex) {
+        ctext = strdup(regex);
+        clen = strlen(regex);
+        kind = V4G_REGEX;
+    }
+    v4g_opts o = {.compact = compact};
+    v4g_constraint *c = v4g_compile(kind, ctext ? ctext : "", clen, &o, &err);
+    free(ctext);
+    char *text = c ? slurp(textf, &tlen) : NULL;
+    v4g_vocab *v = text ? v4_grammar_vocab(t, &err) : NULL;
+    v4g_matcher *m = v ? v4g_matcher_new(c, v, &err) : NULL;
+    v4_ids ids = {0};
+    int rc = 2;
+    if (!c) {
+        fprintf(stderr, "v4fleet grammar-check: the constraint does not compile: %s%s%s\n", err.msg,
+                err.where[0] ? " [at " : "", err.where[0] ? err.where : "");
+        if (err.where[0])
+            fprintf(stderr, "]\n");
+    } else if (!text) {
+        fprintf(stderr, "v4fleet grammar-check: %s: cannot read the text\n", textf);
+    } else if (!m || v4_tok_encode(t, text, tlen, &ids, &err)) {
+        v4_print_error("grammar-check", &err);
+    } else {
+        uint32_t *bits = calloc(((size_t)v4g_vocab_size(v) + 31) / 32, sizeof *bits);
+        size_t off = 0;
+        rc = 0;
+        for (size_t i = 0; bits && i <= ids.n; i++) {
+            if (v4g_matcher_mask(m, bits, &err)) {
+                v4_print_error("grammar-check", &err);
+                rc = 2;
+                break;
+            }
+            int32_t id = i < ids.n ? ids.v[i] : v4_tok_eos(t);
+            int ok = id >= 0 && (bits[id >> 5] >> (id & 31)) & 1;
+            size_t blen = 0;
+            const char *b = id >= 0 && i < ids.n ? v4_tok_bytes(t, id, &blen) : NULL;
+            if (!ok) {
+                if (i == ids.n)
+                    printf("refused: the text ends before the constraint is satisfied (%zu tokens, %zu bytes "
+                           "taken)\n",
+                           ids.n, tlen);
+                else
+                    printf("refused at token %zu (id %d, bytes %zu..%zu: \"%.*s\") after \"%.*s\"\n", i, id, off,
+                           off + blen, (int)blen, b ? b : "", (int)(off > 60 ? 60 : off),
+                           text + (off > 60 ? off - 60 : 0));
+                rc = 1;
+                break;
+            }
+            if (i < ids.n && v4g_matcher_commit(m, id, &err) != 0) {
+                printf("refused at token %zu (commit)\n", i);
+                rc = 1;
+                break;
+            }
+            off += blen;
+        }
+        if (rc == 0)
+            printf("accepted (%zu tokens, %zu bytes)\n", ids.n, tlen);
+        free(bits);
+    }
+    v4_ids_free(&ids);
+    v4g_matcher_free(m);
+    v4g_vocab_free(v);
+    v4g_constraint_unref(c);
+    free(text);
+    v4_tok_free(t);
+    return rc;
+}
