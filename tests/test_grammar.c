@@ -367,6 +367,42 @@ static void test_bounds(void)
     }
 }
 
+static void test_cache(void)
+{
+    v4g_cache *k = v4g_cache_new(1 << 20);
+    v4_error err = {0};
+    int hit = -1;
+    v4g_constraint *a = v4g_cache_get(k, V4G_JSON_SCHEMA, PERSON, strlen(PERSON), NULL, &hit, &err);
+    CHECK(a && hit == 0, "first get compiles: %s", err.msg);
+    v4g_constraint *b = v4g_cache_get(k, V4G_JSON_SCHEMA, PERSON, strlen(PERSON), NULL, &hit, &err);
+    CHECK(b == a && hit == 1, "second get is the same constraint, a hit");
+    v4g_opts compact = {.compact = 1};
+    v4g_constraint *c = v4g_cache_get(k, V4G_JSON_SCHEMA, PERSON, strlen(PERSON), &compact, &hit, &err);
+    CHECK(c && c != a && hit == 0, "other options: another entry");
+    CHECK(!v4g_cache_get(k, V4G_JSON_SCHEMA, "{\"not\":{}}", 10, NULL, &hit, &err) && !strcmp(err.where, "/not"),
+          "a compile error comes back through the cache: %s", err.where);
+    if (c)
+        CHECK(run_text(c, "{ \"name\":\"x\"}") == 1, "the cached compact constraint refuses whitespace");
+    v4g_cache_figs f;
+    v4g_cache_stats(k, &f);
+    CHECK(f.entries == 2 && f.hits == 1 && f.misses == 3 && f.bytes > 0, "stats: %zu entries, %llu hits, %llu misses",
+          f.entries, (unsigned long long)f.hits, (unsigned long long)f.misses);
+    v4g_constraint_unref(a);
+    v4g_constraint_unref(b);
+    v4g_constraint_unref(c);
+    /* a budget of one byte keeps only the latest entry */
+    v4g_cache *tiny = v4g_cache_new(1);
+    for (int i = 0; i < 5; i++) {
+        char re[32];
+        snprintf(re, sizeof re, "a{%d}", i + 1);
+        v4g_constraint_unref(v4g_cache_get(tiny, V4G_REGEX, re, strlen(re), NULL, &hit, &err));
+    }
+    v4g_cache_stats(tiny, &f);
+    CHECK(f.entries == 1, "a tiny budget keeps %zu entries", f.entries);
+    v4g_cache_free(tiny);
+    v4g_cache_free(k);
+}
+
 int main(void)
 {
     make_vocab();
@@ -377,6 +413,7 @@ int main(void)
     test_schema();
     test_errors();
     test_bounds();
+    test_cache();
     v4g_vocab_free(V);
     for (int i = 0; i < SRC.n - 1; i++)
         free(SRC.tok[i]);

@@ -30,6 +30,7 @@
 #define GR_MAX_PRODS (1 << 20)
 #define GR_MAX_REPEAT 4096            /* {n,m}, minLength/maxLength: larger is a compile error */
 #define GR_MAX_DFA_STATES 200000      /* lexer cache entries: past this a grammar refuses */
+#define GR_MASK_CACHE_BYTES (96u << 20) /* mask caches of one grammar: past this they start over */
 
 /* ------------------------------------------------------------------- NFA -- */
 /* One Thompson NFA holds every lexeme of a grammar.  A state has a list of edges
@@ -169,6 +170,7 @@ typedef struct gr_lexer {
     int32_t mark_gen;
     size_t bytes;            /* memory held (for the cache's byte budget) */
     const void *cache_vocab; /* the vocabulary of the mask caches (one at a time) */
+    size_t mask_bytes;       /* of bytes: the mask caches' share */
 } gr_lexer;
 
 struct gr_grammar {

@@ -445,6 +445,7 @@ static int fill_cache(v4g_matcher *m, int32_t s)
     ds->bnd = bnd;
     ds->n_bnd = n_bnd / 2;
     g->lx.bytes += words * sizeof *inner + (size_t)n_bnd * sizeof *bnd;
+    g->lx.mask_bytes += words * sizeof *inner + (size_t)n_bnd * sizeof *bnd;
     return 0;
 oom:
     free(inner);
@@ -453,12 +454,15 @@ oom:
     return -1;
 }
 
-/* the caches belong to one vocabulary at a time: another one empties them */
+/* the caches belong to one vocabulary at a time: another one empties them, and so does
+ * a grammar whose caches outgrew their budget (they are filled again as needed) */
 static void cache_for(v4g_matcher *m)
 {
     gr_lexer *lx = &m->g->lx;
-    if (lx->cache_vocab == m->v)
+    if (lx->cache_vocab == m->v && lx->mask_bytes < GR_MASK_CACHE_BYTES)
         return;
+    lx->bytes -= lx->mask_bytes;
+    lx->mask_bytes = 0;
     for (int32_t i = 0; i < lx->n_ds; i++) {
         free(lx->ds[i].inner);
         free(lx->ds[i].bnd);

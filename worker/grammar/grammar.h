@@ -68,4 +68,20 @@ int v4g_matcher_feed(v4g_matcher *m, const char *bytes, size_t len, size_t *at, 
 int v4g_matcher_accepting(v4g_matcher *m);   /* the text so far is a complete answer */
 int v4g_matcher_finished(const v4g_matcher *m);   /* EOS was taken */
 
+/* ------------------------------------------------------------------ cache -- */
+/* Compiled constraints by their text (callers pass a canonical text, e.g. a schema written
+ * compactly), least recently used out past max_bytes.  Any thread; one lock inside.
+ * v4g_cache_get returns a reference the caller unrefs; *hit says whether it was cached.
+ * A constraint that does not compile is not kept (err says why). */
+typedef struct v4g_cache v4g_cache;
+typedef struct v4g_cache_figs {
+    size_t bytes, entries;
+    uint64_t hits, misses;
+} v4g_cache_figs;
+v4g_cache *v4g_cache_new(size_t max_bytes);
+void v4g_cache_free(v4g_cache *c);
+v4g_constraint *v4g_cache_get(v4g_cache *c, v4g_kind kind, const char *text, size_t len, const v4g_opts *opts,
+                              int *hit, v4_error *err);
+void v4g_cache_stats(v4g_cache *c, v4g_cache_figs *figs);
+
 #endif
