@@ -3,7 +3,8 @@
  * of the validation contract of issue 18, on a GPU.
  *
  * Without the CUDA backend or without a GPU it exits 77 (SKIPPED) and says why.  With
- * one: the backend must come up in the fast mode (its self-test passed), and for FP8
+ * one: the backend must come up in the fast mode (its self-test passed; otherwise the
+ * failure names the product and the cuBLAS / CUDA status of v4_cuda_backend_selftest), and for FP8
  * and FP4 QUANT and V4_LIN_BF16 (BF16, FP8 and R8 weights) products of V4-like shapes
  * and batches 1..64:
  *   - calc_diff against the CPU exact backend <= 1e-6, identical NaN/Inf positions;
@@ -141,7 +142,11 @@ int main(void)
     CHECK(cu != NULL, "cuda backend: %s", err.msg);
     if (!cu)
         TEST_DONE();
-    CHECK(v4_cuda_backend_fast(cu), "the fast mode did not start (self-test failed: see stderr)");
+    v4_fast_selftest ft;
+    v4_cuda_backend_selftest(cu, &ft);
+    CHECK(v4_cuda_backend_fast(cu) && ft.state == V4_FAST_PASSED,
+          "the fast mode did not start: self-test %s, product %s, status %s (%d): %s", v4_fast_state_name(ft.state),
+          ft.product, ft.status, ft.code, ft.detail);
     v4_backend *cpu = v4_cpu_backend_create_ex(1, "auto", "exact", &err);
     CHECK(cpu != NULL, "cpu backend: %s", err.msg);
     if (!cpu || !v4_cuda_backend_fast(cu)) {

@@ -9,15 +9,20 @@
 #    name in docker files is a worker setting (KNOWN[] of config/worker_config.c), a
 #    getenv() of the sources, a CMake option or a name of scripts/lib.sh; .env.example
 #    documents every variable compose reads, with compose's defaults; Dockerfiles:
-#    multi-stage, pinned bases, non-root, STOPSIGNAL, HEALTHCHECK on /healthz with curl
-#    installed, ENTRYPOINT/CMD, labels; their runtime packages cover `ldd $V4_BIN`
-#    (soname -> package table; the Debian 12 column is cross-checked with dpkg -S and the
-#    packages' dependencies with apt-cache depends on this machine); .dockerignore keeps
+#    multi-stage, every FROM a build arg (BASE_IMAGE; CUDA_DEVEL_IMAGE/CUDA_RUNTIME_IMAGE)
+#    whose default is a pinned base, no "# syntax=" line (BuildKit would pull it), non-root,
+#    STOPSIGNAL, HEALTHCHECK on /healthz with curl installed, ENTRYPOINT/CMD, labels; both
+#    runtime package lists (RUNTIME_PACKAGES_DEBIAN12 / _UBUNTU2404, picked by the base's
+#    /etc/os-release) cover `ldd $V4_BIN` (soname -> package table; the Debian 12 column
+#    is cross-checked with dpkg -S and the packages' dependencies with apt-cache depends
+#    on this machine); .dockerignore keeps
 #    the sources and drops secrets; k8s: kinds, probes, grace, GPU, secrets, KEDA target.
 # 2. The same checker on mutated copies must fail, naming the broken rule (the checks
 #    can fail).
 # 3. `docker-compose config` (compose 1.29, parses without an engine) with .env.example
-#    and all profiles; yamllint; shellcheck of docker/make-secrets.sh.
+#    and all profiles, also with docker/compose.check.yml (which may change only builds and
+#    secret paths); yamllint; shellcheck of docker/make-secrets.sh and
+#    scripts/container-check.sh.
 # 4. Against real brokers: a private RabbitMQ started with docker/rabbitmq/50-v4fleet.conf
 #    and the users fragment make-secrets.sh writes (the node must boot with them, report
 #    the configured consumer_timeout, accept the generated credentials); a Redis started
@@ -26,8 +31,9 @@
 #    environment and the generated secret files serves a task, answers compose's
 #    healthcheck once it has the HTTP endpoint, and exits 0 on SIGTERM within V4_GRACE_MS;
 #    the k8s ConfigMap's values pass the worker's settings validation.
-# Not checkable here (no engine, no registry): building the images, hadolint (not
-# packaged for Debian), the Ubuntu 24.04 package names, kubectl/KEDA schema validation.
+# Not checked here: building and running the images (needs a Docker engine:
+# scripts/container-check.sh does it, offline), hadolint (not packaged for Debian), the
+# Ubuntu 24.04 package names, kubectl/KEDA schema validation.
 # Needs: V4_BIN, V4_TMP; yamllint, docker-compose, shellcheck, rabbitmq-server,
 # redis-server (V4_PACKAGES of scripts/lib.sh).  Missing tools are failures, not skips.
 set -euo pipefail
@@ -317,7 +323,7 @@ if any(SAN.match(s) for s in needed):
 unknown = [s for s in needed if s not in SONAMES and s not in LIBC and not CUDA.match(s) and not SAN.match(s)]
 for s in unknown:
     fail("ldd: %s is linked but not in the soname table of this test: add its Debian/Ubuntu runtime "
-         "packages there and to RUNTIME_PACKAGES of both Dockerfiles" % s)
+         "packages there and to RUNTIME_PACKAGES_DEBIAN12/_UBUNTU2404 of both Dockerfiles" % s)
 # The Debian column must be what dpkg says on this (Debian 12) machine.
 for s, path in needed.items():
     if s in SONAMES and SONAMES[s][0] and os.path.exists(path):
@@ -330,8 +336,10 @@ for s, path in needed.items():
 
 V4_PACKAGES = re.search(r"V4_PACKAGES=\((.*?)\)", rd("scripts/lib.sh"), re.S).group(1).split()
 
-def dockerfile(rel, col, base_re, cuda):
+def dockerfile(rel, base_re, cuda, base_args):
     text = rd(rel)
+    if re.match(r"^#\s*syntax\s*=", text):
+        fail("%s: has a '# syntax=' line (BuildKit would pull the frontend from a registry)" % rel)
     lines = re.sub(r"\\\n", " ", text).splitlines()
     ins = [(l.split(None, 1)[0].upper(), l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "")
            for l in lines if l.strip() and not l.lstrip().startswith("#")]
@@ -340,11 +348,20 @@ def dockerfile(rel, col, base_re, cuda):
         if k == "ARG" and "=" in v:
             a, b = v.split("=", 1)
             args[a.strip()] = b.strip().strip('"')
-    def subst(v):
-        return re.sub(r"\$\{(\w+)\}", lambda x: args.get(x.group(1), x.group(0)), v)
+    def subst(v):   # ARG defaults may use earlier ARGs: substitute until nothing changes
+        for _ in range(8):
+            w = re.sub(r"\$\{(\w+)\}", lambda x: args.get(x.group(1), x.group(0)), v)
+            if w == v:
+                break
+            v = w
+        return v
     froms = [i for i, (k, _) in enumerate(ins) if k == "FROM"]
     if len(froms) < 2:
         return fail("%s: not multi-stage (%d FROM)" % (rel, len(froms)))
+    # Every stage's base is a build argument (offline builds swap in an imported base).
+    for i, want in zip(froms, base_args):
+        if ins[i][1].split()[0] != "${%s}" % want:
+            fail("%s: FROM %s does not take its image from the build arg %s" % (rel, ins[i][1].split()[0], want))
     images = [subst(ins[i][1]).split()[0] for i in froms]
     if not re.search(r"\s+AS\s+build\b", ins[froms[0]][1], re.I):
         fail("%s: the first stage is not named build" % rel)
@@ -380,45 +397,60 @@ def dockerfile(rel, col, base_re, cuda):
         fail("%s: the build stage does not take its packages from scripts/lib.sh" % rel)
     test_only = args.get("TEST_ONLY_PACKAGES", "").split()
     build_pkgs = [p for p in V4_PACKAGES if p not in test_only]
-    runtime = args.get("RUNTIME_PACKAGES", "").split()
-    if not runtime or not any(k == "RUN" and "${RUNTIME_PACKAGES}" in x and "--no-install-recommends" in x for k, x in final):
-        fail("%s: RUNTIME_PACKAGES not installed with --no-install-recommends" % rel)
-    for p in runtime:
-        if p.endswith("-dev"):
-            fail("%s: runtime stage installs a -dev package %s" % (rel, p))
-    if "curl" not in runtime:
-        fail("%s: HEALTHCHECK uses curl but curl is not in RUNTIME_PACKAGES" % rel)
-    covered = set(runtime) | BASE
-    if col == 0:   # Debian: add the dependencies apt would pull, as apt-cache says here
-        r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
-                            "--no-breaks", "--no-replaces", "--no-enhances"] + runtime, capture_output=True, text=True)
-        if r.returncode != 0:
-            fail("apt-cache depends failed: %s" % r.stderr.strip())
-        covered |= {l.strip() for l in r.stdout.splitlines() if l and not l.startswith(" ")}
-    else:          # Ubuntu (not checkable here): the dependencies named in the table
-        covered |= {"libssl3t64", "zlib1g"}
+    # Two runtime lists, picked in the RUN by the base's /etc/os-release: Debian 12 (col 0,
+    # checked with apt-cache here) and Ubuntu 24.04 (col 1, from the table).
+    lists = ((0, "RUNTIME_PACKAGES_DEBIAN12", "debian:12"), (1, "RUNTIME_PACKAGES_UBUNTU2404", "ubuntu:24.04"))
+    pick = [x for k, x in final if k == "RUN" and "/etc/os-release" in x and "--no-install-recommends" in x]
+    if not pick:
+        fail("%s: no RUN picks the runtime packages by /etc/os-release with --no-install-recommends" % rel)
+    for col, name, distro in lists:
+        if pick and not ("${%s}" % name in pick[0] and distro in pick[0]):
+            fail("%s: the runtime RUN does not install %s for %s" % (rel, name, distro))
+        runtime = args.get(name, "").split()
+        if not runtime:
+            fail("%s: no %s" % (rel, name))
+            continue
+        for p in runtime:
+            if p.endswith("-dev"):
+                fail("%s: runtime stage installs a -dev package %s" % (rel, p))
+        if "curl" not in runtime:
+            fail("%s: HEALTHCHECK uses curl but curl is not in %s" % (rel, name))
+        covered = set(runtime) | BASE
+        if col == 0:   # Debian: add the dependencies apt would pull, as apt-cache says here
+            r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                                "--no-breaks", "--no-replaces", "--no-enhances"] + runtime, capture_output=True, text=True)
+            if r.returncode != 0:
+                fail("apt-cache depends failed: %s" % r.stderr.strip())
+            covered |= {l.strip() for l in r.stdout.splitlines() if l and not l.startswith(" ")}
+        else:          # Ubuntu (not checkable here): the dependencies named in the table
+            covered |= {"libssl3t64", "zlib1g"}
+        for s in needed:
+            if s in LIBC or SAN.match(s):
+                continue
+            if CUDA.match(s):   # CUDA runtime image (cuBLAS...) or the host driver; the CPU image builds without
+                continue
+            if s not in SONAMES:
+                continue
+            pkg = SONAMES[s][col]
+            if pkg is None:   # this soname cannot come from this distribution (e.g. hiredis 0.14 vs 1.1)
+                alt = [t for t, v in SONAMES.items() if t.split(".so")[0] == s.split(".so")[0] and v[col]]
+                pkg = SONAMES[alt[0]][col] if alt else None
+            if pkg not in covered:
+                fail("%s: %s (package %s) is not covered by %s" % (rel, s, pkg, name))
+            dev = SONAMES[s][2]
+            if dev and dev not in build_pkgs:
+                fail("%s: build stage lacks %s for %s (V4_PACKAGES minus TEST_ONLY_PACKAGES)" % (rel, dev, s))
     if not cuda and not any(k == "RUN" and "-DV4_CUDA=OFF" in x for k, x in ins[:froms[1]]):
         fail("%s: the CPU image does not configure with -DV4_CUDA=OFF" % rel)
-    for s in needed:
-        if s in LIBC or SAN.match(s):
-            continue
-        if CUDA.match(s):   # CUDA runtime image (cuBLAS...) or the host driver; the CPU image builds without
-            continue
-        if s not in SONAMES:
-            continue
-        pkg = SONAMES[s][col]
-        if pkg is None:   # this soname cannot come from this distribution (e.g. hiredis 0.14 vs 1.1)
-            alt = [t for t, v in SONAMES.items() if t.split(".so")[0] == s.split(".so")[0] and v[col]]
-            pkg = SONAMES[alt[0]][col] if alt else None
-        if pkg not in covered:
-            fail("%s: %s (package %s) is not covered by RUNTIME_PACKAGES" % (rel, s, pkg))
-        dev = SONAMES[s][2]
-        if dev and dev not in build_pkgs:
-            fail("%s: build stage lacks %s for %s (V4_PACKAGES minus TEST_ONLY_PACKAGES)" % (rel, dev, s))
-    ok("%s: %s -> %s, runtime packages %s" % (rel, images[0], images[-1], " ".join(runtime)))
+    runtime = args.get("RUNTIME_PACKAGES_DEBIAN12", "").split()
+    ok("%s: %s -> %s, runtime packages by /etc/os-release (Debian 12: %s)" % (rel, images[0], images[-1], " ".join(runtime)))
 
-dockerfile("docker/Dockerfile", 1, r"^nvidia/cuda:\d+\.\d+\.\d+-(devel|runtime)-ubuntu\d", True)
-dockerfile("docker/Dockerfile.cpu", 0, r"^debian:12[.\d]*-slim$", False)
+dockerfile("docker/Dockerfile", r"^nvidia/cuda:\d+\.\d+\.\d+-(devel|runtime)-ubuntu\d", True,
+           ("CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE"))
+dockerfile("docker/Dockerfile.cpu", r"^debian:12[.\d]*-slim$", False, ("BASE_IMAGE", "BASE_IMAGE"))
+for rel in ("docker/Dockerfile.cuda-base", "docker/Dockerfile.brokers"):
+    if re.match(r"^#\s*syntax\s*=", rd(rel)):
+        fail("%s: has a '# syntax=' line (BuildKit would pull the frontend from a registry)" % rel)
 
 # ---- .dockerignore -------------------------------------------------------------------
 def di_regex(p):
@@ -572,6 +604,37 @@ if command -v docker-compose > /dev/null; then
     fi
     # (compose 1.29's `config` ignores --profile: which services a profile starts is
     # checked statically, from each service's `profiles`.)
+    # docker/compose.check.yml (scripts/container-check.sh's override) may change how
+    # images are built and where the secret files are, nothing else of the services.
+    if V4FLEET_CHECK_SECRETS_DIR=/nonexistent docker-compose -f "$ROOT/docker/compose.yml" \
+            -f "$ROOT/docker/compose.check.yml" --env-file "$ROOT/docker/.env.example" \
+            --profile gpu --profile cpu --profile tools config > "$WORK/compose.check.resolved.yml" 2> "$WORK/compose.err"; then
+        if $PY - "$WORK/compose.resolved.yml" "$WORK/compose.check.resolved.yml" <<'PY'
+import sys, yaml
+a, b = (yaml.safe_load(open(f)) for f in sys.argv[1:3])
+bad = []
+for name in sorted(set(a["services"]) | set(b["services"])):
+    sa, sb = (dict(x["services"].get(name) or {}) for x in (a, b))
+    sa.pop("build", None), sb.pop("build", None)
+    for k in sorted(set(sa) | set(sb)):
+        if sa.get(k) != sb.get(k):
+            bad.append("%s.%s" % (name, k))
+if sorted(a.get("secrets", {})) != sorted(b.get("secrets", {})):
+    bad.append("secrets")
+for k, v in b.get("secrets", {}).items():
+    if not str(v.get("file", "")).startswith("/nonexistent/"):
+        bad.append("secrets.%s.file" % k)
+if bad:
+    print("compose.check.yml changes: " + ", ".join(bad))
+    sys.exit(1)
+PY
+        then echo "ok: docker/compose.check.yml changes only builds and secret paths"
+        else fail "docker/compose.check.yml changes more than builds and secret paths"
+        fi
+    else
+        cat "$WORK/compose.err" >&2
+        fail "docker-compose config rejects docker/compose.yml + docker/compose.check.yml"
+    fi
 fi
 if ! $PY "$WORK/check.py" "$ROOT" "$WORK/ldd.txt" "$WORK/compose.resolved.yml"; then
     fail "static checks of docker/ (FAIL lines above)"
@@ -582,6 +645,7 @@ if command -v yamllint > /dev/null; then
 fi
 if command -v shellcheck > /dev/null; then
     shellcheck "$ROOT/docker/make-secrets.sh" || fail "shellcheck docker/make-secrets.sh"
+    (cd "$ROOT" && shellcheck -x scripts/container-check.sh) || fail "shellcheck scripts/container-check.sh"
 fi
 
 # ---- 2. mutated copies must fail, naming the rule ------------------------------------
@@ -610,6 +674,10 @@ mutant ctimeout docker/rabbitmq/50-v4fleet.conf 's/^consumer_timeout = .*/consum
 mutant unknown docker/k8s/configmap.yaml 's/^  V4_LOG_LEVEL:/  V4_LOG_LEVL:/' 'unknown setting V4_LOG_LEVL'
 mutant runtime docker/Dockerfile.cpu 's/ libxxhash0 / /' 'libxxhash.so.0'
 mutant runtime_cuda docker/Dockerfile 's/ libpng16-16t64 / /' 'libpng16.so.16'
+mutant runtime_cuda_debian docker/Dockerfile 's/ libuv1 / /' 'libuv.so.1 (package libuv1) is not covered by RUNTIME_PACKAGES_DEBIAN12'
+mutant os_release docker/Dockerfile.cpu 's/:ubuntu:24.04)/:ubuntu:22.04)/' 'RUNTIME_PACKAGES_UBUNTU2404 for ubuntu:24.04'
+mutant base_arg docker/Dockerfile.cpu 's/^FROM ${BASE_IMAGE} AS runtime/FROM debian:12.12-slim AS runtime/' 'build arg BASE_IMAGE'
+mutant syntax docker/Dockerfile '1i # syntax=docker/dockerfile:1' "syntax="
 mutant root docker/Dockerfile 's/^USER 10001:10001$/USER root/' 'non-root USER'
 mutant readyz docker/k8s/deployment.yaml 's|path: /readyz|path: /healthz|' 'readinessProbe'
 mutant kgrace docker/k8s/deployment.yaml 's/terminationGracePeriodSeconds: 60/terminationGracePeriodSeconds: 30/' \

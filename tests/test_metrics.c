@@ -3,7 +3,9 @@
  * buckets (cumulative, le bounds, +Inf, _sum, _count, a value on a bound), label and
  * HELP escaping, number formatting, bad registrations, and a concurrency smoke test
  * (8 threads updating one counter, one labelled counter and one histogram while a
- * ninth renders: totals exact, every rendering consistent). */
+ * ninth renders: totals exact, every rendering consistent); the worker's families, among
+ * them v4fleet:fast_selftest (the failed product and its cuBLAS / CUDA status, a reload
+ * zeroing the replaced engine's verdict, none for an engine without a self-test). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +242,57 @@ static void t_worker_set(void)
     t = v4m_render(m.reg, NULL);
     CHECK(t && strstr(t, "v4fleet:numerics{mode=\"fast\"} 1\n") && strstr(t, "v4fleet:numerics{mode=\"exact\"} 0\n"),
           "numerics series (fast)");
+    free(t);
+    /* the fast mode's self-test: none before a verdict, then which product failed and how */
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "# TYPE v4fleet:fast_selftest gauge\n") && !strstr(t, "v4fleet:fast_selftest{"),
+          "fast_selftest: the family, no series yet");
+    free(t);
+    v4_fast_selftest none = {.state = V4_FAST_NOT_RUN};
+    v4_wmetrics_fast_selftest(&m, &none);
+    v4_fast_selftest bad_st = {.state = V4_FAST_FAILED, .product = "fp8 block-scaled",
+                               .status = "CUBLAS_STATUS_NOT_SUPPORTED", .code = 15,
+                               .detail = "self-test: fp8 block-scaled product: fast-mode plan: not supported"};
+    v4_wmetrics_fast_selftest(&m, &bad_st);
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "v4fleet:fast_selftest{result=\"failed\",product=\"fp8 block-scaled\","
+                         "status=\"CUBLAS_STATUS_NOT_SUPPORTED\",code=\"15\"} 1\n"),
+          "fast_selftest: the failed product and its cuBLAS status:\n%s", t ? t : "(none)");
+    free(t);
+    /* a reload onto an engine whose self-test passed: the old verdict 0, the new one 1 */
+    v4_fast_selftest ok_st = {.state = V4_FAST_PASSED};
+    v4_wmetrics_fast_selftest(&m, &ok_st);
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "v4fleet:fast_selftest{result=\"passed\",product=\"all\",status=\"ok\",code=\"0\"} 1\n") &&
+              strstr(t, "v4fleet:fast_selftest{result=\"failed\",product=\"fp8 block-scaled\","
+                        "status=\"CUBLAS_STATUS_NOT_SUPPORTED\",code=\"15\"} 0\n"),
+          "fast_selftest after a reload");
+    free(t);
+    v4_fast_selftest cu_st = {.state = V4_FAST_UNAVAILABLE, .product = "setup",
+                              .status = "cudaErrorMemoryAllocation", .code = 2};
+    v4_wmetrics_fast_selftest(&m, &cu_st);
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && strstr(t, "v4fleet:fast_selftest{result=\"unavailable\",product=\"setup\","
+                         "status=\"cudaErrorMemoryAllocation\",code=\"2\"} 1\n") &&
+              strstr(t, "v4fleet:fast_selftest{result=\"passed\",product=\"all\",status=\"ok\",code=\"0\"} 0\n"),
+          "fast_selftest: cuBLASLt unavailable");
+    free(t);
+    v4_wmetrics_fast_selftest(&m, &none);   /* an engine without a self-test: every series 0 */
+    t = v4m_render(m.reg, NULL);
+    CHECK(t && !strstr(t, "v4fleet:fast_selftest{result=\"unavailable\",product=\"setup\","
+                          "status=\"cudaErrorMemoryAllocation\",code=\"2\"} 1\n"),
+          "fast_selftest: no verdict of a replaced engine stays 1");
+    {   /* a CPU backend ran no self-test: the engine says not_run */
+        v4_error err = {0};
+        v4_backend *cb = v4_cpu_backend_create(1, "scalar", &err);
+        v4_fast_selftest ft = {.state = V4_FAST_FAILED};
+        if (cb)
+            v4_backend_fast_selftest(cb, &ft);
+        CHECK(cb && ft.state == V4_FAST_NOT_RUN && !ft.product[0] && !strcmp(v4_fast_state_name(ft.state), "not_run"),
+              "CPU backend: fast self-test not run");
+        if (cb)
+            cb->ops->destroy(cb);
+    }
     v4_runner_cache_figs cf = {10, 2, 4096, 2048, 8192};
     v4_wmetrics_cache(&m, "host", &cf);
     free(t);
@@ -271,8 +324,9 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 30, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
-                                               * expert_activations_total, memory_bytes, memory_waits_total */
+    CHECK(fams == 31, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
+                                               * expert_activations_total, memory_bytes, memory_waits_total,
+                                               * fast_selftest */
     CHECK(t && strstr(t, "# TYPE v4fleet:memory_bytes gauge\n"), "the memory split family");
     CHECK(t && strstr(t, "# TYPE v4fleet:memory_waits_total counter\n") &&
               strstr(t, "v4fleet:memory_waits_total{kind=\"stall\"} 0\n"),

@@ -13,7 +13,9 @@
  * 32-word sampled fingerprint of the entry's host bytes with the one taken at upload
  * and re-uploads the entry when it differs (a reused host buffer).  Uploads go through one pinned
  * staging buffer (16 MiB) chunk by chunk (memcpy into it, cudaMemcpyAsync, wait);
- * without pinned memory they fall back to pageable cudaMemcpy.  Entries live until
+ * without pinned memory they fall back to one pageable cudaMemcpyAsync on the backend's
+ * stream and a wait (not cudaMemcpy: that runs on the legacy default stream, which the
+ * non-blocking stream does not wait for).  Entries live until
  * evicted, v4_cuda_backend_drop_weights or destroy.  Budget (wbudget, 0 = none): each
  * entry has a use tick and the number of the linear call that used it last; a miss
  * that would pass the budget (or whose cudaMalloc fails) evicts the entry with the
@@ -87,6 +89,7 @@ struct cuda_impl {
     const v4cu_tier_ops *tier_ops;   /* its calls (set with it) */
     v4_cuda_engine *engine;   /* device-resident step (cuda_step.h) owned for its user, NULL = none */
     v4cu_lt *lt;        /* fast numerics: cuBLASLt products (cuda_lt.h), NULL = exact */
+    v4_fast_selftest selftest;  /* the fast mode's start-up verdict (kept when lt is dropped) */
     bentry *bents;      /* fast numerics: bf16 weight forms */
     size_t n_bents, cap_bents, bbytes;
     int sync_debug; /* V4_CUDA_SYNC_DEBUG at create (cu_debug.h): wait after each launch */
@@ -221,8 +224,10 @@ size_t upper(const cuda_impl *c, uintptr_t p)
 
 cudaError_t upload(cuda_impl *c, void *d, const void *h, size_t bytes)
 {
-    if (!c->stage)
-        return cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    if (!c->stage) {    /* pageable: still on c->st (non-blocking, it would not wait for the legacy stream) */
+        cudaError_t e = cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, c->st);
+        return e == cudaSuccess ? cudaStreamSynchronize(c->st) : e;
+    }
     for (size_t off = 0; off < bytes; off += STAGE_BYTES) {
         const size_t len = bytes - off < STAGE_BYTES ? bytes - off : STAGE_BYTES;
         memcpy(c->stage, (const uint8_t *)h + off, len);
@@ -659,11 +664,10 @@ extern "C" v4_backend *v4_cuda_backend_create_ex(int device, int fast, v4_error 
         c->stage = NULL;    /* pageable uploads instead */
     }
     if (fast) {
-        char why[320] = "";
-        c->lt = v4cu_lt_create(c->st, why, sizeof why);
+        c->lt = v4cu_lt_create(c->st, &c->selftest);
         if (!c->lt)
-            fprintf(stderr, "v4fleet: cuda backend (device %d): fast numerics unavailable (%s); exact products\n",
-                    device, why);
+            fprintf(stderr, "v4fleet: cuda backend (device %d): fast numerics unavailable (status %s: %s); exact "
+                            "products\n", device, c->selftest.status, c->selftest.detail);
         else if (!v4cu_lt_ok(c->lt)) {
             v4cu_lt_free(c->lt);        /* the self-test said why on stderr */
             c->lt = NULL;
@@ -697,6 +701,11 @@ extern "C" size_t v4_cuda_backend_weight_bytes(const v4_backend *be)
 extern "C" int v4_cuda_backend_fast(const v4_backend *be)
 {
     return ((const cuda_impl *)be->impl)->lt != NULL;
+}
+
+extern "C" void v4_cuda_backend_selftest(const v4_backend *be, v4_fast_selftest *out)
+{
+    *out = ((const cuda_impl *)be->impl)->selftest;
 }
 
 extern "C" void *v4_cuda_backend_lt(const v4_backend *be)

@@ -59,6 +59,7 @@
 
 #include "../../config/error.h"
 #include "../backend.h"
+#include "cuda_lt_policy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -80,6 +81,10 @@ v4_backend *v4_cuda_backend_create(int device, v4_error *err);
 v4_backend *v4_cuda_backend_create_ex(int device, int fast, v4_error *err);
 /* 1 when the backend runs the fast mode's tensor-core products. */
 int v4_cuda_backend_fast(const v4_backend *be);
+/* The fast mode's start-up verdict (cuda_lt_policy.h): V4_FAST_NOT_RUN for an exact
+ * backend, else passed, failed or unavailable with the product that failed, the cuBLAS /
+ * CUDA status name and number and the reason.  Copied into *out (not NULL). */
+void v4_cuda_backend_selftest(const v4_backend *be, v4_fast_selftest *out);
 /* The backend's cuBLASLt context (struct v4cu_lt of cuda_lt.h, borrowed), NULL in the
  * exact mode: the resident step (cuda_step.h) runs its products through it. */
 void *v4_cuda_backend_lt(const v4_backend *be);

@@ -285,6 +285,7 @@ extern "C" int v4cu_mma_selftest(cudaStream_t st, char *why, size_t nwhy)
         snprintf(why, nwhy, "self-test: %s", cudaGetErrorString(e));
         rc = -1;
     }
+    (void)cudaStreamSynchronize(st);    /* an early failure may leave copies from hw/hx queued on st */
     free(hw), free(hx), free(hy);
     return rc;
 }

@@ -206,6 +206,9 @@ int v4_cmd_worker(int argc, char **argv)
     if (v4w_open_runner(&w, &w.cfg, PHASE_LOADING, &w.runner))
         return finish(&w, http, 1);
     v4_wmetrics_numerics(&w.m, v4_runner_numerics(w.runner));
+    v4_fast_selftest ft;
+    v4_runner_fast_selftest(w.runner, &ft);
+    v4_wmetrics_fast_selftest(&w.m, &ft);
     if (!realpath(w.cfg.model_dir, w.model_real))
         w.model_real[0] = 0;
     char masked[V4_CFG_STR];

@@ -3,6 +3,7 @@
  * CPU) to tens of minutes (long generations / long queues).  Thread: any. */
 #include "worker_metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "worker/serve/task_error.h"
@@ -92,6 +93,12 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     static const char *const mode_l[] = {"mode", NULL};
     m->numerics = v4m_family_new(r, V4M_GAUGE, "v4fleet:numerics",
                                  "The engine's numerics mode (1: the mode it runs; docs/numerics.md).", mode_l, NULL, 0);
+    static const char *const fast_l[] = {"result", "product", "status", "code", NULL};
+    m->fast_selftest = v4m_family_new(r, V4M_GAUGE, "v4fleet:fast_selftest",
+                                      "The fast numerics mode's start-up self-test on a GPU (1: the engine serving "
+                                      "now): passed, or failed / unavailable with the product that failed and the "
+                                      "cuBLAS or CUDA status name and number; exact products run after a failure.",
+                                      fast_l, NULL, 0);
     static const char *const mem_l[] = {"device", "part", NULL};
     m->memory = v4m_family_new(r, V4M_GAUGE, "v4fleet:memory_bytes",
                                "The served model's memory split: host trunk, experts (cache budget or mapped) and "
@@ -108,7 +115,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
         !m->requeued || !m->unconfirmed || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
         !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics ||
-        !m->memory || !m->mem_waits) {
+        !m->memory || !m->mem_waits || !m->fast_selftest) {
         v4_wmetrics_free(m);
         return -1;
     }
@@ -147,6 +154,23 @@ void v4_wmetrics_numerics(v4_wmetrics *m, const char *mode)
         const char *v[] = {modes[k]};
         v4m_set(v4m_series_of(m->numerics, v), mode && !strcmp(mode, modes[k]) ? 1 : 0);
     }
+}
+
+void v4_wmetrics_fast_selftest(v4_wmetrics *m, const v4_fast_selftest *v)
+{
+    if (m->fast_last)
+        v4m_set(m->fast_last, 0);
+    m->fast_last = NULL;
+    if (v->state == V4_FAST_NOT_RUN)
+        return;
+    const int passed = v->state == V4_FAST_PASSED;
+    char code[16];
+    snprintf(code, sizeof code, "%d", passed ? 0 : v->code);
+    const char *vals[] = {v4_fast_state_name(v->state), passed ? "all" : v->product[0] ? v->product : "unknown",
+                          passed ? "ok" : v->status[0] ? v->status : "unknown", code};
+    v4m_series *s = v4m_series_of(m->fast_selftest, vals);
+    v4m_set(s, 1);
+    m->fast_last = s;
 }
 
 void v4_wmetrics_memory(v4_wmetrics *m, const v4_runner *r)

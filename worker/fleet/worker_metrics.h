@@ -38,6 +38,14 @@
  *   v4fleet:model_reloads_total{result="ok|failed"}  counter
  *   v4fleet:info{model,worker}            gauge      always 1
  *   v4fleet:numerics{mode="exact|fast"}   gauge      1 for the mode the engine runs, 0 for the other
+ *   v4fleet:fast_selftest{result="passed|failed|unavailable",product,status,code}  gauge
+ *                                         the fast mode's start-up self-test on a GPU
+ *                                         (kernels/cuda/cuda_lt_policy.h): 1 for the engine
+ *                                         serving now, 0 for a replaced one; failed says which
+ *                                         product ("fp8 block-scaled", "fp4 w4a8", "bf16",
+ *                                         "setup") with the cuBLAS / CUDA status name and
+ *                                         number; passed: product "all", status "ok"; no series
+ *                                         when no self-test ran (CPU, exact)
  *   v4fleet:memory_bytes{device="host",part="trunk|experts|sequences"}  gauge
  *                                         the served model's memory split (task_run.h
  *                                         v4_runner_memory: trunk, expert cache budget or
@@ -65,7 +73,9 @@ typedef struct v4_wmetrics {
     v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *abandoned,
         *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
-        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory, *mem_waits;
+        *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory, *mem_waits,
+        *fast_selftest;
+    v4m_series *fast_last;      /* the fast_selftest series set to 1 last (NULL: none) */
 } v4_wmetrics;
 
 /* One finished task (a result was built).  Seconds; < 0 = not observed. */
@@ -80,6 +90,11 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker);
 void v4_wmetrics_free(v4_wmetrics *m);
 /* The numerics mode the (new) engine runs: "exact" or "fast". */
 void v4_wmetrics_numerics(v4_wmetrics *m, const char *mode);
+/* The (new) engine's fast-mode self-test verdict (v4_runner_fast_selftest): its series
+ * {result,product,status,code} set to 1 and the previous engine's to 0; V4_FAST_NOT_RUN
+ * adds no series.  Thread: one caller at a time (the worker's main thread: start and
+ * reload), beside any number of renderers. */
+void v4_wmetrics_fast_selftest(v4_wmetrics *m, const v4_fast_selftest *v);
 /* The (new) runner's memory split (v4fleet:memory_bytes). */
 void v4_wmetrics_memory(v4_wmetrics *m, const v4_runner *r);
 /* Memory waits since the last call (v4fleet:memory_waits_total; negative deltas, as

@@ -44,6 +44,12 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
     v4_runner_describe_threads(r, threads, sizeof threads);
     v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s; numerics %s%s%s", c->model_dir, v4_now_ms() - t0, experts,
             v4_runner_numerics(r), *threads ? "; " : "", threads);
+    v4_fast_selftest ft;
+    v4_runner_fast_selftest(r, &ft);
+    if (ft.state == V4_FAST_FAILED || ft.state == V4_FAST_UNAVAILABLE)   /* /metrics: v4fleet:fast_selftest */
+        v4w_log(w, 0, NULL, "fast numerics %s, exact products instead: product %s, status %s (%d): %s",
+                ft.state == V4_FAST_FAILED ? "failed its self-test" : "unavailable", ft.product, ft.status, ft.code,
+                ft.detail);
     char mem[400];
     v4_runner_describe_memory(r, mem, sizeof mem);
     v4w_log(w, 1, NULL, "%s", mem);
@@ -154,6 +160,9 @@ static void reload(worker *w, const char *why)
     v4_runner_free(w->runner);
     w->runner = nr;
     v4_wmetrics_numerics(&w->m, v4_runner_numerics(nr));
+    v4_fast_selftest ft;
+    v4_runner_fast_selftest(nr, &ft);
+    v4_wmetrics_fast_selftest(&w->m, &ft);
     memcpy(w->cfg.model_dir, nc.model_dir, sizeof nc.model_dir);
     memcpy(w->cfg.model_name, nc.model_name, sizeof nc.model_name);
     memcpy(w->cfg.model_names, nc.model_names, sizeof nc.model_names);

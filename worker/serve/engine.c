@@ -103,6 +103,18 @@ const char *v4_backend_numerics(const v4_backend *be)
     return v4_numerics_name(v4_cpu_backend_numerics(be));
 }
 
+void v4_backend_fast_selftest(const v4_backend *be, v4_fast_selftest *out)
+{
+    memset(out, 0, sizeof *out);
+    out->state = V4_FAST_NOT_RUN;
+#ifdef V4_HAVE_CUDA
+    if (be && !strcmp(be->ops->name, "cuda"))
+        v4_cuda_backend_selftest(be, out);
+#else
+    (void)be;
+#endif
+}
+
 static v4_gpu_opts gpu_opts_of(const v4_engine_opts *o)
 {
     return (v4_gpu_opts){.cuda_mode = o->cuda_mode,

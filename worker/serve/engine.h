@@ -16,6 +16,7 @@
 
 #include "config/error.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_lt_policy.h"
 #include "kernels/xpolicy.h"
 
 typedef struct v4_engine_opts {
@@ -87,6 +88,11 @@ int v4_lookahead_on(int no_lookahead, v4_error *err);
 v4_backend *v4_open_backend(const v4_engine_opts *o, v4_error *err);
 /* The numerics mode be runs: "exact" or "fast" (what each result reports). */
 const char *v4_backend_numerics(const v4_backend *be);
+/* The fast mode's start-up self-test of be (kernels/cuda/cuda_lt_policy.h): a CUDA
+ * backend's verdict (passed, or failed / unavailable with the product, the cuBLAS or CUDA
+ * status and the reason), V4_FAST_NOT_RUN for a CPU or exact backend and in builds without
+ * CUDA.  Copied into *out (not NULL). */
+void v4_backend_fast_selftest(const v4_backend *be, v4_fast_selftest *out);
 
 struct v4_model_files;
 struct v4_ctx;

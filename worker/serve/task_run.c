@@ -237,6 +237,11 @@ const char *v4_runner_numerics(const v4_runner *r)
     return v4_backend_numerics(r->be);
 }
 
+void v4_runner_fast_selftest(const v4_runner *r, v4_fast_selftest *out)
+{
+    v4_backend_fast_selftest(r->be, out);
+}
+
 void v4_runner_describe_threads(const v4_runner *r, char *out, size_t n)
 {
     out[0] = 0;

@@ -128,6 +128,9 @@ long v4_runner_context(const v4_runner *r);
 const struct v4_config *v4_runner_config(const v4_runner *r);
 /* The numerics mode its engine runs: "exact" or "fast" (config/numerics_setting.h). */
 const char *v4_runner_numerics(const v4_runner *r);
+/* Its engine's fast-mode self-test verdict (engine.h v4_backend_fast_selftest: which
+ * product failed, with which cuBLAS / CUDA status), copied into *out. */
+void v4_runner_fast_selftest(const v4_runner *r, v4_fast_selftest *out);
 /* One line on the CPU threads (for the start-up log): "2 CPU threads (set)" or, by
  * default, the CPU budget they came from (kernels/cpu/cpu_budget.h); "" on a GPU. */
 void v4_runner_describe_threads(const v4_runner *r, char *out, size_t n);

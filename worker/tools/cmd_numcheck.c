@@ -351,10 +351,15 @@ static int open_pair(const v4_engine_opts *eo, v4_backend **be, v4_error *err)
     o.numerics = "fast";
     if (!(be[1] = v4_open_backend(&o, err)))
         return -1;
-    if (strcmp(v4_backend_numerics(be[1]), "fast"))
+    if (strcmp(v4_backend_numerics(be[1]), "fast")) {
+        v4_fast_selftest ft;
+        v4_backend_fast_selftest(be[1], &ft);
         return v4_err_set(err, V4_ERR_INVALID, "--device",
-                          "%s: the fast mode is not available there (its tensor-core path did not start: see the line "
-                          "above)", be[1]->ops->name);
+                          "%s: the fast mode is not available there (its tensor-core path did not start: self-test %s, "
+                          "product %s, status %s (%d); see the line above)", be[1]->ops->name,
+                          v4_fast_state_name(ft.state), ft.product[0] ? ft.product : "-", ft.status[0] ? ft.status : "-",
+                          ft.code);
+    }
     return 0;
 }
 
