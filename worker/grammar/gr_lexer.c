@@ -62,9 +62,49 @@ static int prods_by_lhs(gr_grammar *g, v4_error *err)
             }
         }
     }
-    for (int i = 0; i < g->n_nt; i++)
-        if (!g->nt_nprods[i])
-            return v4_err_set(err, V4_ERR_INTERNAL, "grammar", "nonterminal %d has no production", i);
+    return 0;
+}
+
+/* Drop every production that can derive no text: one naming a lexeme no text matches, or
+ * a nonterminal none of whose productions can (a schema false, an enum with no value of
+ * the allowed type, ...).  What remains can always be finished, so the matcher never
+ * leads into a dead end.  The start symbol itself unproductive: the constraint admits no
+ * text, a compile error. */
+static int prune(gr_grammar *g, v4_error *err)
+{
+    uint8_t *ok = calloc((size_t)g->n_nt + 1, 1);
+    if (!ok)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int p = 0; p < g->n_prods; p++) {
+            int i = g->prods[p].lhs - GR_NT0, all = 1;
+            if (ok[i])
+                continue;
+            for (int k = 0; k < g->prods[p].len && all; k++) {
+                int s = g->syms[g->prods[p].off + k];
+                all = GR_IS_NT(s) ? ok[s - GR_NT0] : g->coreach[g->lex_start[s]];
+            }
+            if (all)
+                ok[i] = changed = 1;
+        }
+    }
+    if (!ok[g->start - GR_NT0]) {
+        free(ok);
+        return v4_err_set(err, V4_ERR_INVALID, "grammar", "the constraint admits no text at all");
+    }
+    int w = 0;
+    for (int p = 0; p < g->n_prods; p++) {
+        int all = ok[g->prods[p].lhs - GR_NT0];
+        for (int k = 0; k < g->prods[p].len && all; k++) {
+            int s = g->syms[g->prods[p].off + k];
+            all = GR_IS_NT(s) ? ok[s - GR_NT0] : g->coreach[g->lex_start[s]];
+        }
+        if (all)
+            g->prods[w++] = g->prods[p];
+    }
+    g->n_prods = w;
+    free(ok);
     return 0;
 }
 
@@ -140,7 +180,7 @@ gr_grammar *gr_grammar_build(gr_builder *b, v4_error *err)
         gr_grammar_free(g);
         return NULL;
     }
-    if (prods_by_lhs(g, err) || trim(g, err)) {
+    if (trim(g, err) || prune(g, err) || prods_by_lhs(g, err)) {
         gr_grammar_free(g);
         return NULL;
     }

@@ -499,11 +499,8 @@ static int object_nt(gr_sc *c, json_t *s, const char *ptr)
             json_decref(ks);
             int kl = kd ? gr_lex_bytes(c->b, kd, strlen(kd), c->err) : -1;
             free(kd);
-            if (json_is_false(sch[j])) {   /* a property that must not appear */
-                if (isreq[j])
-                    rc = gr_sc_fail(c, sp2, NULL, "a required property whose schema is false");
+            if (json_is_false(sch[j]) && !isreq[j])   /* a property that must not appear */
                 continue;
-            }
             int vn = kl < 0 ? -1 : sub_value(c, sch[j], sp2);
             int F = gr_nt(c->b, keys[j], c->err), C = gr_nt(c->b, keys[j], c->err);
             rc = kl < 0 || vn < 0 || F < 0 || C < 0 ? -1 : 0;
@@ -835,7 +832,6 @@ static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
     if (en || cn) {
         if (en && !json_is_array(en))
             return gr_sc_fail(c, ptr, "enum", "enum must be an array");
-        int added = 0;
         size_t i, n = en ? json_array_size(en) : 1;
         for (i = 0; i < n; i++) {
             json_t *x = en ? json_array_get(en, i) : cn;
@@ -851,11 +847,8 @@ static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
             int cv = gr_sc_const(c, x, ptr);
             if (cv < 0 || rule(c, nt, 1, cv))
                 return -1;
-            added++;
         }
-        if (!added)
-            return gr_sc_fail(c, ptr, en ? "enum" : "const", "no listed value has an allowed type");
-        return 0;
+        return 0;   /* none added: no value fits, the nonterminal is pruned with its users */
     }
     for (int j = 0; j < 7; j++) {
         if (!allow[j])
@@ -881,8 +874,8 @@ static int value(gr_sc *c, json_t *s, const char *ptr)
 {
     if (json_is_true(s) || (json_is_object(s) && !json_object_size(s)))
         return any_value(c);
-    if (json_is_false(s))
-        return gr_sc_fail(c, ptr, NULL, "the schema false admits no value");
+    if (json_is_false(s))   /* no value: a nonterminal without productions (pruned with its users) */
+        return gr_nt(c->b, "false", c->err);
     if (!json_is_object(s))
         return gr_sc_fail(c, ptr, NULL, "a schema must be an object or a boolean");
     int nt = memo_get(c, s);
