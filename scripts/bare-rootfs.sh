@@ -7,8 +7,10 @@
 #   scripts/bare-rootfs.sh [DIR]     default DIR: $V4_ROOTFS or /var/tmp/v4fleet-rootfs/bookworm
 #
 # Needs root and debootstrap (installed with apt-get when missing) and the Debian mirror
-# (V4_DEBIAN_MIRROR, default http://deb.debian.org/debian).  A DIR that already holds a
-# finished rootfs (the marker file .v4fleet-rootfs) is reused as it is.  Prints DIR last.
+# (V4_DEBIAN_MIRROR, default http://deb.debian.org/debian; V4_DEBIAN_SECURITY for the
+# security archive).  A DIR that already holds a finished rootfs (the marker file
+# .v4fleet-rootfs) is reused as it is: it stays bare (the rehearsal writes into an overlay
+# of its own, never into DIR).  Prints DIR last.
 # docs/cuda.md ("Rehearsing on a bare machine") says how the pieces fit.
 set -euo pipefail
 DIR=${1:-${V4_ROOTFS:-/var/tmp/v4fleet-rootfs/bookworm}}
@@ -36,7 +38,9 @@ debootstrap --variant=minbase --include="$PKGS" bookworm "$DIR" "$MIRROR" >"$DIR
     exit 1
 }
 # The same sources a stock bookworm image has (docker builds run apt-get inside it).
-printf 'deb %s bookworm main\ndeb %s bookworm-updates main\n' "$MIRROR" "$MIRROR" >"$DIR/etc/apt/sources.list"
+SECURITY=${V4_DEBIAN_SECURITY:-${MIRROR%/debian}/debian-security}
+printf 'deb %s bookworm main\ndeb %s bookworm-updates main\ndeb %s bookworm-security main\n' \
+    "$MIRROR" "$MIRROR" "$SECURITY" >"$DIR/etc/apt/sources.list"
 rm -rf "$DIR"/var/cache/apt/archives/*.deb "$DIR"/var/lib/apt/lists/*
 echo "bookworm minbase + $PKGS, $(date -u +%Y-%m-%dT%H:%MZ)" >"$DIR/.v4fleet-rootfs"
 echo "bare-rootfs: done in $(($(date +%s) - t0)) s ($(du -sh "$DIR" | cut -f1))" >&2

@@ -9,11 +9,14 @@
 #
 #   scripts/device-rehearse.sh [-- DEVICE-CHECK-ARGS...]
 #
-# Environment: V4_ROOTFS (the rootfs, default /var/tmp/v4fleet-rootfs/bookworm, made when
-# missing), V4_CUDA_DIR (default /usr/local/cuda), V4_DEVICE_CHECK_SCALE (bounds x N,
-# default 6: the bounds are for a 16-core GPU machine, this VM has 2 cores).  The copy's
-# build-gpu/ is kept between runs (as on a warm device machine); the step logs land in
-# $V4_ROOTFS/work/out/.  Needs root (chroot, unshare, mount).  docs/cuda.md says more.
+# Environment: V4_ROOTFS (the bare rootfs, default /var/tmp/v4fleet-rootfs/bookworm, made
+# when missing; never written: the machine is an overlay on it, its writable layer in
+# V4_REHEARSE_DIR, default /var/tmp/v4fleet-rehearse), V4_CUDA_DIR (default
+# /usr/local/cuda), V4_DEVICE_CHECK_SCALE (bounds x N, default 6: the bounds are for a
+# 16-core GPU machine, this VM has 2 cores).  The copy's build-gpu/ is kept in the layer
+# between runs (as on a warm device machine; delete the layer for a cold one); the step
+# logs land in $V4_REHEARSE_DIR/out/.  Needs root (chroot, unshare, mount, overlayfs).
+# docs/cuda.md says more.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${1:-}" = -- ] && shift
@@ -25,14 +28,16 @@ if ! ls device-debs/*.deb >/dev/null 2>&1; then
     echo "device-rehearse: no device-debs/: fetching them (scripts/device-debs.sh)" >&2
     bash scripts/device-debs.sh
 fi
-# The copy: what the device tool carries (tracked and untracked-not-ignored files, the
+# The machine: an overlay on the bare rootfs (upper layer in $RDIR), the copy of the tree
+# in it: what the device tool carries (tracked and untracked-not-ignored files, the
 # carried folder); build-gpu/ stays from the last run.
-DST=$RFS/work/v4fleet
-mkdir -p "$DST" "$RFS/work/out" "$RFS/usr/local/cuda"
+RDIR=${V4_REHEARSE_DIR:-/var/tmp/v4fleet-rehearse}
+mkdir -p "$RDIR/upper" "$RDIR/work" "$RDIR/merged" "$RDIR/out" "$RDIR/upper/work/v4fleet"
+DST=$RDIR/upper/work/v4fleet
 find "$DST" -mindepth 1 -maxdepth 1 ! -name build-gpu -exec rm -rf {} +
 { git ls-files -co --exclude-standard -z; find device-debs -type f -print0; } |
     tar -c --null -T - -f - | tar -x -f - -C "$DST"
-rm -rf "$RFS/work/out"/*
+rm -rf "${RDIR:?}/out"/*
 echo "device-rehearse: $(git ls-files -co --exclude-standard | wc -l) files + device-debs/ -> $DST; CUDA $CUDA; no network" >&2
 SCALE=${V4_DEVICE_CHECK_SCALE:-6}
 set +e
@@ -40,18 +45,21 @@ set +e
 SCALE=$SCALE unshare --mount --net --fork bash -c '
     set -e
     mount --make-rprivate /
-    mount -t proc proc "$1/proc"
-    mount --rbind /dev "$1/dev"
-    mount --bind -o ro "$2" "$1/usr/local/cuda"
-    mount -o remount,bind,ro "$1/usr/local/cuda"
-    mount -t tmpfs tmpfs "$1/tmp"
-    RFS_DIR=$1
-    shift 2
-    exec chroot "$RFS_DIR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    M=$3/merged
+    mount -t overlay overlay -o "lowerdir=$1,upperdir=$3/upper,workdir=$3/work" "$M"
+    mkdir -p "$M/usr/local/cuda" "$M/work/out"
+    mount -t proc proc "$M/proc"
+    mount --rbind /dev "$M/dev"
+    mount --bind -o ro "$2" "$M/usr/local/cuda"
+    mount -o remount,bind,ro "$M/usr/local/cuda"
+    mount -t tmpfs tmpfs "$M/tmp"
+    mount --bind "$3/out" "$M/work/out"
+    shift 3
+    exec chroot "$M" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
         OUT=/work/out V4_DEVICE_CHECK_FORCE=1 V4_DEVICE_CHECK_SCALE="$SCALE" \
         bash /work/v4fleet/scripts/device-check.sh "$@"
-' rehearse "$RFS" "$CUDA" "$@" </dev/null
+' rehearse "$RFS" "$CUDA" "$RDIR" "$@" </dev/null
 rc=$?
 set -e
-echo "device-rehearse: device-check exited $rc; logs in $RFS/work/out/" >&2
+echo "device-rehearse: device-check exited $rc; logs in $RDIR/out/" >&2
 exit $rc
