@@ -116,18 +116,23 @@ static int lex_add(gr_builder *b, char *key, const gr_frag *f, v4_error *err)
     return id;
 }
 
+/* "kind:a:c:d:" + src, with NUL and \x01 escaped (\x01 '0', \x01 '1') so keys stay C strings */
 static char *keyf(const char *kind, const char *src, size_t len, int a, int c, int d)
 {
-    size_t n = len + strlen(kind) + 64;
+    size_t n = 2 * len + strlen(kind) + 64;
     char *k = malloc(n);
     if (!k)
         return NULL;
-    int h = snprintf(k, n, "%s:%d:%d:%d:", kind, a, c, d);
-    memcpy(k + h, src, len);
-    k[(size_t)h + len] = 0;
-    /* a NUL inside src would cut the key: such sources are told apart by length */
-    if (memchr(src, 0, len))
-        snprintf(k, n, "%s:%d:%d:%d:#%zu:%016llx", kind, a, c, d, len, (unsigned long long)len * 0x9E3779B97F4A7C15ull);
+    size_t o = (size_t)snprintf(k, n, "%s:%d:%d:%d:", kind, a, c, d);
+    for (size_t i = 0; i < len; i++) {
+        if (src[i] == 0 || src[i] == 1) {
+            k[o++] = 1;
+            k[o++] = (char)('0' + src[i]);
+        } else {
+            k[o++] = src[i];
+        }
+    }
+    k[o] = 0;
     return k;
 }
 
@@ -141,9 +146,9 @@ static int seal(gr_builder *b, gr_frag *f, v4_error *err)
     return 0;
 }
 
-int gr_lex_regex(gr_builder *b, const char *src, int mode, int json, int min_len, int max_len, v4_error *err)
+int gr_lex_regex(gr_builder *b, const char *src, size_t len, int mode, int json, int min_len, int max_len,
+                 v4_error *err)
 {
-    size_t len = strlen(src);
     char *key = keyf("rx", src, len, mode, json, min_len * 65536 + max_len);
     if (!key)
         return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
@@ -393,7 +398,7 @@ int gr_set_skip(gr_builder *b, int max_run, v4_error *err)
 {
     char src[64];
     snprintf(src, sizeof src, "[ \\t\\n\\r]{1,%d}", max_run);
-    int id = gr_lex_regex(b, src, GR_RX_FULL, 0, 0, -1, err);
+    int id = gr_lex_regex(b, src, strlen(src), GR_RX_FULL, 0, 0, -1, err);
     if (id < 0)
         return -1;
     b->skip = id;

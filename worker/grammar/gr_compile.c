@@ -57,17 +57,7 @@ static int emit_choice(gr_builder *b, const char *text, size_t len, v4_error *er
 
 static int emit_regex(gr_builder *b, const char *text, size_t len, v4_error *err)
 {
-    char *src = malloc(len + 1);
-    if (!src)
-        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
-    memcpy(src, text, len);
-    src[len] = 0;
-    if (strlen(src) != len) {
-        free(src);
-        return v4_err_set(err, V4_ERR_INVALID, "regex", "the regex contains a NUL byte");
-    }
-    int l = gr_lex_regex(b, src, GR_RX_FULL, 0, 0, -1, err);
-    free(src);
+    int l = gr_lex_regex(b, text, len, GR_RX_FULL, 0, 0, -1, err);
     int st = l < 0 ? -1 : gr_nt(b, "regex", err);
     if (st < 0 || gr_rule(b, st, (int32_t[]){l}, 1, err))
         return -1;
@@ -90,7 +80,7 @@ v4g_constraint *v4g_compile(v4g_kind kind, const char *text, size_t len, const v
     switch (kind) {
     case V4G_JSON_SCHEMA: {
         json_error_t je;
-        json_t *s = json_loadb(text ? text : "", len, JSON_DECODE_ANY, &je);
+        json_t *s = json_loadb(text ? text : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         if (!s) {
             rc = v4_err_set(err, V4_ERR_INVALID, "schema", "the schema is not JSON: %s (line %d, column %d)", je.text,
                             je.line, je.column);

@@ -125,7 +125,8 @@ typedef struct gr_builder {
 void gr_builder_init(gr_builder *b);
 void gr_builder_free(gr_builder *b);
 /* Lexemes (deduplicated by their source): id >= 0, or -1 with err. */
-int gr_lex_regex(gr_builder *b, const char *src, int mode, int json, int min_len, int max_len, v4_error *err);
+int gr_lex_regex(gr_builder *b, const char *src, size_t len, int mode, int json, int min_len, int max_len,
+                 v4_error *err);
 int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err);
 /* A JSON string (with its quotes) whose content is none of keys[0..n) (canonical encoding). */
 int gr_lex_key_except(gr_builder *b, const char *const *keys, int n, v4_error *err);
@@ -198,6 +199,9 @@ typedef struct gr_grammar gr_grammar;
 /* Freeze a builder into a grammar (takes the builder's arrays; b is left empty). */
 gr_grammar *gr_grammar_build(gr_builder *b, v4_error *err);
 void gr_grammar_free(gr_grammar *g);
+
+/* 1 when the regex matches all of s (plain bytes), 0 not, -1 error (a compile-time helper). */
+int gr_regex_matches(const char *rx, size_t rxlen, int mode, const char *s, size_t n, v4_error *err);
 
 /* Lexer: the DFA state that starts one of the lexemes in allowed (bitset of n_lex bits),
  * -1 when none can start; gr_lex_next: the state after byte c (-1 dead, -3 out of memory). */

@@ -454,3 +454,30 @@ int32_t gr_lex_start(gr_grammar *g, const uint64_t *allowed)
     lx->bytes += (size_t)W * 8 + 16;
     return d;
 }
+
+/* 1 when regex rx (mode as gr_regex_emit, plain bytes) matches all of s[0..n), 0 when not,
+ * -1 on error: a throwaway grammar of one lexeme, stepped byte by byte. */
+int gr_regex_matches(const char *rx, size_t rxlen, int mode, const char *s, size_t n, v4_error *err)
+{
+    gr_builder b;
+    gr_builder_init(&b);
+    int l = gr_lex_regex(&b, rx, rxlen, mode, 0, 0, -1, err);
+    int st = l < 0 ? -1 : gr_nt(&b, "match", err);
+    if (st < 0 || gr_rule(&b, st, (int32_t[]){l}, 1, err)) {
+        gr_builder_free(&b);
+        return -1;
+    }
+    b.start = st;
+    v4_error quiet = {0};
+    gr_grammar *g = gr_grammar_build(&b, &quiet);   /* a regex matching nothing: no grammar */
+    gr_builder_free(&b);
+    if (!g)
+        return quiet.code == V4_ERR_INVALID ? 0 : v4_err_set(err, quiet.code, "regex", "%s", quiet.msg);
+    uint64_t allowed[1] = {1};
+    int32_t d = gr_lex_start(g, allowed);
+    for (size_t i = 0; d >= 0 && i < n; i++)
+        d = gr_lex_next(g, d, (uint8_t)s[i]);
+    int r = d >= 0 && g->lx.ds[d].n_acc > 0;
+    gr_grammar_free(g);
+    return r;
+}

@@ -321,6 +321,14 @@ static json_t *flatten(gr_sc *c, json_t *s, const char *ptr)
     }
     json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
     json_t *out = s;
+    if (ref && c->ref_alone) {   /* drafts 3-7: the reference alone */
+        json_t *t = json_is_string(ref) ? resolve(c, json_string_value(ref), ptr) : NULL;
+        if (!json_is_string(ref))
+            gr_sc_fail(c, ptr, "$ref", "$ref must be a string");
+        out = t && json_is_object(t) ? flatten(c, t, ptr) : t;
+        c->depth--;
+        return out;
+    }
     if (ref || all) {
         out = own(c, json_deep_copy(s));
         json_object_del(out, "$ref");
@@ -429,14 +437,29 @@ static int object_nt(gr_sc *c, json_t *s, const char *ptr)
         int j = 0;
         while (j < n && strcmp(keys[j], json_string_value(v)))
             j++;
-        if (j == n) {
-            if (json_is_false(ap) && !pp) {
-                rc = gr_sc_fail(c, ptr, "required", "'%.100s' is required but additionalProperties is false",
-                                json_string_value(v));
-                break;
+        if (j == n) {   /* required, not in properties: a named key after them, with the schema
+                         * of the patternProperties it matches, else additionalProperties' */
+            const char *rk = json_string_value(v);
+            json_t *m = json_array();
+            const char *pk;
+            json_t *pv;
+            json_object_foreach(json_is_object(pp) ? pp : NULL, pk, pv) {
+                int hit = gr_regex_matches(pk, strlen(pk), GR_RX_SEARCH, rk, strlen(rk), c->err);
+                if (hit < 0) {
+                    rc = gr_sc_where(c, ptr, "patternProperties");
+                    break;
+                }
+                if (hit)
+                    json_array_append(m, pv);
             }
-            keys[n] = json_string_value(v);
-            sch[n++] = ap && !json_is_false(ap) ? ap : json_true();
+            json_t *rs = json_array_size(m) == 1 ? json_incref(json_array_get(m, 0))
+                         : json_array_size(m) ? json_pack("{sO}", "allOf", m)
+                         : ap ? json_incref(ap) : json_true();
+            json_decref(m);
+            keys[n] = rk;
+            sch[n++] = own(c, rs);   /* false when nothing admits it: the object is pruned */
+            if (rc)
+                break;
         }
         isreq[j] = 1;
     }
@@ -464,7 +487,7 @@ static int object_nt(gr_sc *c, json_t *s, const char *ptr)
                 char sp[PTR_MAX], sp2[PTR_MAX];
                 sub_ptr(sp, ptr, "patternProperties");
                 sub_ptr(sp2, sp, k);
-                int kl = gr_lex_regex(c->b, k, GR_RX_SEARCH, 1, 0, -1, c->err);
+                int kl = gr_lex_regex(c->b, k, strlen(k), GR_RX_SEARCH, 1, 0, -1, c->err);
                 int vn = kl < 0 ? -1 : sub_value(c, v, sp2);
                 rc = kl < 0 ? gr_sc_where(c, sp, k) : vn < 0 ? -1 : rule(c, x, 3, kl, c->lx_colon, vn);
             }
@@ -729,10 +752,10 @@ static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
     }
     if (json_object_get(s, "$ref") || json_object_get(s, "allOf")) {
         json_t *ref = json_object_get(s, "$ref");
-        if (ref && json_is_string(ref) && !json_object_get(s, "allOf")) {
+        if (ref && json_is_string(ref) && (c->ref_alone || !json_object_get(s, "allOf"))) {
             json_t *rest = own(c, json_deep_copy(s));
             json_object_del(rest, "$ref");
-            if (!asserts(rest)) {   /* a plain reference: share the target's nonterminal */
+            if (c->ref_alone || !asserts(rest)) {   /* a plain reference: share the target's nonterminal */
                 char sp[PTR_MAX];
                 snprintf(sp, sizeof sp, "%.500s", json_string_value(ref));
                 json_t *t = resolve(c, json_string_value(ref), ptr);
@@ -894,6 +917,10 @@ static int value(gr_sc *c, json_t *s, const char *ptr)
 int gr_schema_emit(gr_builder *b, json_t *schema, v4_error *err)
 {
     gr_sc c = {.b = b, .root = schema, .err = err, .nt_any = -1};
+    /* Drafts 3 to 7 say a $ref's sibling keywords are ignored; 2019-09 on, they apply. */
+    const char *draft = json_string_value(json_object_get(schema, "$schema"));
+    c.ref_alone = draft && (strstr(draft, "draft-03") || strstr(draft, "draft-04") || strstr(draft, "draft-06") ||
+                            strstr(draft, "draft-07"));
     c.owned = json_array();
     if (!c.owned)
         return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");

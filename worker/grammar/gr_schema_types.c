@@ -318,7 +318,7 @@ int gr_sc_number(gr_sc *c, json_t *s, const char *ptr, int integer)
     }
     if (!rx)
         return gr_sc_fail(c, ptr, integer ? "minimum" : "type", "out of memory or an empty range");
-    int l = gr_lex_regex(c->b, rx, GR_RX_FULL, 0, 0, -1, c->err);
+    int l = gr_lex_regex(c->b, rx, strlen(rx), GR_RX_FULL, 0, 0, -1, c->err);
     free(rx);
     if (l < 0)
         return gr_sc_where(c, ptr, "minimum");
@@ -371,11 +371,13 @@ int gr_sc_string(gr_sc *c, json_t *s, const char *ptr)
             return gr_sc_fail(c, ptr, "maxLength", "maxLength is below minLength");
     }
     const char *rx = NULL, *kw = "pattern";
+    size_t rxlen = 0;
     int mode = GR_RX_SEARCH;
     if (pat) {
         if (!json_is_string(pat))
             return gr_sc_fail(c, ptr, "pattern", "pattern must be a string");
         rx = json_string_value(pat);
+        rxlen = json_string_length(pat);   /* a pattern may hold \u0000 */
     }
     if (fmt && json_is_string(fmt)) {
         const char *f = json_string_value(fmt);
@@ -394,6 +396,7 @@ int gr_sc_string(gr_sc *c, json_t *s, const char *ptr)
             return gr_sc_fail(c, ptr, "format", "format together with pattern is not supported");
         if (frx) {
             rx = frx;
+            rxlen = strlen(frx);
             kw = "format";
             mode = GR_RX_FULL;
         }
@@ -402,7 +405,7 @@ int gr_sc_string(gr_sc *c, json_t *s, const char *ptr)
         if (min > 0 || max >= 0)
             return gr_sc_fail(c, ptr, min > 0 ? "minLength" : "maxLength",
                               "a length bound together with a pattern or format is not supported");
-        l = gr_lex_regex(c->b, rx, mode, 1, 0, -1, c->err);
+        l = gr_lex_regex(c->b, rx, rxlen, mode, 1, 0, -1, c->err);
         return l < 0 ? gr_sc_where(c, ptr, kw) : l;
     }
     l = gr_lex_json_string(c->b, min, max, c->err);

@@ -64,15 +64,25 @@ static void put(tbuf *b, const char *t, size_t l)
     b->s[b->n] = 0;
 }
 
+/* a real as Python's repr writes it: the shortest digits that read back the same, in
+ * positional notation for exponents -4..15 (50.0, 0.001) and scientific beyond (1e+16) */
 static void real_text(double d, char *out, size_t n)
 {
-    for (int p = 1; p <= 17; p++) {   /* the shortest text that reads back the same */
-        snprintf(out, n, "%.*g", p, d);
-        if (strtod(out, NULL) == d)
+    char e[64];
+    int p = 1;
+    for (; p <= 17; p++) {
+        snprintf(e, sizeof e, "%.*e", p - 1, d);
+        if (strtod(e, NULL) == d)
             break;
     }
-    if (!strpbrk(out, ".eEn"))   /* a real stays a real: 1.0, not 1 */
-        strncat(out, ".0", n - strlen(out) - 1);
+    const char *x = strchr(e, 'e');
+    int ex = x ? atoi(x + 1) : 0;
+    if (ex >= -4 && ex < 16) {
+        int dec = p - 1 - ex;
+        snprintf(out, n, "%.*f", dec < 1 ? 1 : dec, d);
+    } else {
+        snprintf(out, n, "%s", e);
+    }
 }
 
 /* ------------------------------------------- keys in the schema's order -- */
@@ -117,11 +127,16 @@ static void collect(const json_t *root, const json_t *s, const json_t *data, jso
         collect(root, t, data, props, depth + 1);
     const char *k;
     json_t *v;
+    size_t i;
     json_object_foreach(json_object_get(s, "properties"), k, v) {
         if (!json_object_get(props, k))
             json_object_set(props, k, v);
     }
-    size_t i;
+    json_array_foreach(json_object_get(s, "required"), i, v) {   /* then required names the properties lack */
+        const char *rk = json_string_value(v);
+        if (rk && !json_object_get(props, rk))
+            json_object_set_new(props, rk, json_true());
+    }
     json_array_foreach(json_object_get(s, "allOf"), i, v) collect(root, v, data, props, depth + 1);
     const json_t *alts = json_object_get(s, "anyOf");
     if (!alts)

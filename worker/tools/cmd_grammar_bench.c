@@ -3,7 +3,8 @@
  * its protocol, on one thread, with a real tokenizer.
  *
  *   v4fleet grammar-bench --tokenizer DIR [--limit N] [--stride K] [--offset O]
- *                         [--masks all|N] [--spaced] [--timeout-ms T] [--fail-log FILE] FILE
+ *                         [--masks all|N] [--spaced] [--timeout-ms T] [--fail-log FILE]
+ *                         [--dump-texts FILE] FILE
  *
  * FILE: JSON lines {"id", "schema", "tests": [{"valid", "data"}]} (".gz": read through
  * gzip -dc).  For each schema: compile it (TTFM = compile + the first mask); for each test
@@ -18,7 +19,7 @@
  * subset.  A schema whose work passes --timeout-ms (default 30000) counts as a timeout.
  * Prints a progress line every 10 s on stderr and the table on stdout, beside the figures
  * MaskBench's README gives for LLGuidance and XGrammar.  --fail-log writes one line per
- * schema that did not pass (id, category, first reason).
+ * schema that did not pass (id, category, first reason); --dump-texts every test's text as fed.
  * Thread: main thread (a command).
  */
 #include <errno.h>
@@ -81,6 +82,7 @@ typedef struct bench {
     v4g_vocab *vocab;
     uint32_t *bits;
     int mask_every, spaced;
+    FILE *dump;   /* --dump-texts: every serialized test, one per line */
     double timeout_us;
     dvec tbm, ttfm;
     long masks, tokens, tests;
@@ -90,6 +92,8 @@ typedef struct bench {
 static int run_test(bench *b, v4g_constraint *c, json_t *schema, json_t *data, int valid, double deadline, char *why, size_t nwhy)
 {
     char *text = v4_json_text(data, schema, b->spaced);
+    if (b->dump && text)
+        fprintf(b->dump, "%s\t%s\n", valid ? "valid" : "invalid", text);
     v4_error err = {0};
     v4_ids ids = {0};
     if (!text || v4_tok_encoder_run(b->enc, text, strlen(text), &ids, &err)) {
@@ -130,9 +134,11 @@ static int run_test(bench *b, v4g_constraint *c, json_t *schema, json_t *data, i
         }
         if (!ok) {
             refused = 1;
-            if (valid)
-                snprintf(why, nwhy, "valid instance refused at token %zu (byte %zu%s) of %.120s", i, off,
-                         i == ids.n ? ", the end" : "", text);
+            if (valid) {
+                size_t from = off > 80 ? off - 80 : 0;
+                snprintf(why, nwhy, "valid instance refused at token %zu (byte %zu%s): ...%.*s[HERE]%.24s", i, off,
+                         i == ids.n ? ", the end" : "", (int)(off - from), text + from, text + off);
+            }
         }
         size_t bl = 0;
         if (i < ids.n)
@@ -162,7 +168,8 @@ static int run_test(bench *b, v4g_constraint *c, json_t *schema, json_t *data, i
 static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet grammar-bench --tokenizer DIR [--limit N] [--stride K] [--offset O]\n"
-               "                             [--masks all|N] [--spaced] [--timeout-ms T] [--fail-log FILE] FILE\n\n"
+               "                             [--masks all|N] [--spaced] [--timeout-ms T] [--fail-log FILE]\n"
+               "                             [--dump-texts FILE] FILE\n\n"
                "Run MaskBench (JSON lines of schemas with valid and invalid instances; .gz is read through gzip)\n"
                "through the constraint engine on one thread; print passing / compile / validation /\n"
                "invalidation errors and mask times (TBM, TTFM) beside LLGuidance's and XGrammar's figures.\n");
@@ -213,6 +220,12 @@ int v4_cmd_grammar_bench(int argc, char **argv)
         } else if (!strcmp(a, "--masks") && nx) {
             b.mask_every = strcmp(nx, "all") ? atoi(nx) : 1;
             i++;
+        } else if (!strcmp(a, "--dump-texts") && nx) {
+            b.dump = fopen(argv[++i], "w");
+            if (!b.dump) {
+                fprintf(stderr, "v4fleet grammar-bench: cannot write %s\n", argv[i]);
+                return 1;
+            }
         } else if (!strcmp(a, "--spaced")) {
             b.spaced = 1;
         } else if (a[0] != '-') {
@@ -266,7 +279,9 @@ int v4_cmd_grammar_bench(int argc, char **argv)
         if (limit >= 0 && taken >= limit)
             break;
         json_error_t je;
-        json_t *row = json_loadb(line, (size_t)len, 0, &je);
+        json_t *row = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
+        if (!row)   /* integers past 64 bits: read as reals (their schema keeps its shape) */
+            row = json_loadb(line, (size_t)len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
         json_t *schema = json_object_get(row, "schema"), *tests = json_object_get(row, "tests");
         const char *id = json_string_value(json_object_get(row, "id"));
         if (!row || !schema) {
@@ -333,6 +348,8 @@ int v4_cmd_grammar_bench(int argc, char **argv)
         fclose(in);
     if (fail)
         fclose(fail);
+    if (b.dump)
+        fclose(b.dump);
     qsort(b.tbm.v, b.tbm.n, sizeof *b.tbm.v, cmpf);
     qsort(b.ttfm.v, b.ttfm.n, sizeof *b.ttfm.v, cmpf);
     char cpu[160];
