@@ -256,6 +256,25 @@ static void test_schema(void)
     expect(c, "\"::ffff:192.0.2.128\"", -1);
     expect(c, "\"1::2::3\"", 6);
     v4g_constraint_unref(c);
+    /* oneOf by required keys: exactly one of the alternatives' keys */
+    c = compile(V4G_JSON_SCHEMA,
+                "{\"type\":\"object\",\"properties\":{\"wkt\":{\"type\":\"string\"},\"wkid\":{\"type\":\"integer\"},"
+                "\"z\":{\"type\":\"integer\"}},\"oneOf\":[{\"required\":[\"wkt\"]},{\"required\":[\"wkid\"]}]}",
+                0);
+    expect(c, "{\"wkt\":\"a\",\"z\":1}", -1);
+    expect(c, "{\"wkid\":1}", -1);
+    expect(c, "{\"wkt\":\"a\",\"wkid\":1}", 16);
+    expect(c, "{\"z\":1}", 2);
+    mask_walk(c, "{\"wkid\":12,\"z\":3}");
+    v4g_constraint_unref(c);
+    /* allOf beside additionalProperties false: the other branch's properties are extra */
+    c = compile(V4G_JSON_SCHEMA,
+                "{\"allOf\":[{\"properties\":{\"w\":{\"type\":\"integer\"}}}],\"properties\":{\"id\":{\"type\":\"string\"}},"
+                "\"additionalProperties\":false,\"type\":\"object\"}",
+                0);
+    expect(c, "{\"id\":\"x\"}", -1);
+    expect(c, "{\"id\":\"x\",\"w\":1}", 9);
+    v4g_constraint_unref(c);
     /* json_object: any object */
     c = compile(V4G_JSON_OBJECT, "", 0);
     expect(c, "{\"a\":[1,{\"b\":null}],\"c\":-1.5e3}", -1);

@@ -309,6 +309,23 @@ static json_t *merge(gr_sc *c, json_t *a, json_t *b, const char *ptr)
             return NULL;
         }
     }
+    /* additionalProperties of one side judge the properties only the other side names:
+     * false forbids them, a schema applies to them too (an object must pass both) */
+    json_t *mp = json_object_get(m, "properties");
+    for (int side = 0; side < 2 && json_is_object(mp); side++) {
+        json_t *x = side ? b : a, *xap = json_object_get(x, "additionalProperties");
+        json_t *xp = json_object_get(x, "properties"), *xpp = json_object_get(x, "patternProperties");
+        if (!xap || json_is_true(xap) || xpp)
+            continue;
+        const char *pk;
+        json_t *pv;
+        void *tmp;
+        json_object_foreach_safe(mp, tmp, pk, pv) {
+            if (json_object_get(xp, pk))
+                continue;
+            json_object_set_new(mp, pk, json_is_false(xap) ? json_false() : all_of2(pv, xap));
+        }
+    }
     return m;
 }
 
@@ -741,6 +758,77 @@ static int disjoint(gr_sc *c, json_t *a, json_t *b)
     return 0;
 }
 
+/* oneOf over object branches equal but for `required` (R_i): branch i matches alone when,
+ * for every other j, some key of R_j outside R_i is absent.  Each branch becomes the
+ * variants that forbid one such key per other branch (at most 64).  0 done (rules of nt
+ * added), 1 not this shape, -1 error. */
+static int one_of_required(gr_sc *c, json_t **fl, size_t n, int nt, const char *ptr)
+{
+    json_t *rest0 = NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!json_is_object(fl[i]) || !(type_bits(fl[i]) & T_OBJ))
+            return 1;
+        json_t *r = json_deep_copy(fl[i]);
+        json_object_del(r, "required");
+        int same = !rest0 || json_equal(r, rest0);
+        if (!rest0)
+            rest0 = r;
+        else
+            json_decref(r);
+        if (!same) {
+            json_decref(rest0);
+            return 1;
+        }
+    }
+    json_decref(rest0);
+    for (size_t i = 0; i < n; i++) {
+        /* D_j = R_j \ R_i for every j != i */
+        json_t *choices = own(c, json_array());
+        int dead = 0;
+        for (size_t j = 0; j < n && !dead; j++) {
+            if (j == i)
+                continue;
+            json_t *d = json_array();
+            size_t q;
+            json_t *x;
+            json_array_foreach(json_object_get(fl[j], "required"), q, x) {
+                if (json_is_string(x) && !in_required(fl[i], json_string_value(x)))
+                    json_array_append(d, x);
+            }
+            dead = !json_array_size(d);   /* R_j within R_i: i never matches alone */
+            json_array_append_new(choices, d);
+        }
+        if (dead)
+            continue;
+        size_t variants = 1, m = json_array_size(choices);
+        for (size_t j = 0; j < m; j++) {
+            variants *= json_array_size(json_array_get(choices, j));
+            if (variants > 64)
+                return 1;
+        }
+        for (size_t v = 0; v < variants; v++) {   /* forbid one key of each D_j */
+            json_t *s = own(c, json_deep_copy(fl[i]));
+            json_t *props = json_object_get(s, "properties");
+            if (!json_is_object(props)) {
+                props = json_object();
+                json_object_set_new(s, "properties", props);
+            }
+            size_t k = v;
+            for (size_t j = 0; j < m; j++) {
+                json_t *d = json_array_get(choices, j);
+                json_object_set_new(props, json_string_value(json_array_get(d, k % json_array_size(d))), json_false());
+                k /= json_array_size(d);
+            }
+            char sp[PTR_MAX];
+            idx_ptr(sp, ptr, "oneOf", i);
+            int an = value(c, s, sp);
+            if (an < 0 || rule(c, nt, 1, an))
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /* the rules of nonterminal nt for schema s */
 static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
 {
@@ -797,13 +885,22 @@ static int body(gr_sc *c, json_t *s, int nt, const char *ptr)
                 fl[i] = fx && !plain ? merge(c, base, fx, sp) : fx;
                 rc = fl[i] ? 0 : -1;
             }
-            for (size_t a = 0; a < n && !rc; a++)
-                for (size_t bb = a + 1; bb < n && !rc; bb++)
+            size_t oa = 0, ob = 0;
+            int overlap = 0;
+            for (size_t a = 0; a < n && !rc && !overlap; a++)
+                for (size_t bb = a + 1; bb < n && !overlap; bb++)
                     if (!disjoint(c, fl[a], fl[bb]))
-                        rc = gr_sc_fail(c, ptr, "oneOf",
-                                        "oneOf branches %zu and %zu may both match, and exclusivity is not enforced "
-                                        "(anyOf would be)",
-                                        a, bb);
+                        overlap = 1, oa = a, ob = bb;
+            if (!rc && overlap) {   /* branches that differ only in `required`: exclusive by absent keys */
+                int r = one_of_required(c, fl, n, nt, ptr);
+                if (r == 1)
+                    rc = gr_sc_fail(c, ptr, "oneOf",
+                                    "oneOf branches %zu and %zu may both match, and exclusivity is not enforced "
+                                    "(anyOf would be)",
+                                    oa, ob);
+                free(fl);
+                return r ? -1 : 0;
+            }
             free(fl);
             if (rc)
                 return -1;
