@@ -275,6 +275,19 @@ static void test_schema(void)
     expect(c, "{\"id\":\"x\"}", -1);
     expect(c, "{\"id\":\"x\",\"w\":1}", 9);
     v4g_constraint_unref(c);
+    /* patternProperties beside additionalProperties: keys by their pattern, the others free */
+    c = compile(V4G_JSON_SCHEMA,
+                "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"integer\"}},\"patternProperties\":{\"^x-\":{\"type\":"
+                "\"string\"},\"[0-9]$\":{\"type\":\"boolean\"}},\"additionalProperties\":{\"type\":\"integer\"}}",
+                0);
+    expect(c, "{\"id\":1,\"x-a\":\"s\",\"k9\":true,\"other\":3}", -1);
+    expect(c, "{\"x-a\":3}", 7);
+    expect(c, "{\"k9\":3}", 6);
+    expect(c, "{\"other\":\"s\"}", 9);
+    expect(c, "{\"id\":1,\"id\":2}", 11);
+    mask_walk(c, "{\"x-ab\":\"s\",\"abc\":12,\"ab0\":false}");
+    mask_walk(c, "{\"name\":3}");
+    v4g_constraint_unref(c);
     /* json_object: any object */
     c = compile(V4G_JSON_OBJECT, "", 0);
     expect(c, "{\"a\":[1,{\"b\":null}],\"c\":-1.5e3}", -1);

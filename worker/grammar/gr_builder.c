@@ -95,8 +95,15 @@ static int lex_index(gr_builder *b, int id, v4_error *err)
     return 0;
 }
 
-/* a new lexeme from a built fragment: its end accepts the lexeme */
+/* a new lexeme from a built fragment: its end accepts the lexeme; states from st0 on are
+ * its own (or its vetoes', already marked) */
+static int lex_add_from(gr_builder *b, char *key, const gr_frag *f, int32_t st0, v4_error *err);
 static int lex_add(gr_builder *b, char *key, const gr_frag *f, v4_error *err)
+{
+    return lex_add_from(b, key, f, b->lex_end, err);   /* the states made since the last lexeme */
+}
+
+static int lex_add_from(gr_builder *b, char *key, const gr_frag *f, int32_t st0, v4_error *err)
 {
     if (b->n_lex >= GR_MAX_LEXEMES) {
         free(key);
@@ -110,6 +117,9 @@ static int lex_add(gr_builder *b, char *key, const gr_frag *f, v4_error *err)
     b->lex[id].key = key;
     b->lex[id].start = f->start;
     b->nfa.st[f->end].accept = id;
+    for (int32_t s = st0; s < b->nfa.n_st; s++)
+        b->nfa.st[s].owner = id;
+    b->lex_end = b->nfa.n_st;
     /* the end must be a state of its own: an accepting state takes no other edges out */
     if (lex_index(b, id, err))
         return -1;
@@ -404,4 +414,110 @@ int gr_set_skip(gr_builder *b, int max_run, v4_error *err)
     b->skip = id;
     b->skip_max = max_run;
     return 0;
+}
+
+/* ------------------------------------------------------------ vetoed strings -- */
+static int veto_frag(gr_builder *b, const char *rx, size_t len, int mode, int32_t start, v4_error *err)
+{
+    gr_frag q1, body, q2;
+    int32_t lo = b->nfa.n_st;
+    b->nfa.n_absorb = 0;
+    b->nfa.absorb_on = mode == GR_RX_SEARCH;
+    int rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) ||
+                     gr_regex_emit(&b->nfa, rx, len, mode, 1, &body, err) ||
+                     gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) ||
+                     gr_nfa_eps(&b->nfa, q1.end, body.start, err) || gr_nfa_eps(&b->nfa, body.end, q2.start, err) ||
+                     gr_nfa_eps(&b->nfa, start, q1.start, err)
+                 ? -1
+                 : 0;
+    b->nfa.absorb_on = 0;
+    if (rc)
+        return -1;
+    for (int32_t s = lo; s < b->nfa.n_st; s++)
+        b->nfa.st[s].role = GR_ROLE_VETO;
+    /* a found match stays found: the trailing "anything" and the closing quote absorb */
+    for (int32_t k = 0; k + 1 < b->nfa.n_absorb; k += 2)
+        for (int32_t s = b->nfa.absorb[k]; s < b->nfa.absorb[k + 1]; s++)
+            b->nfa.st[s].role = GR_ROLE_VETO_ABSORB;
+    if (b->nfa.n_absorb)
+        for (int32_t s = q2.start; s < b->nfa.n_st; s++)
+            b->nfa.st[s].role = GR_ROLE_VETO_ABSORB;
+    b->nfa.n_absorb = 0;
+    b->nfa.st[q2.end].role = GR_ROLE_VETO_ACCEPT;
+    return 0;
+}
+
+static void json_escape_regex(const char *k, char *out, size_t n)
+{
+    size_t o = 0;
+    for (const char *p = k; *p && o + 3 < n; p++) {
+        if (strchr("\\^$.|?*+()[]{}/", *p))
+            out[o++] = '\\';
+        out[o++] = *p;
+    }
+    out[o] = 0;
+}
+
+int gr_lex_string_vetoed(gr_builder *b, const char *pattern, const char *const *keys, int nkeys,
+                         const char *const *vetoes, int nvetoes, v4_error *err)
+{
+    size_t kl = 32 + (pattern ? strlen(pattern) : 0);
+    for (int i = 0; i < nkeys; i++)
+        kl += strlen(keys[i]) + 1;
+    for (int i = 0; i < nvetoes; i++)
+        kl += strlen(vetoes[i]) + 1;
+    char *src = malloc(kl);
+    if (!src)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    size_t o = (size_t)snprintf(src, kl, "%s", pattern ? pattern : "");
+    for (int i = 0; i < nkeys; i++)
+        o += (size_t)snprintf(src + o, kl - o, "\x02%s", keys[i]);
+    for (int i = 0; i < nvetoes; i++)
+        o += (size_t)snprintf(src + o, kl - o, "\x03%s", vetoes[i]);
+    char *key = keyf(pattern ? "sv" : "sva", src, o, nkeys, nvetoes, 0);
+    free(src);
+    if (!key)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    int have = lex_find(b, key);
+    if (have >= 0) {
+        free(key);
+        return have;
+    }
+    int32_t st0 = b->nfa.n_st;
+    int start = gr_nfa_state(&b->nfa, err);
+    gr_frag q1, body, q2, f;
+    int rc = start < 0 ? -1 : 0;
+    if (!rc)   /* the lexeme itself */
+        rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) ||
+                     (pattern ? gr_regex_emit(&b->nfa, pattern, strlen(pattern), GR_RX_SEARCH, 1, &body, err)
+                              : gr_emit_any_len(&b->nfa, 1, 0, -1, &body, err)) ||
+                     gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) ||
+                     gr_nfa_eps(&b->nfa, q1.end, body.start, err) || gr_nfa_eps(&b->nfa, body.end, q2.start, err) ||
+                     gr_nfa_eps(&b->nfa, start, q1.start, err)
+                 ? -1
+                 : 0;
+    if (!rc) {
+        f.start = start;
+        f.end = q2.end;
+        rc = seal(b, &f, err);
+    }
+    for (int i = 0; !rc && i < nkeys; i++) {   /* a key: the exact text, vetoed at its end */
+        char *esc = malloc(2 * strlen(keys[i]) + 4);
+        if (!esc) {
+            rc = v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+            break;
+        }
+        json_escape_regex(keys[i], esc, 2 * strlen(keys[i]) + 4);
+        rc = veto_frag(b, esc, strlen(esc), GR_RX_FULL, start, err);
+        free(esc);
+    }
+    for (int i = 0; !rc && i < nvetoes; i++)
+        rc = veto_frag(b, vetoes[i], strlen(vetoes[i]), GR_RX_SEARCH, start, err);
+    if (rc) {
+        free(key);
+        return -1;
+    }
+    if (st0 < b->lex_end)
+        st0 = b->lex_end;
+    return lex_add_from(b, key, &f, st0, err);
 }

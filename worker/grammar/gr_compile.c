@@ -121,6 +121,11 @@ v4g_constraint *v4g_compile(v4g_kind kind, const char *text, size_t len, const v
     return c;
 }
 
+int v4g_pattern_matches(const char *rx, size_t rxlen, const char *s, size_t n, v4_error *err)
+{
+    return gr_regex_matches(rx, rxlen, GR_RX_SEARCH, s, n, err);
+}
+
 v4g_constraint *v4g_constraint_ref(v4g_constraint *c)
 {
     if (c)

@@ -44,12 +44,26 @@ typedef struct gr_edge {
 typedef struct gr_nstate {
     int32_t first;      /* first edge, -1 none */
     int32_t accept;     /* lexeme id accepted here, -1 none */
+    int32_t owner;      /* the lexeme whose automaton this state is part of, -1 none */
+    uint8_t role;       /* GR_ROLE_*: part of the lexeme, or of one of its vetoes */
 } gr_nstate;
+
+/* A lexeme may carry vetoes: automata of texts it must not be (a JSON string that is no
+ * key of a set and matches no pattern of patternProperties).  Their states ride along in
+ * the lexer's state sets; the lexeme is not accepted where a veto accepts, and once a veto
+ * reaches an absorbing state (every continuation is vetoed) the lexeme's own states leave
+ * the set, so the lexer never offers a string that can no longer end. */
+enum { GR_ROLE_MAIN = 0, GR_ROLE_VETO = 1, GR_ROLE_VETO_ABSORB = 2, GR_ROLE_VETO_ACCEPT = 3 };
 
 typedef struct gr_nfa {
     gr_nstate *st;
     gr_edge *ed;
     int32_t n_st, cap_st, n_ed, cap_ed;
+    /* gr_regex_emit records here the states of trailing "anything" parts of search-mode
+     * branches (where a match, once found, stays found) when absorb_on is set */
+    int absorb_on;
+    int32_t *absorb;       /* pairs [lo, hi) of state ids */
+    int32_t n_absorb, cap_absorb;
 } gr_nfa;
 
 typedef struct gr_frag {  /* a piece under construction: start, and an end to patch */
@@ -117,6 +131,7 @@ typedef struct gr_builder {
     int32_t start;      /* start nonterminal */
     int32_t skip;       /* whitespace lexeme between lexemes (-1: none) */
     int32_t skip_max;   /* bytes in one whitespace run */
+    int32_t lex_end;    /* NFA states below belong to lexemes already added */
     /* dedup of lexemes by key: open addressing over lex ids */
     int32_t *lex_ht;
     int32_t lex_ht_cap;
@@ -130,6 +145,10 @@ int gr_lex_regex(gr_builder *b, const char *src, size_t len, int mode, int json,
 int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err);
 /* A JSON string (with its quotes) whose content is none of keys[0..n) (canonical encoding). */
 int gr_lex_key_except(gr_builder *b, const char *const *keys, int n, v4_error *err);
+/* A JSON string matching pattern (search mode; NULL: any string) that is none of keys and
+ * matches none of vetoes (search mode): patternProperties' keys and the others. */
+int gr_lex_string_vetoed(gr_builder *b, const char *pattern, const char *const *keys, int nkeys,
+                         const char *const *vetoes, int nvetoes, v4_error *err);
 /* A quoted JSON string whose decoded content has min..max code points (max < 0: any). */
 int gr_lex_json_string(gr_builder *b, int min, int max, v4_error *err);
 int gr_nt(gr_builder *b, const char *hint, v4_error *err);          /* GR_NT0 + i, or -1 */

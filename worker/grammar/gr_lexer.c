@@ -129,7 +129,7 @@ static int trim(gr_grammar *g, v4_error *err)
         }
     int sp = 0;
     for (int32_t s = 0; s < n; s++)
-        if (g->nfa.st[s].accept >= 0) {
+        if (g->nfa.st[s].accept >= 0 || g->nfa.st[s].role == GR_ROLE_VETO_ACCEPT) {
             g->coreach[s] = 1;
             stack[sp++] = s;
         }
@@ -257,7 +257,7 @@ static void closure(gr_grammar *g, int32_t s0, int *n)
     lx->stack[sp++] = s0;
     while (sp) {
         int32_t s = lx->stack[--sp];
-        int important = g->nfa.st[s].accept >= 0;
+        int important = g->nfa.st[s].accept >= 0 || g->nfa.st[s].role == GR_ROLE_VETO_ACCEPT;
         for (int32_t e = g->nfa.st[s].first; e >= 0; e = g->nfa.ed[e].next) {
             const gr_edge *ed = &g->nfa.ed[e];
             if (!ed->eps) {
@@ -283,9 +283,63 @@ static void new_gen(gr_lexer *lx, int32_t n_st)
 }
 
 /* the DFA state of the set lx->buf[0..n) (sorted here), interned; -1 none, -3 no memory */
+/* The vetoes of lx->buf[0..n): a lexeme whose veto absorbed (every continuation is
+ * vetoed) loses its states; veto states of a lexeme with none of its own left go too.
+ * Returns the new n. */
+static int filter_vetoes(gr_grammar *g, int n)
+{
+    gr_lexer *lx = &g->lx;
+    int32_t dead[64], alive[64];
+    int nd = 0, na = 0, any_veto = 0;
+    for (int i = 0; i < n; i++) {
+        const gr_nstate *st = &g->nfa.st[lx->buf[i]];
+        any_veto |= st->role != GR_ROLE_MAIN;
+        if (st->role == GR_ROLE_VETO_ABSORB && nd < 64) {
+            int seen = 0;
+            for (int k = 0; k < nd && !seen; k++)
+                seen = dead[k] == st->owner;
+            if (!seen)
+                dead[nd++] = st->owner;
+        }
+    }
+    if (!any_veto)
+        return n;
+    for (int i = 0; i < n; i++) {   /* owners that keep states of their own */
+        const gr_nstate *st = &g->nfa.st[lx->buf[i]];
+        int is_dead = 0;
+        for (int k = 0; k < nd && !is_dead; k++)
+            is_dead = dead[k] == st->owner;
+        if (st->role == GR_ROLE_MAIN && !is_dead && na < 64) {
+            int seen = 0;
+            for (int k = 0; k < na && !seen; k++)
+                seen = alive[k] == st->owner;
+            if (!seen)
+                alive[na++] = st->owner;
+        }
+    }
+    int w = 0;
+    for (int i = 0; i < n; i++) {
+        const gr_nstate *st = &g->nfa.st[lx->buf[i]];
+        int keep = 1;
+        if (st->owner >= 0) {
+            int ok = 0;
+            for (int k = 0; k < na && !ok; k++)
+                ok = alive[k] == st->owner;
+            int has_veto = 0;   /* owners without vetoes are never touched */
+            for (int k = 0; k < nd && !has_veto; k++)
+                has_veto = dead[k] == st->owner;
+            keep = ok || (!has_veto && st->role == GR_ROLE_MAIN);
+        }
+        if (keep)
+            lx->buf[w++] = lx->buf[i];
+    }
+    return w;
+}
+
 static int32_t intern(gr_grammar *g, int n)
 {
     gr_lexer *lx = &g->lx;
+    n = filter_vetoes(g, n);
     if (n == 0)
         return -1;
     qsort(lx->buf, (size_t)n, sizeof *lx->buf, cmp_i32);
@@ -337,9 +391,15 @@ static int32_t intern(gr_grammar *g, int n)
             int dup = 0;
             for (int k = 0; k < ds->n_acc && !dup; k++)
                 dup = lx->accs[ds->acc_off + k] == st->accept;
+            for (int k = 0; k < n && !dup; k++) {   /* vetoed here */
+                const gr_nstate *v = &g->nfa.st[lx->buf[k]];
+                dup = v->role == GR_ROLE_VETO_ACCEPT && v->owner == st->accept;
+            }
             if (!dup)
                 lx->accs[ds->acc_off + ds->n_acc++] = st->accept;
         }
+        if (st->role != GR_ROLE_MAIN)
+            continue;
         for (int32_t e = st->first; e >= 0 && !ds->live; e = g->nfa.ed[e].next)
             ds->live = !g->nfa.ed[e].eps && g->coreach[g->nfa.ed[e].to];
     }

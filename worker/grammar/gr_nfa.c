@@ -29,7 +29,7 @@ int gr_nfa_state(gr_nfa *n, v4_error *err)
                           GR_MAX_NFA_STATES);
     if (grow((void **)&n->st, &n->cap_st, n->n_st + 1, sizeof *n->st, err))
         return -1;
-    n->st[n->n_st] = (gr_nstate){.first = -1, .accept = -1};
+    n->st[n->n_st] = (gr_nstate){.first = -1, .accept = -1, .owner = -1, .role = GR_ROLE_MAIN};
     return n->n_st++;
 }
 
@@ -57,6 +57,7 @@ void gr_nfa_free(gr_nfa *n)
 {
     free(n->st);
     free(n->ed);
+    free(n->absorb);
     memset(n, 0, sizeof *n);
 }
 

@@ -571,9 +571,22 @@ static int emit_branch(emit_ctx *e, int k, int mode, gr_frag *out)
         cur = f.end;
     }
     if (mode == GR_RX_SEARCH && !eol) {
+        int32_t lo = e->n->n_st;
         if (gr_emit_any_len(e->n, e->json, 0, -1, &any, e->r->err) || gr_nfa_eps(e->n, cur, any.start, e->r->err))
             return -1;
         cur = any.end;
+        if (e->n->absorb_on) {   /* the match is found: whatever follows keeps it */
+            if (e->n->n_absorb + 2 > e->n->cap_absorb) {
+                int32_t nc = e->n->cap_absorb ? e->n->cap_absorb * 2 : 16;
+                int32_t *q = realloc(e->n->absorb, (size_t)nc * sizeof *q);
+                if (!q)
+                    return v4_err_set(e->r->err, V4_ERR_NOMEM, "regex", "out of memory");
+                e->n->absorb = q;
+                e->n->cap_absorb = nc;
+            }
+            e->n->absorb[e->n->n_absorb++] = lo;
+            e->n->absorb[e->n->n_absorb++] = e->n->n_st;
+        }
     }
     out->start = s;
     out->end = cur;

@@ -488,40 +488,43 @@ static int object_nt(gr_sc *c, json_t *s, const char *ptr)
         rc = gr_sc_fail(c, ptr, "minProperties", "minProperties above the number of required properties is not supported");
     if (!rc && mxp && !(json_is_integer(mxp) && json_is_false(ap) && !pp && json_integer_value(mxp) >= n))
         rc = gr_sc_fail(c, ptr, "maxProperties", "maxProperties is not supported where more properties are possible");
-    /* extra members: XL -> X | XL "," X */
+    /* extra members: XL -> X | XL "," X.  A key matching a pattern of patternProperties
+     * takes that pattern's schema; any other key (when additionalProperties allows one)
+     * matches no pattern and takes additionalProperties' schema; none is a named key. */
     int xl = -1;
-    if (!rc && pp) {
-        if (!json_is_object(pp) || !json_is_false(ap))
-            rc = gr_sc_fail(c, ptr, "patternProperties",
-                            "patternProperties is supported only with additionalProperties false");
-        else if (json_object_size(pp)) {
-            int x = gr_nt(c->b, "pattern-member", c->err);
-            xl = gr_nt(c->b, "pattern-members", c->err);
-            rc = x < 0 || xl < 0 ? -1 : 0;
-            json_object_foreach(pp, k, v) {
-                if (rc)
-                    break;
-                char sp[PTR_MAX], sp2[PTR_MAX];
-                sub_ptr(sp, ptr, "patternProperties");
-                sub_ptr(sp2, sp, k);
-                int kl = gr_lex_regex(c->b, k, strlen(k), GR_RX_SEARCH, 1, 0, -1, c->err);
-                int vn = kl < 0 ? -1 : sub_value(c, v, sp2);
-                rc = kl < 0 ? gr_sc_where(c, sp, k) : vn < 0 ? -1 : rule(c, x, 3, kl, c->lx_colon, vn);
-            }
-            if (!rc)
-                rc = rule(c, xl, 1, x) || rule(c, xl, 3, xl, c->lx_comma, x) ? -1 : 0;
+    if (!rc && pp && !json_is_object(pp))
+        rc = gr_sc_fail(c, ptr, "patternProperties", "patternProperties must be an object");
+    int npat = pp ? (int)json_object_size(pp) : 0;
+    if (!rc && (npat || !json_is_false(ap))) {
+        int x = gr_nt(c->b, "member", c->err);
+        xl = gr_nt(c->b, "members", c->err);
+        rc = x < 0 || xl < 0 ? -1 : 0;
+        const char **pats = calloc((size_t)npat + 1, sizeof *pats);
+        int np = 0;
+        if (!pats)
+            rc = v4_err_set(c->err, V4_ERR_NOMEM, "grammar", "out of memory");
+        json_object_foreach(npat ? pp : NULL, k, v) {
+            if (rc)
+                break;
+            char sp[PTR_MAX], sp2[PTR_MAX];
+            sub_ptr(sp, ptr, "patternProperties");
+            sub_ptr(sp2, sp, k);
+            pats[np++] = k;
+            int kl = gr_lex_string_vetoed(c->b, k, keys, n, NULL, 0, c->err);
+            int vn = kl < 0 ? -1 : sub_value(c, v, sp2);
+            rc = kl < 0 ? gr_sc_where(c, sp, k) : vn < 0 ? -1 : rule(c, x, 3, kl, c->lx_colon, vn);
         }
-    } else if (!rc && !json_is_false(ap)) {
-        char sp[PTR_MAX];
-        sub_ptr(sp, ptr, "additionalProperties");
-        int kl = gr_lex_key_except(c->b, keys, n, c->err);
-        int vn = kl < 0 ? -1 : sub_value(c, ap, sp);
-        int x = gr_nt(c->b, "extra-member", c->err);
-        xl = gr_nt(c->b, "extra-members", c->err);
-        rc = kl < 0 || vn < 0 || x < 0 || xl < 0 || rule(c, x, 3, kl, c->lx_colon, vn) || rule(c, xl, 1, x) ||
-                     rule(c, xl, 3, xl, c->lx_comma, x)
-                 ? -1
-                 : 0;
+        if (!rc && !json_is_false(ap)) {
+            char sp[PTR_MAX];
+            sub_ptr(sp, ptr, "additionalProperties");
+            int kl = np ? gr_lex_string_vetoed(c->b, NULL, keys, n, pats, np, c->err)
+                        : gr_lex_key_except(c->b, keys, n, c->err);
+            int vn = kl < 0 ? -1 : sub_value(c, ap, sp);
+            rc = kl < 0 ? gr_sc_where(c, ptr, "patternProperties") : vn < 0 ? -1 : rule(c, x, 3, kl, c->lx_colon, vn);
+        }
+        free(pats);
+        if (!rc)
+            rc = rule(c, xl, 1, x) || rule(c, xl, 3, xl, c->lx_comma, x) ? -1 : 0;
     }
     /* F_j: nothing written yet, properties j.. to come; C_j: something written */
     int obj = -1;

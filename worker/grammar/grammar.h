@@ -68,6 +68,10 @@ int v4g_matcher_feed(v4g_matcher *m, const char *bytes, size_t len, size_t *at, 
 int v4g_matcher_accepting(v4g_matcher *m);   /* the text so far is a complete answer */
 int v4g_matcher_finished(const v4g_matcher *m);   /* EOS was taken */
 
+/* 1 when JSON Schema's `pattern` rx (ECMA-262, unanchored) matches the UTF-8 text s[0..n),
+ * 0 when not, -1 when rx is not a regex the engine takes (err).  Any thread. */
+int v4g_pattern_matches(const char *rx, size_t rxlen, const char *s, size_t n, v4_error *err);
+
 /* ------------------------------------------------------------------ cache -- */
 /* Compiled constraints by their text (callers pass a canonical text, e.g. a schema written
  * compactly), least recently used out past max_bytes.  Any thread; one lock inside.

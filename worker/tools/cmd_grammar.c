@@ -118,13 +118,13 @@ static const json_t *deref(const json_t *root, const json_t *s)
 }
 
 /* append the property schemas of s (and of what it folds in) to props, in the compiler's order */
-static void collect(const json_t *root, const json_t *s, const json_t *data, json_t *props, int depth)
+static void collect(const json_t *root, const json_t *s, const json_t *data, json_t *props, json_t *reqs, int depth)
 {
     if (!json_is_object(s) || depth > ORDER_DEPTH)
         return;
     const json_t *t = deref(root, s);
     if (t)
-        collect(root, t, data, props, depth + 1);
+        collect(root, t, data, props, reqs, depth + 1);
     const char *k;
     json_t *v;
     size_t i;
@@ -132,20 +132,20 @@ static void collect(const json_t *root, const json_t *s, const json_t *data, jso
         if (!json_object_get(props, k))
             json_object_set(props, k, v);
     }
-    json_array_foreach(json_object_get(s, "required"), i, v) {   /* then required names the properties lack */
-        const char *rk = json_string_value(v);
-        if (rk && !json_object_get(props, rk))
-            json_object_set_new(props, rk, json_true());
+    json_array_foreach(json_object_get(s, "required"), i, v) {   /* required names, kept for the end */
+        if (json_is_string(v))
+            json_array_append(reqs, v);
     }
-    json_array_foreach(json_object_get(s, "allOf"), i, v) collect(root, v, data, props, depth + 1);
+    json_array_foreach(json_object_get(s, "allOf"), i, v) collect(root, v, data, props, reqs, depth + 1);
     const json_t *alts = json_object_get(s, "anyOf");
     if (!alts)
         alts = json_object_get(s, "oneOf");
     const json_t *best = NULL;
     long best_n = -1;
     json_array_foreach(alts, i, v) {
-        json_t *p = json_object();
-        collect(root, v, data, p, depth + 1);
+        json_t *p = json_object(), *r = json_array();
+        collect(root, v, data, p, r, depth + 1);
+        json_decref(r);
         long n = 0;
         json_t *x;
         const char *pk;
@@ -155,7 +155,7 @@ static void collect(const json_t *root, const json_t *s, const json_t *data, jso
             best = v, best_n = n;
     }
     if (best)
-        collect(root, best, data, props, depth + 1);
+        collect(root, best, data, props, reqs, depth + 1);
 }
 
 /* the schema of an array's item i */
@@ -219,9 +219,14 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
     json_t *x;
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
-        json_t *props = json_object();
+        json_t *props = json_object(), *reqs = json_array();
         if (schema && depth < ORDER_DEPTH)
-            collect(root, schema, v, props, 0);
+            collect(root, schema, v, props, reqs, 0);
+        json_array_foreach(reqs, i, x) {   /* required names the properties lack come after them */
+            if (!json_object_get(props, json_string_value(x)))
+                json_object_set_new(props, json_string_value(x), json_true());
+        }
+        json_decref(reqs);
         const json_t *ap = schema ? json_object_get(schema, "additionalProperties") : NULL;
         put(b, "{", 1);
         int first = 1;
@@ -232,11 +237,22 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
                 first = 0;
             }
         }
+        const json_t *pp = schema ? json_object_get(schema, "patternProperties") : NULL;
         json_object_foreach((json_t *)v, k, x) {   /* then the others, as they come */
-            if (!json_object_get(props, k)) {
-                member(b, k, x, first, spaced, root, json_is_object(ap) ? ap : NULL, depth);
-                first = 0;
+            if (json_object_get(props, k))
+                continue;
+            const json_t *sub = json_is_object(ap) ? ap : NULL;
+            const char *pk;
+            json_t *pv;
+            json_object_foreach((json_t *)pp, pk, pv) {   /* a pattern's schema orders its value */
+                v4_error e = {0};
+                if (v4g_pattern_matches(pk, strlen(pk), k, strlen(k), &e) == 1) {
+                    sub = pv;
+                    break;
+                }
             }
+            member(b, k, x, first, spaced, root, sub, depth);
+            first = 0;
         }
         json_decref(props);
         put(b, "}", 1);
