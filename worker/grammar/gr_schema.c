@@ -1021,6 +1021,7 @@ int gr_schema_emit(gr_builder *b, json_t *schema, v4_error *err)
     const char *draft = json_string_value(json_object_get(schema, "$schema"));
     c.ref_alone = draft && (strstr(draft, "draft-03") || strstr(draft, "draft-04") || strstr(draft, "draft-06") ||
                             strstr(draft, "draft-07"));
+    c.int_exact = draft && (strstr(draft, "draft-03") || strstr(draft, "draft-04"));
     c.owned = json_array();
     if (!c.owned)
         return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");

@@ -25,6 +25,7 @@ typedef struct gr_sc {
     json_t *owned;   /* array: merged schemas made while compiling */
     int depth;
     int ref_alone;   /* drafts 3-7: a $ref's sibling keywords are ignored */
+    int int_exact;   /* drafts 3-4: an integer has no fraction (6 on: 1.0 is one) */
     int32_t lx_lbrace, lx_rbrace, lx_lbrack, lx_rbrack, lx_comma, lx_colon;
     int32_t lx_true, lx_false, lx_null, lx_str, lx_num;
     int32_t nt_any;  /* any JSON value, made on first use (-1) */

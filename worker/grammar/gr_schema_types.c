@@ -302,11 +302,11 @@ int gr_sc_number(gr_sc *c, json_t *s, const char *ptr, int integer)
         int64_t lo = 0, hi = 0;
         if (int_bounds(c, s, ptr, &has_lo, &lo, &has_hi, &hi))
             return -1;
-        /* JSON Schema counts 1.0 as an integer: a zero fraction is allowed */
+        /* from draft 6 on JSON Schema counts 1.0 as an integer: a zero fraction is allowed */
         char *r = !has_lo && !has_hi ? strdup("-?(?:0|[1-9][0-9]*)") : gr_int_range_regex(has_lo, lo, has_hi, hi);
         rx = r ? malloc(strlen(r) + 16) : NULL;
         if (rx)
-            sprintf(rx, "(?:%s)(?:\\.0+)?", r);
+            sprintf(rx, c->int_exact ? "%s" : "(?:%s)(?:\\.0+)?", r);
         free(r);
     } else if (!bounded) {
         size_t n = strlen(NUM_TAIL) + 32;
