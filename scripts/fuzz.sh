@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# fuzz.sh - build and run the safetensors header fuzzer and the task packet fuzzer
-# (worker/serve/task_packet.c; V4_FUZZ_TASK_SECONDS, default 20) for a bounded time.
+# fuzz.sh - build and run the safetensors header fuzzer, the task packet fuzzer
+# (worker/serve/task_packet.c; V4_FUZZ_TASK_SECONDS, default 20) and the constraint engine
+# fuzzer (worker/grammar/: schemas, regexes, choices and matching; V4_FUZZ_GRAMMAR_SECONDS,
+# default 30) for a bounded time.
 #
 # Configures build-fuzz/ with clang and -DV4_FUZZ=ON, builds only the fuzz target,
 # and runs it for V4_FUZZ_SECONDS (default 60) on a scratch copy of
@@ -16,7 +18,7 @@ seconds=${V4_FUZZ_SECONDS:-60}
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER="${CC:-clang}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DV4_FUZZ=ON >/dev/null
-ninja -C "$build" fuzz_safetensors fuzz_task_packet
+ninja -C "$build" fuzz_safetensors fuzz_task_packet fuzz_grammar
 
 rm -rf "$build/corpus-run"
 mkdir -p "$build/corpus-run" "$build/artifacts"
@@ -47,3 +49,18 @@ if [ "$rc" -ne 0 ]; then
     exit "$rc"
 fi
 echo "fuzz.sh: no crash in the task packet parser in ${task_seconds}s"
+
+grammar_seconds=${V4_FUZZ_GRAMMAR_SECONDS:-30}
+rm -rf "$build/corpus-grammar-run"
+mkdir -p "$build/corpus-grammar-run"
+cp "$root"/tests/fuzz/corpus_grammar/* "$build/corpus-grammar-run/"
+echo "fuzzing worker/grammar/ (schemas, regexes, choices + matching) for ${grammar_seconds}s ..."
+rc=0
+"$build/tests/fuzz/fuzz_grammar" -max_total_time="$grammar_seconds" -timeout=20 -rss_limit_mb=2048 \
+    -max_len=4096 -print_final_stats=1 -artifact_prefix="$build/artifacts/grammar-" \
+    "$build/corpus-grammar-run" || rc=$?
+if [ "$rc" -ne 0 ]; then
+    echo "fuzz.sh: constraint engine fuzzer failed (exit $rc); reproducers in $build/artifacts/" >&2
+    exit "$rc"
+fi
+echo "fuzz.sh: no crash in the constraint engine in ${grammar_seconds}s"
