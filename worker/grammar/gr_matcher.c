@@ -409,18 +409,26 @@ static int fill_cache(v4g_matcher *m, int32_t s)
     const size_t words = ((size_t)v->n + 31) / 32;
     uint32_t *inner = calloc(words, sizeof *inner);
     int32_t *state = malloc(((size_t)v->max_depth + 2) * sizeof *state);
+    int32_t **tab = malloc(((size_t)v->max_depth + 2) * sizeof *tab);   /* state[d]'s successor table */
     int32_t *bnd = NULL, n_bnd = 0, cap_bnd = 0;
-    if (!inner || !state)
+    if (!inner || !state || !tab)
         goto oom;
     state[0] = s;
+    tab[0] = g->lx.ds[s].next;
     for (int32_t i = 0; i < v->n_nodes;) {
         const int d = v->nd[i];
         const int32_t p = state[d - 1];
-        const int32_t t = gr_lex_next(g, p, v->nb[i]);
+        const uint8_t c = v->nb[i];
+        int32_t t = tab[d - 1] ? tab[d - 1][c] : -2;
+        if (t == -2) {   /* not stepped yet: step (it makes p's table if p has none) */
+            t = gr_lex_step(g, p, c);
+            tab[d - 1] = g->lx.ds[p].next;
+        }
         if (t == -3)
             goto oom;
         if (t >= 0 && g->lx.ds[t].live) {
             state[d] = t;
+            tab[d] = g->lx.ds[t].next;
             for (int32_t k = v->ntok[i]; k >= 0; k = v->dup[k])
                 inner[k >> 5] |= 1u << (k & 31);
             i++;
@@ -439,6 +447,7 @@ static int fill_cache(v4g_matcher *m, int32_t s)
         }
         i += v->nsz[i];
     }
+    free(tab);
     free(state);
     gr_dstate *ds = &g->lx.ds[s];
     ds->inner = inner;
@@ -450,6 +459,7 @@ static int fill_cache(v4g_matcher *m, int32_t s)
 oom:
     free(inner);
     free(state);
+    free(tab);
     free(bnd);
     return -1;
 }

@@ -342,12 +342,13 @@ static const struct {
               "[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"},
     {"hostname", "(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"},
     {"uri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*"},
-    {"uri-reference", "[^\\x00-\\x20\"<>\\\\^`{|}]*"},
+    /* a URI, or a relative reference (RFC 3986: no ':' in a first segment without a scheme) */
+    {"uri-reference", "[A-Za-z][A-Za-z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*|(?://[^/?#\\x00-\\x20\"<>\\\\^`{|}]*(?:/[^?#\\x00-\\x20\"<>\\\\^`{|}]*)?|/[^?#\\x00-\\x20\"<>\\\\^`{|}]*|[^:/?#\\x00-\\x20\"<>\\\\^`{|}][^/?#\\x00-\\x20\"<>\\\\^`{|}]*(?:/[^?#\\x00-\\x20\"<>\\\\^`{|}]*)?)?(?:\\?[^#\\x00-\\x20\"<>\\\\^`{|}]*)?(?:#[^\\x00-\\x20\"<>\\\\^`{|}]*)?"},
     {"ipv6", "(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|(?:[0-9a-fA-F]{1,4}:){1,7}:|(?:[0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|(?:[0-9a-fA-F]{1,4}:){1,5}(?::[0-9a-fA-F]{1,4}){1,2}|(?:[0-9a-fA-F]{1,4}:){1,4}(?::[0-9a-fA-F]{1,4}){1,3}|(?:[0-9a-fA-F]{1,4}:){1,3}(?::[0-9a-fA-F]{1,4}){1,4}|(?:[0-9a-fA-F]{1,4}:){1,2}(?::[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(?::[0-9a-fA-F]{1,4}){1,6}|:(?:(?::[0-9a-fA-F]{1,4}){1,7}|:)|(?:[0-9a-fA-F]{1,4}:){6}(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])|::(?:[fF]{4}(?::0{1,4})?:)?(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])|(?:[0-9a-fA-F]{1,4}:){1,5}:(?:(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"},
     {"json-pointer", "(?:/(?:[^~/]|~[01])*)*"},
     {"relative-json-pointer", "(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)"},
     {"iri", "[A-Za-z][A-Za-z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*"},
-    {"iri-reference", "[^\\x00-\\x20\"<>\\\\^`{|}]*"},
+    {"iri-reference", "[A-Za-z][A-Za-z0-9+.-]*:[^\\x00-\\x20\"<>\\\\^`{|}]*|(?://[^/?#\\x00-\\x20\"<>\\\\^`{|}]*(?:/[^?#\\x00-\\x20\"<>\\\\^`{|}]*)?|/[^?#\\x00-\\x20\"<>\\\\^`{|}]*|[^:/?#\\x00-\\x20\"<>\\\\^`{|}][^/?#\\x00-\\x20\"<>\\\\^`{|}]*(?:/[^?#\\x00-\\x20\"<>\\\\^`{|}]*)?)?(?:\\?[^#\\x00-\\x20\"<>\\\\^`{|}]*)?(?:#[^\\x00-\\x20\"<>\\\\^`{|}]*)?"},
     {"duration", "P(?:[0-9]+W|(?:[0-9]+Y)?(?:[0-9]+M)?(?:[0-9]+D)?(?:T(?:[0-9]+H)?(?:[0-9]+M)?(?:[0-9]+(?:\\.[0-9]+)?S)?)?)"},
 };
 
@@ -464,7 +465,32 @@ int gr_sc_const(gr_sc *c, json_t *v, const char *ptr)
         }
         return gr_rule(c->b, nt, syms, n, c->err) ? -1 : nt;
     }
-    char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(17));
+    if (json_is_number(v)) {   /* a number equals its value however written: 2, 2.0, 2.50 */
+        double x = json_number_value(v);
+        char t[64], rx[160];
+        if (json_is_integer(v) || (x == floor(x) && fabs(x) < 1e15)) {
+            snprintf(t, sizeof t, "%lld", json_is_integer(v) ? (long long)json_integer_value(v) : (long long)x);
+            snprintf(rx, sizeof rx, "%s%s(?:\\.0+)?", t[0] == '-' ? "\\-" : "", t + (t[0] == '-'));
+        } else {
+            for (int p = 1; p <= 17; p++) {   /* the shortest text of the value */
+                snprintf(t, sizeof t, "%.*g", p, x);
+                if (strtod(t, NULL) == x)
+                    break;
+            }
+            if (strpbrk(t, "eE"))   /* written with an exponent: exactly so */
+                return gr_lex_bytes(c->b, t, strlen(t), c->err);
+            size_t o = 0;
+            for (const char *q = t; *q && o + 3 < sizeof rx; q++) {
+                if (*q == '.' || *q == '-')
+                    rx[o++] = '\\';
+                rx[o++] = *q;
+            }
+            snprintf(rx + o, sizeof rx - o, "0*");
+        }
+        int l = gr_lex_regex(c->b, rx, strlen(rx), GR_RX_FULL, 0, 0, -1, c->err);
+        return l < 0 ? gr_sc_where(c, ptr, "enum") : l;
+    }
+    char *d = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
     if (!d)
         return gr_sc_fail(c, ptr, "const", "out of memory");
     int l = gr_lex_bytes(c->b, d, strlen(d), c->err);

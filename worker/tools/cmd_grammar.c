@@ -117,14 +117,16 @@ static const json_t *deref(const json_t *root, const json_t *s)
     return cur;
 }
 
-/* append the property schemas of s (and of what it folds in) to props, in the compiler's order */
-static void collect(const json_t *root, const json_t *s, const json_t *data, json_t *props, json_t *reqs, int depth)
+/* append the property schemas of s and of what it folds in ($ref, allOf) to props, in the
+ * compiler's order; its anyOf/oneOf lists go to alts: the compiler merges everything first
+ * and expands the alternatives last, so their properties come after */
+static void collect_flat(const json_t *root, const json_t *s, json_t *props, json_t *reqs, json_t *alts, int depth)
 {
     if (!json_is_object(s) || depth > ORDER_DEPTH)
         return;
     const json_t *t = deref(root, s);
     if (t)
-        collect(root, t, data, props, reqs, depth + 1);
+        collect_flat(root, t, props, reqs, alts, depth + 1);
     const char *k;
     json_t *v;
     size_t i;
@@ -136,26 +138,68 @@ static void collect(const json_t *root, const json_t *s, const json_t *data, jso
         if (json_is_string(v))
             json_array_append(reqs, v);
     }
-    json_array_foreach(json_object_get(s, "allOf"), i, v) collect(root, v, data, props, reqs, depth + 1);
-    const json_t *alts = json_object_get(s, "anyOf");
-    if (!alts)
-        alts = json_object_get(s, "oneOf");
-    const json_t *best = NULL;
-    long best_n = -1;
-    json_array_foreach(alts, i, v) {
-        json_t *p = json_object(), *r = json_array();
-        collect(root, v, data, p, r, depth + 1);
-        json_decref(r);
-        long n = 0;
-        json_t *x;
-        const char *pk;
-        json_object_foreach(p, pk, x) n += json_object_get(data, pk) != NULL;
-        json_decref(p);
-        if (n > best_n)
-            best = v, best_n = n;
+    json_array_foreach(json_object_get(s, "allOf"), i, v) collect_flat(root, v, props, reqs, alts, depth + 1);
+    const json_t *a = json_object_get(s, "anyOf");
+    if (!a)
+        a = json_object_get(s, "oneOf");
+    if (json_is_array(a))
+        json_array_append(alts, (json_t *)a);
+}
+
+/* 1 when value x may have the JSON type schema s names (no "type": yes) */
+static int type_fits(const json_t *s, const json_t *x)
+{
+    const json_t *t = json_is_object(s) ? json_object_get(s, "type") : NULL;
+    if (!t)
+        return 1;
+    const char *n = json_is_object(x) ? "object" : json_is_array(x) ? "array" : json_is_string(x) ? "string"
+                    : json_is_integer(x) ? "integer" : json_is_real(x) ? "number" : json_is_boolean(x) ? "boolean"
+                                                                                        : "null";
+    size_t i;
+    const json_t *e;
+    if (json_is_string(t))
+        return !strcmp(json_string_value(t), n) || (!strcmp(n, "integer") && !strcmp(json_string_value(t), "number"));
+    json_array_foreach(t, i, e) {
+        if (json_is_string(e) && (!strcmp(json_string_value(e), n) ||
+                                  (!strcmp(n, "integer") && !strcmp(json_string_value(e), "number"))))
+            return 1;
     }
-    if (best)
-        collect(root, best, data, props, reqs, depth + 1);
+    return 0;
+}
+
+/* collect_flat, then of each list of alternatives the branch data fits best: every
+ * required key present, values of the types the branch names, most keys named */
+static void collect(const json_t *root, const json_t *s, const json_t *data, json_t *props, json_t *reqs, int depth)
+{
+    json_t *alts = json_array();
+    collect_flat(root, s, props, reqs, alts, depth);
+    for (size_t n = 0; n < json_array_size(alts) && n < 64; n++) {
+        const json_t *best = NULL;
+        long best_n = -1;
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_array_get(alts, n), i, v) {
+            json_t *p = json_object(), *r = json_array(), *a = json_array();
+            collect_flat(root, v, p, r, a, depth + 1);
+            long cnt = 0;
+            json_t *x;
+            const char *pk;
+            json_object_foreach(p, pk, x) {
+                const json_t *dv = json_object_get(data, pk);
+                cnt += !dv ? 0 : type_fits(x, dv) ? 1 : -100;
+            }
+            size_t q;
+            json_array_foreach(r, q, x) cnt -= json_object_get(data, json_string_value(x)) ? 0 : 1000;
+            json_decref(p);
+            json_decref(r);
+            json_decref(a);
+            if (cnt > best_n)
+                best = v, best_n = cnt;
+        }
+        if (best)
+            collect_flat(root, best, props, reqs, alts, depth + 1);
+    }
+    json_decref(alts);
 }
 
 /* the schema of an array's item i */
@@ -193,6 +237,20 @@ static const json_t *item_schema(const json_t *root, const json_t *s, size_t i, 
 
 static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, const json_t *schema, int depth);
 
+/* the schema of a key no property names: the first pattern of patternProperties it
+ * matches, else additionalProperties (a schema), else none */
+static const json_t *extra_schema(const char *k, const json_t *ap, const json_t *pp)
+{
+    const char *pk;
+    json_t *pv;
+    json_object_foreach((json_t *)pp, pk, pv) {
+        v4_error e = {0};
+        if (v4g_pattern_matches(pk, strlen(pk), k, strlen(k), &e) == 1)
+            return pv;
+    }
+    return json_is_object(ap) ? ap : json_true();
+}
+
 static void member(tbuf *b, const char *k, const json_t *x, int first, int spaced, const json_t *root,
                    const json_t *sub, int depth)
 {
@@ -222,12 +280,17 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
         json_t *props = json_object(), *reqs = json_array();
         if (schema && depth < ORDER_DEPTH)
             collect(root, schema, v, props, reqs, 0);
+        const json_t *own = schema;   /* the schema itself, through its $refs */
+        for (int k = 0; k < ORDER_DEPTH && own && deref(root, own); k++)
+            own = deref(root, own);
+        const json_t *ap = own ? json_object_get(own, "additionalProperties") : NULL;
+        const json_t *pp = own ? json_object_get(own, "patternProperties") : NULL;
         json_array_foreach(reqs, i, x) {   /* required names the properties lack come after them */
-            if (!json_object_get(props, json_string_value(x)))
-                json_object_set_new(props, json_string_value(x), json_true());
+            const char *rk = json_string_value(x);
+            if (!json_object_get(props, rk))
+                json_object_set(props, rk, (json_t *)extra_schema(rk, ap, pp));
         }
         json_decref(reqs);
-        const json_t *ap = schema ? json_object_get(schema, "additionalProperties") : NULL;
         put(b, "{", 1);
         int first = 1;
         json_object_foreach(props, k, x) {   /* the named properties, in order */
@@ -237,21 +300,10 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
                 first = 0;
             }
         }
-        const json_t *pp = schema ? json_object_get(schema, "patternProperties") : NULL;
         json_object_foreach((json_t *)v, k, x) {   /* then the others, as they come */
             if (json_object_get(props, k))
                 continue;
-            const json_t *sub = json_is_object(ap) ? ap : NULL;
-            const char *pk;
-            json_t *pv;
-            json_object_foreach((json_t *)pp, pk, pv) {   /* a pattern's schema orders its value */
-                v4_error e = {0};
-                if (v4g_pattern_matches(pk, strlen(pk), k, strlen(k), &e) == 1) {
-                    sub = pv;
-                    break;
-                }
-            }
-            member(b, k, x, first, spaced, root, sub, depth);
+            member(b, k, x, first, spaced, root, extra_schema(k, ap, pp), depth);
             first = 0;
         }
         json_decref(props);
@@ -272,6 +324,10 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
         put(b, tmp, strlen(tmp));
         return;
     default: {
+        if (json_is_string(v) && !strncmp(json_string_value(v), "\x01" "BIG:", 5)) {   /* a protected integer */
+            put(b, json_string_value(v) + 5, strlen(json_string_value(v) + 5));
+            return;
+        }
         char *d = json_dumps(v, JSON_ENCODE_ANY);
         if (!d) {
             b->oom = 1;
@@ -281,6 +337,52 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
         free(d);
     }
     }
+}
+
+char *v4_json_protect_bigints(const char *t, size_t len)
+{
+    char *o = malloc(len * 2 + 16);
+    if (!o)
+        return NULL;
+    size_t w = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len;) {
+        char c = t[i];
+        if (in_str) {
+            o[w++] = c;
+            if (c == '\\' && i + 1 < len)
+                o[w++] = t[++i];
+            else if (c == '"')
+                in_str = 0;
+            i++;
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+            o[w++] = t[i++];
+            continue;
+        }
+        if (c == '-' || (c >= '0' && c <= '9')) {   /* a number: copy it, or protect a long integer */
+            size_t j = i + (c == '-'), d0 = j;
+            while (j < len && t[j] >= '0' && t[j] <= '9')
+                j++;
+            int integer = j >= len || (t[j] != '.' && t[j] != 'e' && t[j] != 'E');
+            if (integer && j - d0 > 18) {
+                w += (size_t)sprintf(o + w, "\"\\u0001BIG:");
+                memcpy(o + w, t + i, j - i);
+                w += j - i;
+                o[w++] = '"';
+                i = j;
+                continue;
+            }
+            while (i < j)
+                o[w++] = t[i++];
+            continue;
+        }
+        o[w++] = t[i++];
+    }
+    o[w] = 0;
+    return o;
 }
 
 char *v4_json_text(const json_t *v, const json_t *schema, int spaced)

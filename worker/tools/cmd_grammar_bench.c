@@ -280,8 +280,11 @@ int v4_cmd_grammar_bench(int argc, char **argv)
             break;
         json_error_t je;
         json_t *row = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
-        if (!row)   /* integers past 64 bits: read as reals (their schema keeps its shape) */
-            row = json_loadb(line, (size_t)len, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+        if (!row) {   /* integers past 64 bits: kept as their text (v4_json_text writes them back) */
+            char *prot = v4_json_protect_bigints(line, (size_t)len);
+            row = prot ? json_loadb(prot, strlen(prot), JSON_ALLOW_NUL, &je) : NULL;
+            free(prot);
+        }
         json_t *schema = json_object_get(row, "schema"), *tests = json_object_get(row, "tests");
         const char *id = json_string_value(json_object_get(row, "id"));
         if (!row || !schema) {

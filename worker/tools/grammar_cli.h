@@ -16,5 +16,8 @@ v4g_vocab *v4_grammar_vocab(const v4_tokenizer *t, v4_error *err);
 /* v as JSON text: spaced 0 = no whitespace, 1 = ", " and ": " (Python's json.dumps);
  * objects' keys in the order the engine writes them under schema (may be NULL). */
 char *v4_json_text(const json_t *v, const json_t *schema, int spaced);
+/* JSON text whose integer literals too long for jansson (over 18 digits) become strings
+ * "\x01BIG:<digits>", which v4_json_text writes back as the number (malloc'd; NULL: memory). */
+char *v4_json_protect_bigints(const char *text, size_t len);
 
 #endif
