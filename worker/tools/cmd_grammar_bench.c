@@ -287,8 +287,17 @@ int v4_cmd_grammar_bench(int argc, char **argv)
         }
         json_t *schema = json_object_get(row, "schema"), *tests = json_object_get(row, "tests");
         const char *id = json_string_value(json_object_get(row, "id"));
-        if (!row || !schema) {
-            fprintf(stderr, "v4fleet grammar-bench: %s: line %ld: not a MaskBench row\n", file, seen);
+        if (!row || !schema) {   /* unreadable (e.g. U+0000 in a key, which jansson cannot hold): a compile error */
+            const char *p = strstr(line, "\"id\":");
+            char rid[200] = "?";
+            if (p && (p = strchr(p + 5, '"')))
+                snprintf(rid, sizeof rid, "%.*s", (int)strcspn(p + 1, "\""), p + 1);
+            fprintf(stderr, "v4fleet grammar-bench: %s: line %ld (%s): %s: counted as a compile error\n", file, seen,
+                    rid, row ? "no schema" : je.text);
+            if (fail)
+                fprintf(fail, "%s\t%s\tthe row cannot be read: %s\n", rid, CAT[COMPILE], row ? "no schema" : je.text);
+            count[COMPILE]++;
+            taken++;
             json_decref(row);
             continue;
         }
