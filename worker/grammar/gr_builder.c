@@ -44,7 +44,17 @@ void gr_builder_free(gr_builder *b)
         free(b->nt_names[i]);
     free(b->nt_names);
     free(b->lex_ht);
+    free(b->gheads);
     memset(b, 0, sizeof *b);
+}
+
+/* remember a loop head of unconstrained JSON string content followed by the closing quote */
+static int ghead(gr_builder *b, int32_t s, v4_error *err)
+{
+    if (grow((void **)&b->gheads, &b->cap_gheads, b->n_gheads + 1, sizeof *b->gheads, err))
+        return -1;
+    b->gheads[b->n_gheads++] = s;
+    return 0;
 }
 
 static uint64_t hash_str(const char *s)
@@ -229,7 +239,7 @@ int gr_lex_json_string(gr_builder *b, int min, int max, v4_error *err)
     }
     f.start = q1.start;
     f.end = q2.end;
-    if (seal(b, &f, err)) {
+    if (seal(b, &f, err) || (min == 0 && max < 0 && ghead(b, body.start, err))) {
         free(key);
         return -1;
     }
@@ -362,7 +372,8 @@ int gr_lex_key_except(gr_builder *b, const char *const *keys, int n, v4_error *e
         if (!rc)
             rc = emit_ktrie(b, t, 0, st, free_st, close, err);
         if (!rc)   /* free: any content, then the closing quote */
-            rc = gr_emit_any_len(&b->nfa, 1, 0, -1, &body, err) || gr_nfa_eps(&b->nfa, free_st, body.start, err) ||
+            rc = gr_emit_any_len(&b->nfa, 1, 0, -1, &body, err) || ghead(b, body.start, err) ||
+                         gr_nfa_eps(&b->nfa, free_st, body.start, err) ||
                          gr_nfa_eps(&b->nfa, body.end, close, err)
                      ? -1
                      : 0;

@@ -132,6 +132,8 @@ typedef struct gr_builder {
     int32_t skip;       /* whitespace lexeme between lexemes (-1: none) */
     int32_t skip_max;   /* bytes in one whitespace run */
     int32_t lex_end;    /* NFA states below belong to lexemes already added */
+    int32_t *gheads;    /* loop heads of unconstrained JSON string content (see gr_dstate.generic) */
+    int32_t n_gheads, cap_gheads;
     /* dedup of lexemes by key: open addressing over lex ids */
     int32_t *lex_ht;
     int32_t lex_ht_cap;
@@ -168,6 +170,9 @@ typedef struct gr_dstate {   /* a lexer DFA state: a set of NFA states */
     uint32_t *inner;
     int32_t *bnd;
     int32_t n_bnd;
+    /* inside unconstrained JSON string content, at a character boundary: every such state
+     * of every grammar behaves alike, so its mask cache comes from the vocabulary's */
+    uint8_t generic;
 } gr_dstate;
 
 typedef struct gr_lexer {
@@ -209,6 +214,8 @@ struct gr_grammar {
     int32_t *by_lhs;         /* prod ids grouped by lhs */
     uint8_t *nullable;       /* per nonterminal */
     int32_t lex_words;       /* uint64 words of an allowed-lexeme bitset */
+    int32_t *gsets;          /* per generic loop head: its lexer set (len, states...) back to back */
+    int32_t n_gsets, len_gsets;
     gr_lexer lx;
     pthread_mutex_t mu;
     size_t bytes;

@@ -145,6 +145,30 @@ static int trim(gr_grammar *g, v4_error *err)
     return 0;
 }
 
+static void closure(gr_grammar *g, int32_t s0, int *n);
+static void new_gen(gr_lexer *lx, int32_t n_st);
+static int cmp_i32(const void *a, const void *b);
+
+/* the lexer set of each generic loop head (gr_dstate.generic), sorted, for intern() */
+static int generic_sets(gr_grammar *g, const gr_builder *b, v4_error *err)
+{
+    for (int h = 0; h < b->n_gheads; h++) {
+        new_gen(&g->lx, g->nfa.n_st);
+        int n = 0;
+        closure(g, b->gheads[h], &n);
+        qsort(g->lx.buf, (size_t)n, sizeof *g->lx.buf, cmp_i32);
+        int32_t *q = realloc(g->gsets, ((size_t)g->len_gsets + (size_t)n + 1) * sizeof *q);
+        if (!q)
+            return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+        g->gsets = q;
+        q[g->len_gsets] = n;
+        memcpy(q + g->len_gsets + 1, g->lx.buf, (size_t)n * sizeof *q);
+        g->len_gsets += n + 1;
+        g->n_gsets++;
+    }
+    return 0;
+}
+
 gr_grammar *gr_grammar_build(gr_builder *b, v4_error *err)
 {
     if (b->start < 0) {
@@ -193,6 +217,10 @@ gr_grammar *gr_grammar_build(gr_builder *b, v4_error *err)
         gr_grammar_free(g);
         return NULL;
     }
+    if (generic_sets(g, b, err)) {
+        gr_grammar_free(g);
+        return NULL;
+    }
     g->bytes = (size_t)g->nfa.n_st * (sizeof(gr_nstate) + 16) + (size_t)g->nfa.n_ed * sizeof(gr_edge) +
                (size_t)g->n_prods * sizeof(gr_prod) + (size_t)g->n_nt * 16;
     return g;
@@ -211,6 +239,7 @@ void gr_grammar_free(gr_grammar *g)
     free(g->nt_nprods);
     free(g->by_lhs);
     free(g->nullable);
+    free(g->gsets);
     gr_lexer *lx = &g->lx;
     for (int i = 0; i < lx->n_ds; i++) {
         free(lx->ds[i].next);
@@ -404,6 +433,8 @@ static int32_t intern(gr_grammar *g, int n)
             ds->live = !g->nfa.ed[e].eps && g->coreach[g->nfa.ed[e].to];
     }
     lx->n_accs += ds->n_acc;
+    for (int32_t o = 0, k = 0; k < g->n_gsets && !ds->generic; k++, o += g->gsets[o] + 1)
+        ds->generic = g->gsets[o] == n && !memcmp(g->gsets + o + 1, lx->buf, (size_t)n * sizeof *lx->buf);
     uint64_t i = h & (uint64_t)(lx->ht_cap - 1);
     while (lx->ht[i] >= 0)
         i = (i + 1) & (uint64_t)(lx->ht_cap - 1);

@@ -24,6 +24,10 @@ struct v4g_vocab {
     uint16_t *nd;
     int32_t *nsz, *ntok;
     int32_t *dup;          /* next token with the same bytes, -1 */
+    /* inside unconstrained JSON string content (gr_dstate.generic): the tokens that stay
+     * inside, and the trie nodes where a token closes the string (made once, here) */
+    uint32_t *str_inner;
+    int32_t *str_bnd, n_str_bnd;
 };
 
 typedef struct mstate {
@@ -130,6 +134,74 @@ static int build_trie(v4g_vocab *v, v4_error *err)
     return 0;
 }
 
+/* The generic string cache: a private grammar of one JSON string lexeme, its state after
+ * the opening quote, and a walk of the trie over it.  Without it (memory) masks still work. */
+static void str_cache(v4g_vocab *v)
+{
+    gr_builder b;
+    gr_builder_init(&b);
+    v4_error err = {0};
+    int l = gr_lex_json_string(&b, 0, -1, &err);
+    int st = l < 0 ? -1 : gr_nt(&b, "s", &err);
+    if (st < 0 || gr_rule(&b, st, (int32_t[]){l}, 1, &err)) {
+        gr_builder_free(&b);
+        return;
+    }
+    b.start = st;
+    gr_grammar *g = gr_grammar_build(&b, &err);
+    gr_builder_free(&b);
+    if (!g)
+        return;
+    uint64_t allowed[1] = {1};
+    int32_t s = gr_lex_start(g, allowed);
+    s = s >= 0 ? gr_lex_next(g, s, '"') : -1;
+    const size_t words = ((size_t)v->n + 31) / 32;
+    uint32_t *inner = s >= 0 && g->lx.ds[s].generic ? calloc(words, sizeof *inner) : NULL;
+    int32_t *state = malloc(((size_t)v->max_depth + 2) * sizeof *state), *bnd = NULL, nb = 0, cap = 0;
+    int ok = inner && state;
+    if (ok)
+        state[0] = s;
+    for (int32_t i = 0; ok && i < v->n_nodes;) {
+        const int d = v->nd[i];
+        const int32_t p = state[d - 1];
+        const int32_t t = gr_lex_next(g, p, v->nb[i]);
+        if (t == -3) {
+            ok = 0;
+        } else if (t >= 0 && g->lx.ds[t].live) {
+            state[d] = t;
+            for (int32_t k = v->ntok[i]; k >= 0; k = v->dup[k])
+                inner[k >> 5] |= 1u << (k & 31);
+            i++;
+        } else {
+            if (t >= 0 || g->lx.ds[p].n_acc) {   /* the string closes: only ever from the loop state */
+                if (p != s)
+                    ok = 0;
+                if (nb == cap) {
+                    cap = cap ? cap * 2 : 256;
+                    int32_t *q = realloc(bnd, (size_t)cap * sizeof *q);
+                    if (!q)
+                        ok = 0;
+                    else
+                        bnd = q;
+                }
+                if (ok)
+                    bnd[nb++] = i;
+            }
+            i += v->nsz[i];
+        }
+    }
+    free(state);
+    gr_grammar_free(g);
+    if (!ok) {
+        free(inner);
+        free(bnd);
+        return;
+    }
+    v->str_inner = inner;
+    v->str_bnd = bnd;
+    v->n_str_bnd = nb;
+}
+
 v4g_vocab *v4g_vocab_new(int32_t n, v4g_token_bytes_fn bytes, v4g_token_special_fn special, void *ctx, int32_t eos,
                          v4_error *err)
 {
@@ -173,6 +245,7 @@ v4g_vocab *v4g_vocab_new(int32_t n, v4g_token_bytes_fn bytes, v4g_token_special_
         v4g_vocab_free(v);
         return NULL;
     }
+    str_cache(v);
     return v;
 }
 
@@ -182,6 +255,7 @@ void v4g_vocab_free(v4g_vocab *v)
         return;
     free(v->off), free(v->data), free(v->special);
     free(v->nb), free(v->nd), free(v->nsz), free(v->ntok), free(v->dup);
+    free(v->str_inner), free(v->str_bnd);
     free(v);
 }
 
@@ -407,6 +481,27 @@ static int fill_cache(v4g_matcher *m, int32_t s)
     gr_grammar *g = m->g;
     const v4g_vocab *v = m->v;
     const size_t words = ((size_t)v->n + 31) / 32;
+    if (g->lx.ds[s].generic && v->str_inner) {   /* string content: the vocabulary's cache */
+        uint32_t *in = malloc(words * sizeof *in);
+        int32_t *bn = malloc(((size_t)v->n_str_bnd * 2 + 1) * sizeof *bn);
+        if (!in || !bn) {
+            free(in);
+            free(bn);
+            return -1;
+        }
+        memcpy(in, v->str_inner, words * sizeof *in);
+        for (int32_t k = 0; k < v->n_str_bnd; k++) {
+            bn[2 * k] = v->str_bnd[k];
+            bn[2 * k + 1] = s;
+        }
+        gr_dstate *ds = &g->lx.ds[s];
+        ds->inner = in;
+        ds->bnd = bn;
+        ds->n_bnd = v->n_str_bnd;
+        g->lx.bytes += words * sizeof *in + (size_t)v->n_str_bnd * 2 * sizeof *bn;
+        g->lx.mask_bytes += words * sizeof *in + (size_t)v->n_str_bnd * 2 * sizeof *bn;
+        return 0;
+    }
     uint32_t *inner = calloc(words, sizeof *inner);
     int32_t *state = malloc(((size_t)v->max_depth + 2) * sizeof *state);
     int32_t **tab = malloc(((size_t)v->max_depth + 2) * sizeof *tab);   /* state[d]'s successor table */
