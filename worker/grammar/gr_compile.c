@@ -81,6 +81,8 @@ v4g_constraint *v4g_compile(v4g_kind kind, const char *text, size_t len, const v
     case V4G_JSON_SCHEMA: {
         json_error_t je;
         json_t *s = json_loadb(text ? text : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        if (!s)   /* an integer past 64 bits (a bound such as 9223372036854776000): read as reals */
+            s = json_loadb(text ? text : "", len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
         if (!s) {
             rc = v4_err_set(err, V4_ERR_INVALID, "schema", "the schema is not JSON: %s (line %d, column %d)", je.text,
                             je.line, je.column);

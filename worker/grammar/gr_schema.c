@@ -484,9 +484,9 @@ static int object_nt(gr_sc *c, json_t *s, const char *ptr)
     for (int j = 0; j < n; j++)
         nreq += isreq[j];
     json_t *mnp = json_object_get(s, "minProperties"), *mxp = json_object_get(s, "maxProperties");
-    if (!rc && mnp && !(json_is_integer(mnp) && json_integer_value(mnp) <= nreq))
+    if (!rc && mnp && !(gr_sc_count(mnp) >= 0 && gr_sc_count(mnp) <= nreq))
         rc = gr_sc_fail(c, ptr, "minProperties", "minProperties above the number of required properties is not supported");
-    if (!rc && mxp && !(json_is_integer(mxp) && json_is_false(ap) && !pp && json_integer_value(mxp) >= n))
+    if (!rc && mxp && !(gr_sc_count(mxp) >= 0 && json_is_false(ap) && !pp && gr_sc_count(mxp) >= n))
         rc = gr_sc_fail(c, ptr, "maxProperties", "maxProperties is not supported where more properties are possible");
     /* extra members: XL -> X | XL "," X.  A key matching a pattern of patternProperties
      * takes that pattern's schema; any other key (when additionalProperties allows one)
@@ -584,14 +584,14 @@ static int array_nt(gr_sc *c, json_t *s, const char *ptr)
     int P = prefix ? (int)json_array_size(prefix) : 0;
     long min = 0, max = -1;
     if (mn) {
-        if (!json_is_integer(mn) || json_integer_value(mn) < 0)
+        if (gr_sc_count(mn) < 0)
             return gr_sc_fail(c, ptr, "minItems", "minItems must be a non-negative integer");
-        min = (long)json_integer_value(mn);
+        min = (long)gr_sc_count(mn);
     }
     if (mx) {
-        if (!json_is_integer(mx) || json_integer_value(mx) < 0)
+        if (gr_sc_count(mx) < 0)
             return gr_sc_fail(c, ptr, "maxItems", "maxItems must be a non-negative integer");
-        max = (long)json_integer_value(mx);
+        max = (long)gr_sc_count(mx);
     }
     if (json_is_false(rest) && (max < 0 || max > P))
         max = P;

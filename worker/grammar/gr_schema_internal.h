@@ -36,6 +36,17 @@ typedef struct gr_sc {
 int gr_sc_fail(gr_sc *c, const char *ptr, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int gr_sc_where(gr_sc *c, const char *ptr, const char *kw);
 
+/* A count keyword's value (minLength, maxItems, ...): a non-negative integer, also when
+ * written as a real (2.0, or every number of a schema read with integers as reals);
+ * -1 when it is none. */
+static inline long long gr_sc_count(json_t *x)
+{
+    double d = json_is_number(x) ? json_number_value(x) : -1;
+    if (json_is_integer(x))
+        return json_integer_value(x) < 0 ? -1 : json_integer_value(x);
+    return d >= 0 && d == (double)(long long)d && d < 9e18 ? (long long)d : -1;
+}
+
 /* lexeme ids (>= 0) or nonterminals, -1 on error */
 int gr_sc_number(gr_sc *c, json_t *s, const char *ptr, int integer);
 int gr_sc_string(gr_sc *c, json_t *s, const char *ptr);

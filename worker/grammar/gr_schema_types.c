@@ -162,34 +162,37 @@ char *gr_int_range_regex(int has_lo, int64_t lo, int has_hi, int64_t hi)
 static int int_bounds(gr_sc *c, json_t *s, const char *ptr, int *has_lo, int64_t *lo, int *has_hi, int64_t *hi)
 {
     *has_lo = *has_hi = 0;
-    json_t *mn = json_object_get(s, "minimum"), *mx = json_object_get(s, "maximum");
-    json_t *emn = json_object_get(s, "exclusiveMinimum"), *emx = json_object_get(s, "exclusiveMaximum");
-    double v;
-    if (mn && json_is_number(mn)) {
-        v = json_number_value(mn);
-        int ex = json_is_true(emn);
-        *lo = (int64_t)(ex ? floor(v) + 1 : ceil(v));
-        *has_lo = fabs(v) < 9e18;
-    }
-    if (emn && json_is_number(emn)) {
-        v = json_number_value(emn);
-        int64_t l = (int64_t)(floor(v) + 1);
-        if (!*has_lo || l > *lo)
-            *lo = l;
-        *has_lo = fabs(v) < 9e18;
-    }
-    if (mx && json_is_number(mx)) {
-        v = json_number_value(mx);
-        int ex = json_is_true(emx);
-        *hi = (int64_t)(ex ? ceil(v) - 1 : floor(v));
-        *has_hi = fabs(v) < 9e18;
-    }
-    if (emx && json_is_number(emx)) {
-        v = json_number_value(emx);
-        int64_t h = (int64_t)(ceil(v) - 1);
-        if (!*has_hi || h < *hi)
-            *hi = h;
-        *has_hi = fabs(v) < 9e18;
+    static const char *const kw[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int k = 0; k < 4; k++) {
+        json_t *x = json_object_get(s, kw[k]);
+        if (!x || !json_is_number(x))
+            continue;
+        /* an exclusive bound: draft 4's boolean beside minimum/maximum, or the number itself */
+        int ex = k == 1 || k == 3 || json_is_true(json_object_get(s, kw[k + 1 - 2 * (k & 1)]));
+        if ((k == 0 || k == 2) && !json_is_boolean(json_object_get(s, kw[k + 1])))
+            ex = 0;
+        int64_t b;
+        if (json_is_integer(x)) {   /* exact, to the ends of int64 */
+            int64_t v = json_integer_value(x);
+            if (ex && (k < 2 ? v == INT64_MAX : v == INT64_MIN))
+                return gr_sc_fail(c, ptr, kw[k], "no integer lies beyond this bound");
+            b = ex ? (k < 2 ? v + 1 : v - 1) : v;
+        } else {
+            double v = json_number_value(x);
+            if (fabs(v) >= 9e18)   /* past int64: integers stay within int64 (docs) */
+                b = v > 0 ? INT64_MAX : INT64_MIN;
+            else
+                b = (int64_t)(k < 2 ? (ex ? floor(v) + 1 : ceil(v)) : (ex ? ceil(v) - 1 : floor(v)));
+        }
+        if (k < 2) {
+            if (!*has_lo || b > *lo)
+                *lo = b;
+            *has_lo = 1;
+        } else {
+            if (!*has_hi || b < *hi)
+                *hi = b;
+            *has_hi = 1;
+        }
     }
     if (*has_lo && *has_hi && *lo > *hi)
         return gr_sc_fail(c, ptr, "minimum", "no integer lies between minimum and maximum");
@@ -358,18 +361,18 @@ int gr_sc_string(gr_sc *c, json_t *s, const char *ptr)
     json_t *mnl = json_object_get(s, "minLength"), *mxl = json_object_get(s, "maxLength");
     int min = 0, max = -1, l;
     if (mnl) {
-        if (!json_is_integer(mnl) || json_integer_value(mnl) < 0)
+        if (gr_sc_count(mnl) < 0)
             return gr_sc_fail(c, ptr, "minLength", "minLength must be a non-negative integer");
-        if (json_integer_value(mnl) > GR_MAX_REPEAT)
+        if (gr_sc_count(mnl) > GR_MAX_REPEAT)
             return gr_sc_fail(c, ptr, "minLength", "minLength over the engine's bound of 4096");
-        min = (int)json_integer_value(mnl);
+        min = (int)gr_sc_count(mnl);
     }
     if (mxl) {
-        if (!json_is_integer(mxl) || json_integer_value(mxl) < 0)
+        if (gr_sc_count(mxl) < 0)
             return gr_sc_fail(c, ptr, "maxLength", "maxLength must be a non-negative integer");
-        if (json_integer_value(mxl) > GR_MAX_REPEAT)
+        if (gr_sc_count(mxl) > GR_MAX_REPEAT)
             return gr_sc_fail(c, ptr, "maxLength", "maxLength over the engine's bound of 4096");
-        max = (int)json_integer_value(mxl);
+        max = (int)gr_sc_count(mxl);
         if (max < min)
             return gr_sc_fail(c, ptr, "maxLength", "maxLength is below minLength");
     }

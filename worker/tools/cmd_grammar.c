@@ -146,9 +146,22 @@ static void collect_flat(const json_t *root, const json_t *s, json_t *props, jso
         json_array_append(alts, (json_t *)a);
 }
 
-/* 1 when value x may have the JSON type schema s names (no "type": yes) */
+/* 1 when value x may have the JSON type schema s names (no "type": yes) and is one of
+ * its listed values (const, enum) */
 static int type_fits(const json_t *s, const json_t *x)
 {
+    const json_t *cn = json_is_object(s) ? json_object_get(s, "const") : NULL;
+    const json_t *en = json_is_object(s) ? json_object_get(s, "enum") : NULL;
+    if (cn && !json_equal(cn, x))
+        return 0;
+    if (json_is_array(en)) {   /* a listed value */
+        size_t i;
+        const json_t *e;
+        int in = 0;
+        json_array_foreach(en, i, e) in |= json_equal(e, x);
+        if (!in)
+            return 0;
+    }
     const json_t *t = json_is_object(s) ? json_object_get(s, "type") : NULL;
     if (!t)
         return 1;
