@@ -121,7 +121,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     }
     /* Zero-valued series up front, so rates and alerts have a baseline. */
     v4m_fadd(m->success, 0);
-    for (int c = V4_TASK_INVALID_JSON; c <= V4_TASK_EXPERT_CORRUPT; c++) {
+    for (int c = V4_TASK_INVALID_JSON; c <= V4_TASK_ERRCODE_LAST; c++) {
         const char *v[] = {v4_task_errcode_name((v4_task_errcode)c)};
         v4m_add(v4m_series_of(m->failure, v), 0);
     }
