@@ -10,7 +10,9 @@
 #  - a schema that does not compile: that task's result fails with invalid_field, where
 #    "response_format", the keyword and its JSON pointer in the message; a task with
 #    tools: an invalid-queue record with unsupported_field, where "tools"; the worker keeps
-#    serving (a free task after them succeeds) and exits 0 on SIGTERM.
+#    serving (a free task after them succeeds) and exits 0 on SIGTERM;
+#  - /metrics: the second schema task was a hit of the compile cache
+#    (v4fleet:grammar_cache_hits_total), the other constraints misses.
 # No broker = FAIL (not skip).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -55,7 +57,7 @@ export V4_AMQP_URL="$V4_TEST_AMQP_URL" V4_MODEL_DIR="$WORK/m" V4_TASK_QUEUE="$P.
     V4_DEAD_QUEUE="$P.dead" V4_DLX_EXCHANGE="$P.dlx" V4_INVALID_QUEUE="$P.invalid" \
     V4_RESULTS_EXCHANGE="$P.results" V4_RESULTS_ROUTING_KEY="$P.results" V4_RESULTS_QUEUE="$P.results" \
     V4_PREFETCH=2 V4_CONCURRENCY=2 V4_HEARTBEAT_S=2 V4_LOG_LEVEL=2 V4_MODEL_NAME=tiny V4_REDIS_URL=off \
-    V4_HTTP_PORT=0 V4_GRAMMAR_CACHE_BYTES=16M
+    V4_HTTP_ADDR=127.0.0.1 V4_HTTP_PORT="$(_brokers_free_port)" V4_GRAMMAR_CACHE_BYTES=16M
 "$V4_BIN" worker > "$WORK/worker.log" 2>&1 &
 WPID=$!
 for _ in $(seq 1 100); do
@@ -104,6 +106,11 @@ assert b["output"]["text"] == recs["q-schema"]["output"]["text"] and \
 print("queue: %r validates; %r; %r" % (recs["q-schema"]["output"]["text"], recs["q-regex"]["output"]["text"],
                                       recs["q-choice"]["output"]["text"]))
 EOF
+# the compile cache: the second schema task found the first one's constraint
+metrics="$(curl -sf "http://127.0.0.1:$V4_HTTP_PORT/metrics")" || fail "no /metrics"
+hits="$(sed -n 's/^v4fleet:grammar_cache_hits_total \([0-9]*\).*/\1/p' <<< "$metrics")"
+misses="$(sed -n 's/^v4fleet:grammar_cache_misses_total \([0-9]*\).*/\1/p' <<< "$metrics")"
+[ "${hits:-0}" -ge 1 ] && [ "${misses:-0}" -ge 4 ] || fail "grammar cache figures: hits '$hits' misses '$misses'"
 kill -TERM "$WPID"
 wrc=0
 wait "$WPID" || wrc=$?
