@@ -8,7 +8,8 @@
 #    thinking-mode lines): every answer that ends with finish_reason "stop" validates
 #    against its schema (python3-jsonschema, Draft 2020-12), fullmatches its regex
 #    (python re) or is one of its choices; at least half of the constrained lines end with
-#    "stop" (the bounded schemas always can), so the test cannot pass vacuously;
+#    "stop" (the bounded schemas always can), so the test cannot pass vacuously; a stop
+#    string still ends a constrained answer (a choice cut at its space);
 #  - a schema that does not compile (uniqueItems), a regex that does not (lookahead):
 #    that line alone fails with invalid_field naming the field, its message the keyword
 #    and the JSON pointer; tools / stream: true / guided_grammar: unsupported_field
@@ -73,6 +74,9 @@ for seed in (1, 2, 3, 4):
 task("greedy-schema", {"temperature": 0, "max_tokens": 400, "response_format": {
     "type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}})
 expect["greedy-schema"] = ["schema", PERSON]
+task("stop-choice", {"temperature": 1, "seed": 11, "max_tokens": 20, "stop": [" "],
+                     "guided_choice": ["yes please", "no thanks", "maybe later"]})
+expect["stop-choice"] = ["stop-choice", ["yes", "no", "maybe"]]
 task("think-choice", {"temperature": 1, "seed": 9, "max_tokens": 120, "thinking": True, "guided_choice": CHOICES})
 expect["think-choice"] = ["think-choice", CHOICES]
 # lines that fail alone
@@ -139,6 +143,9 @@ for key, (kind, arg) in sorted(exp.items()):
         elif kind == "choice":
             if text not in arg:
                 fails.append("%s: %r is not a choice" % (key, text))
+        elif kind == "stop-choice":
+            if text not in arg:
+                fails.append("%s: the stop string did not cut the choice: %r" % (key, text))
         elif kind == "think-choice":
             if "</think>" not in text or text.split("</think>", 1)[1] not in arg:
                 fails.append("%s: the answer after </think> is not a choice: %r" % (key, text))
@@ -147,7 +154,7 @@ for key, (kind, arg) in sorted(exp.items()):
 print("constrained lines: %d, ended with stop: %d" % (n, stops))
 if stops * 2 < n:
     fails.append("only %d of %d constrained lines ended with stop" % (stops, n))
-for k in ("greedy-schema", "schema-1", "schema-2", "schema-3", "schema-4", "regex-1", "choice-1"):
+for k in ("stop-choice", "greedy-schema", "schema-1", "schema-2", "schema-3", "schema-4", "regex-1", "choice-1"):
     if answer(recs[k])[1] != "stop":
         fails.append("%s: a bounded constraint did not end with stop" % k)
 def error(key):
