@@ -384,7 +384,8 @@ int gr_rule(gr_builder *b, int lhs, const int32_t *syms, int n, v4_error *err)
         grow((void **)&b->syms, &b->cap_syms, (int64_t)b->n_syms + n, sizeof *b->syms, err))
         return -1;
     b->prods[b->n_prods++] = (gr_prod){.lhs = lhs, .off = b->n_syms, .len = n};
-    memcpy(b->syms + b->n_syms, syms, (size_t)n * sizeof *syms);
+    if (n > 0)   /* an empty rule may come with syms NULL (memcpy must not see it) */
+        memcpy(b->syms + b->n_syms, syms, (size_t)n * sizeof *syms);
     b->n_syms += n;
     return 0;
 }
