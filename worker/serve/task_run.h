@@ -5,7 +5,9 @@
  * DeepSeek-V4 chat prompt, prompt -> one user message, input_ids as given), checks
  * the model name, the context length and the deadline, creates a fresh sequence,
  * runs the generation state machine (generate.h) one position per forward step and
- * collects the text.  The same work split in two (v4_runner_prepare / finish in
+ * collects the text; a task's output constraint (task_fields.h) is compiled through the
+ * runner's cache and decoded under (constrain.h; docs/structured-outputs.md), a constraint
+ * that does not compile failing that task with invalid_field.  The same work split in two (v4_runner_prepare / finish in
  * task_run_internal.h) serves the continuous-batching executor, which steps many jobs
  * together, so both paths fill identical outputs.  Every failure becomes a task error code
  * (model_not_available, context_length_exceeded, deadline_exceeded, invalid_field,
