@@ -98,7 +98,7 @@ EOF
 
 "$bin" batch "$work/in.jsonl" -o "$work/out1.jsonl" "${M[@]}" 2>"$work/err1"; rc=$?
 [ "$rc" -eq 0 ] && ok "batch: exit 0" || bad "batch: exit $rc: $(tail -5 "$work/err1")"
-grep -q "ignored" "$work/err1" && bad "a field was ignored: $(grep ignored "$work/err1")" || ok "no field ignored"
+if grep -q "ignored" "$work/err1"; then bad "a field was ignored: $(grep ignored "$work/err1")"; else ok "no field ignored"; fi
 
 cat > "$work/check.py" <<'EOF'
 import json, re, sys
