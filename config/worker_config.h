@@ -25,7 +25,9 @@
  * V4_GPU_CACHE_POLICY (the GPU expert slots' eviction: lru | slru | lfru | next, default
  * next), V4_GPU_WEIGHT_MEM (the hybrid mode's GPU weight-copy budget: bytes or P% of the
  * device's memory; unset: its free memory less 1 GiB), V4_NUMERICS
- * (exact | fast, default exact; docs/numerics.md), and the test
+ * (exact | fast, default exact; docs/numerics.md), V4_GRAMMAR_CACHE_BYTES (the output
+ * constraints' compile cache, a byte count, 0 = 64 MiB) and V4_GRAMMAR_COMPACT (0 | 1:
+ * JSON constraints without whitespace; docs/structured-outputs.md), and the test
  * hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
  * URLs may be logged.
@@ -94,6 +96,9 @@ typedef struct v4_worker_config {
     char gpu_weight_mem[32];        /* V4_GPU_WEIGHT_MEM: "" (free memory - 1 GiB) | bytes | P% */
     char gpu_seq_mem[32];           /* V4_GPU_SEQ_MEM: "" (from the tasks' claims) | bytes | P% of the device */
     char numerics[8];               /* V4_NUMERICS: exact | fast (config/numerics_setting.h) */
+    /* output constraints (docs/structured-outputs.md) */
+    long long grammar_cache_bytes;  /* V4_GRAMMAR_CACHE_BYTES: compiled constraints kept (0 = 64 MiB) */
+    int grammar_compact;            /* V4_GRAMMAR_COMPACT: 1 = JSON without whitespace between tokens */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

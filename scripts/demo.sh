@@ -4,7 +4,8 @@
 # Installs the build dependencies if missing, builds the release binary in build/,
 # writes a synthetic tiny checkpoint to models/tiny (once; kept if config.json is
 # there), then runs the main job: `v4fleet batch` over scripts/demo_batch.jsonl (task
-# packets, OpenAI batch lines and deliberately bad lines; no broker needed) and prints the
+# packets, OpenAI batch lines, one answer under a JSON Schema (response_format,
+# docs/structured-outputs.md) and deliberately bad lines; no broker needed) and prints the
 # output JSONL; then generates 16 greedy tokens from the prompt ids in
 # scripts/demo_prompt.json and a short chat answer.
 # --worker: instead of generating directly, start a private RabbitMQ + Redis on loopback

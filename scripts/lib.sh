@@ -21,10 +21,11 @@ V4_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # XXH3 checksums of expert-pack blocks; libuv1-dev: the worker's /healthz /readyz /metrics
 # endpoint; curl: its test (tests/test_worker_http.sh) and the images' HEALTHCHECK;
 # yamllint, docker-compose (1.29: `config` parses without an engine), shellcheck:
-# tests/test_docker_files.sh's checks of docker/.
+# tests/test_docker_files.sh's checks of docker/; python3-jsonschema: the structured-output
+# tests validate answers against their schema (tests/test_structured_*.sh).
 V4_PACKAGES=(build-essential cmake ninja-build pkg-config libjansson-dev libpcre2-dev clang
              librabbitmq-dev libhiredis-dev libpng-dev libxxhash-dev libuv1-dev rabbitmq-server redis-server
-             python3-pika curl yamllint docker-compose shellcheck)
+             python3-pika python3-jsonschema curl yamllint docker-compose shellcheck)
 
 v4_section() {
     printf '\n==== %s ====\n' "$*"

@@ -99,6 +99,17 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
                                       "now): passed, or failed / unavailable with the product that failed and the "
                                       "cuBLAS or CUDA status name and number; exact products run after a failure.",
                                       fast_l, NULL, 0);
+    m->ghits = v4m_family_new(r, V4M_COUNTER, "v4fleet:grammar_cache_hits_total",
+                              "Output constraints found compiled in the cache (docs/structured-outputs.md).", NULL,
+                              NULL, 0);
+    m->gmisses = v4m_family_new(r, V4M_COUNTER, "v4fleet:grammar_cache_misses_total",
+                                "Output constraints compiled (not in the cache; failed compiles included).", NULL,
+                                NULL, 0);
+    m->gbytes = v4m_family_new(r, V4M_GAUGE, "v4fleet:grammar_cache_bytes",
+                               "Bytes held by the compiled constraints in the cache (their mask caches included).",
+                               NULL, NULL, 0);
+    m->gentries = v4m_family_new(r, V4M_GAUGE, "v4fleet:grammar_cache_entries", "Compiled constraints in the cache.",
+                                 NULL, NULL, 0);
     static const char *const mem_l[] = {"device", "part", NULL};
     m->memory = v4m_family_new(r, V4M_GAUGE, "v4fleet:memory_bytes",
                                "The served model's memory split: host trunk, experts (cache budget or mapped) and "
@@ -115,13 +126,13 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
         !m->requeued || !m->unconfirmed || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
         !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics ||
-        !m->memory || !m->mem_waits || !m->fast_selftest) {
+        !m->memory || !m->mem_waits || !m->fast_selftest || !m->ghits || !m->gmisses || !m->gbytes || !m->gentries) {
         v4_wmetrics_free(m);
         return -1;
     }
     /* Zero-valued series up front, so rates and alerts have a baseline. */
     v4m_fadd(m->success, 0);
-    for (int c = V4_TASK_INVALID_JSON; c <= V4_TASK_EXPERT_CORRUPT; c++) {
+    for (int c = V4_TASK_INVALID_JSON; c <= V4_TASK_ERRCODE_LAST; c++) {
         const char *v[] = {v4_task_errcode_name((v4_task_errcode)c)};
         v4m_add(v4m_series_of(m->failure, v), 0);
     }
@@ -244,6 +255,12 @@ void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r)
         v4_wmetrics_cache(m, "host", &f);
     if (v4_runner_gpu_cache_figs_get(r, &f) == 0)
         v4_wmetrics_cache(m, "gpu", &f);
+    v4g_cache_figs g;
+    v4_runner_grammar_figs(r, &g);
+    v4m_fset(m->ghits, (double)g.hits);
+    v4m_fset(m->gmisses, (double)g.misses);
+    v4m_fset(m->gbytes, (double)g.bytes);
+    v4m_fset(m->gentries, (double)g.entries);
 }
 
 void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects)

@@ -74,7 +74,7 @@ typedef struct v4_wmetrics {
         *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
         *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory, *mem_waits,
-        *fast_selftest;
+        *fast_selftest, *ghits, *gmisses, *gbytes, *gentries;
     v4m_series *fast_last;      /* the fast_selftest series set to 1 last (NULL: none) */
 } v4_wmetrics;
 
@@ -104,7 +104,8 @@ void v4_wmetrics_memory_waits(v4_wmetrics *m, long admission, long retry, long s
 void v4_wmetrics_task(v4_wmetrics *m, const v4_wtask_figs *f);
 /* One expert cache's figures as the series {tier="host"|"gpu"}. */
 void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_figs *f);
-/* The runner's host and GPU expert caches (those it has); call on the runner's thread. */
+/* The runner's host and GPU expert caches (those it has) and its compile cache of output
+ * constraints (v4fleet:grammar_cache_*); call on the runner's thread. */
 void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r);
 void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects);
 void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s);

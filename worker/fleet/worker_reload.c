@@ -31,7 +31,9 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
                                .gpu_cache_policy = c->gpu_cache_policy,
                                .gpu_weight_mem = c->gpu_weight_mem,
                                .gpu_seq_mem = c->gpu_seq_mem,
-                               .no_lookahead = !c->lookahead};
+                               .no_lookahead = !c->lookahead,
+                               .grammar_cache_bytes = c->grammar_cache_bytes,
+                               .grammar_compact = c->grammar_compact};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -179,6 +181,8 @@ static void reload(worker *w, const char *why)
     memcpy(w->cfg.gpu_weight_mem, nc.gpu_weight_mem, sizeof nc.gpu_weight_mem);
     memcpy(w->cfg.gpu_seq_mem, nc.gpu_seq_mem, sizeof nc.gpu_seq_mem);
     w->cfg.max_context = nc.max_context;
+    w->cfg.grammar_cache_bytes = nc.grammar_cache_bytes;
+    w->cfg.grammar_compact = nc.grammar_compact;
     w->cfg.prefill_chunk = nc.prefill_chunk;
     w->cfg.deadline_ms = nc.deadline_ms;
     w->cfg.warmup_tokens = nc.warmup_tokens;

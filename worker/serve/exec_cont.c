@@ -23,7 +23,9 @@
  * others' results are as if it had never been there; any other step failure fails every
  * job of the step.  Accept each row's logits in its
  * own generation state (sampling, stop strings, detokenization: the code the serial
- * path runs); retire finished jobs.  A slot freed by a step is free for the driver's
+ * path runs; under an output constraint the job's matcher, v4_run_job.cons - this
+ * executor's per-row state, kept in the slot - masks the row's logits there, after the
+ * step's forward pass and before sampling: constrain.h); retire finished jobs.  A slot freed by a step is free for the driver's
  * next submit, so the next step already carries the new job.  A retiring job's sequence
  * is released to the step implementation first (v4_ctx_release_seq: the CUDA engine
  * frees its device state at once, so a waiting job can be admitted at the next step).

@@ -1,4 +1,6 @@
-/* exec_serial.c - the serial executor: one task at a time (see executor.h).
+/* exec_serial.c - the serial executor: one task at a time (see executor.h), run whole by
+ * v4_task_execute -> v4_runner_run (task_run.c; an output constraint's mask is applied in
+ * its generation state after each forward step, before sampling: constrain.h).
  * Thread: the driver's thread. */
 #include "executor.h"
 

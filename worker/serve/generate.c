@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "constrain.h"
 #include "generate.h"
 
 static double now_s(void)
@@ -29,6 +30,7 @@ struct v4_gen_state {
     v4_sampler *smp;
     v4_stop *stop;
     v4_tok_stream *ts;
+    v4_constrain *cons;         /* borrowed: the output constraint (NULL: free text) */
     int cap;                    /* most rows of one step (the prefill chunk) */
     v4_trace *tr;               /* [cap] per row of a step: route ids / weights when counting */
     int32_t *s_tok;             /* [cap] v4_gen_step_alone's rows */
@@ -112,6 +114,11 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
 fail:
     v4_gen_free(g);
     return NULL;
+}
+
+void v4_gen_set_constraint(v4_gen_state *g, v4_constrain *c)
+{
+    g->cons = c;
 }
 
 int v4_gen_capacity(const v4_gen_state *g)
@@ -214,7 +221,15 @@ int v4_gen_accept_row(v4_gen_state *g, int k, const float *logits, v4_error *err
         v4_err_set(err, V4_ERR_INVALID, "generate", "no logits for position %d", g->fed - 1);
         return -1;
     }
-    int32_t next = v4_sample(g->smp, logits);
+    /* The constraint's mask (disallowed tokens -inf) goes on the row's logits here, after
+     * the forward step produced them and BEFORE temperature / top-k / top-p; the sampled
+     * token is committed to the matcher (EOS is sampled only where the answer is complete). */
+    const float *l = logits;
+    if (g->cons && !(l = v4_constrain_apply(g->cons, logits, err)))
+        return -1;
+    int32_t next = v4_sample(g->smp, l);
+    if (g->cons && v4_constrain_commit(g->cons, next, err))
+        return -1;
     g->res.tokens[g->res.n_tokens++] = next;
     g->next = next;
     if (next == req->eos_id) {

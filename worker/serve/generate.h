@@ -13,6 +13,11 @@
  * after max_tokens (finish "length").  The EOS token itself is neither emitted nor
  * counted in the text; it is counted in the generated tokens.  An optional cancel
  * callback, polled before every forward step, aborts the run (error, where "cancel").
+ * Under an output constraint (v4_gen_set_constraint, constrain.h) every sampled token
+ * first has the constraint's mask applied to its logits (refused tokens -inf, before
+ * temperature / top-k / top-p) and is then committed to the matcher; EOS is allowed only
+ * where the constraint accepts, so "stop" by EOS means a complete answer, and "length"
+ * means max_tokens came first.
  * Expert routing is counted per (layer, expert) when the caller asks (expert_counts):
  * the worker's utilization telemetry and the result's `experts` figures.
  *
@@ -35,8 +40,8 @@
  *
  * Ownership: the result's token array is malloc'd (v4_gen_result_free).  The model,
  * context, tokenizer, sequence and request (with its prompt and stops) are borrowed
- * and must outlive the state.  v4_gen_state owns its sampler, stop matcher, token
- * stream, token array and trace buffers (v4_gen_free).
+ * and must outlive the state (so must its constraint).  v4_gen_state owns its sampler,
+ * stop matcher, token stream, token array and trace buffers (v4_gen_free).
  * Thread: the caller's thread; one request at a time per context.
  */
 #ifndef V4_GENERATE_H
@@ -101,6 +106,10 @@ int v4_gen_capacity(const v4_gen_state *g);
 /* NULL (err filled) on a bad request: empty prompt, seq not fresh or too small. */
 v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                            v4_emit_fn emit, void *ud, v4_error *err);
+/* Decode under c (constrain.h; borrowed, must outlive the state; NULL: free text).  Set
+ * it before the first v4_gen_accept. */
+struct v4_constrain;
+void v4_gen_set_constraint(v4_gen_state *g, struct v4_constrain *c);
 /* 1 when generation ended (v4_gen_end next), 0 while it wants forward steps. */
 int v4_gen_done(const v4_gen_state *g);
 /* The request's cancel hook (call before every forward step): non-zero = cancelled,

@@ -88,7 +88,7 @@ static int top_ids(const float *l, int n, int k, int *idx)
 {
     int m = 0;
     for (int i = 0; i < n; i++) {
-        if (isnan(l[i]))
+        if (isnan(l[i]) || l[i] == -INFINITY)   /* -inf: refused by a constraint's mask */
             continue;
         if (m < k) {
             idx[m++] = i;

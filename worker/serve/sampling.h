@@ -11,7 +11,9 @@
  * (argmax, lowest id on ties).  Otherwise candidates = top_k highest logits (all if
  * top_k == 0; ties to the lower id), probabilities = softmax(logit / T) over them,
  * then the smallest prefix (by descending probability) whose mass reaches top_p,
- * renormalized; one uniform draw picks by inverse CDF in that order.
+ * renormalized; one uniform draw picks by inverse CDF in that order.  A logit of -inf
+ * (a token an output constraint refuses, constrain.h) is never a candidate: the
+ * constraint's mask is applied to the logits before all of this.
  *
  * Ownership: v4_sampler owns its scratch arrays (sized for one vocabulary); create
  * one per sequence or per worker thread.  Thread: one thread at a time per sampler.

@@ -15,6 +15,7 @@ const char *v4_task_errcode_name(v4_task_errcode c)
     case V4_TASK_DEADLINE_EXCEEDED: return "deadline_exceeded";
     case V4_TASK_INTERNAL: return "internal";
     case V4_TASK_EXPERT_CORRUPT: return "expert_corrupt";
+    case V4_TASK_UNSUPPORTED_FIELD: return "unsupported_field";
     }
     return "internal";
 }

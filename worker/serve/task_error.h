@@ -16,8 +16,11 @@ typedef enum v4_task_errcode {
     V4_TASK_CONTEXT_LENGTH_EXCEEDED,
     V4_TASK_DEADLINE_EXCEEDED,
     V4_TASK_INTERNAL,
-    V4_TASK_EXPERT_CORRUPT          /* an expert block failed its checksum (layer, expert, file, offset) */
+    V4_TASK_EXPERT_CORRUPT,         /* an expert block failed its checksum (layer, expert, file, offset) */
+    V4_TASK_UNSUPPORTED_FIELD       /* a field that would change the answer and is not served
+                                     * (tools, stream, ...; task_fields.h); where = the field */
 } v4_task_errcode;
+#define V4_TASK_ERRCODE_LAST V4_TASK_UNSUPPORTED_FIELD
 
 typedef struct v4_task_error {
     v4_task_errcode code;

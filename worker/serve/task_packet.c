@@ -1,4 +1,5 @@
-/* task_packet.c - strict task packet parser (see task_packet.h).  Thread: any. */
+/* task_packet.c - strict task packet parser (see task_packet.h; the constraint and the
+ * fields not served: task_fields.c).  Thread: any. */
 #include "task_packet.h"
 
 #include <stdarg.h>
@@ -202,6 +203,16 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
         t->metadata = v;
         return 0;
     }
+    switch (v4_task_field_kind(k)) {
+    case V4_FIELD_CONSTRAINT:   /* v4_task_constraint_parse, after the loop */
+    case V4_FIELD_NOOP:
+        return 0;
+    case V4_FIELD_UNSERVED:
+    case V4_FIELD_UNSERVED_SAMPLING:
+        return v4_task_field_check(k, v, e);
+    case V4_FIELD_OTHER:
+        break;
+    }
     if (t->n_unknown < V4_TASK_MAX_UNKNOWN)
         t->unknown[t->n_unknown++] = k;
     return 0;
@@ -269,6 +280,14 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
         if (parse_field(k, v, t, e))
             return -1;
     }
+    if (v4_task_constraint_parse(t->root, &t->constraint, e))
+        return -1;
+    if (t->constraint.on && t->kind == V4_TASK_KIND_SUMMARIZE)
+        return v4_task_fail(e, V4_TASK_UNSUPPORTED_FIELD, t->constraint.field,
+                            "constraints are not served on \"summarize\" tasks (only on generations)");
+    if (t->constraint.on && t->ignore_eos)
+        return FIELD(e, "ignore_eos", "cannot be combined with a constraint (%s): a constrained answer ends at its "
+                     "end token", t->constraint.field);
     if (t->kind == V4_TASK_KIND_SUMMARIZE)
         return check_summarize(t, e);
     if (t->document)
@@ -288,6 +307,7 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
 void v4_task_free(v4_task *t)
 {
     free(t->input_ids);
+    v4_task_constraint_free(&t->constraint);
     json_decref(t->root);
     memset(t, 0, sizeof *t);
 }

@@ -18,13 +18,17 @@
  *   default 1), top_p ((0,1], default 1), top_k (>= 0), seed (>= 0), stop (string or
  *   array of <= 16 strings), thinking (bool), ignore_eos (bool: run to max_tokens, the
  *   deadline or a stop string even past the end-of-sequence token), deadline_ms (1..86400000), metadata (any
- *   JSON value, echoed back).  Unknown fields are ignored and listed in unknown[].
+ *   JSON value, echoed back).  The output constraint (response_format, guided_json,
+ *   guided_regex, guided_choice, structured_outputs: generate tasks only, not with
+ *   ignore_eos), the fields that are not served (unsupported_field: tools, stream, ...)
+ *   and those accepted for nothing (user, store, ...) are task_fields.h's.  Unknown
+ *   fields are ignored and listed in unknown[].
  * On failure the error says invalid_json (with line, column and byte position) or
- * invalid_field (with the field in where); e->id is still filled when the packet had
+ * invalid_field or unsupported_field (with the field in where); e->id is still filled when the packet had
  * a usable id, so the error record can carry it.
  *
- * Ownership: v4_task owns its JSON root; every string points into it; free with
- * v4_task_free.  Thread: any; a task is used by one thread at a time.
+ * Ownership: v4_task owns its JSON root; every string points into it (the constraint's
+ * canonical text is its own copy); free with v4_task_free.  Thread: any; a task is used by one thread at a time.
  */
 #ifndef V4_TASK_PACKET_H
 #define V4_TASK_PACKET_H
@@ -34,6 +38,7 @@
 #include <stdint.h>
 
 #include "task_error.h"
+#include "task_fields.h"
 
 #define V4_TASK_MAX_ID 128
 #define V4_TASK_MAX_STOPS 16
@@ -77,6 +82,7 @@ typedef struct v4_task {
     int ignore_eos;
     long deadline_ms;               /* 0: the worker default */
     json_t *metadata;               /* borrowed from root, NULL if absent */
+    v4_task_constraint constraint;  /* the output constraint (constraint.on = 0: free text) */
     const char *unknown[V4_TASK_MAX_UNKNOWN];
     int n_unknown;
 } v4_task;

@@ -91,6 +91,16 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
         goto fail;
     v4_ctx_set_lookahead(r->ctx, la);
     r->threads = ex ? ex->threads : 0;
+    r->eos = v4_tok_eos(r->tok) >= 0 ? v4_tok_eos(r->tok) : r->m.cfg.eos_id;
+    v4_chat_markers cm;
+    v4_chat_markers_init(&cm, r->tok);
+    r->end_think = cm.end_think_id;
+    r->grammar_compact = ex ? ex->grammar_compact : 0;
+    if (!(r->gcache = v4g_cache_new(ex && ex->grammar_cache_bytes > 0 ? (size_t)ex->grammar_cache_bytes
+                                                                       : (size_t)V4_GRAMMAR_CACHE_DEFAULT))) {
+        v4_err_set(&err, V4_ERR_NOMEM, "runner", "out of memory");
+        goto fail;
+    }
     if (ex && ex->host_cache_bytes > 0) {
         v4_xprov_opts xo = {model_dir, ex->pack_dir, (size_t)ex->host_cache_bytes, ex->policy, ex->io_threads, 0};
         if (!(r->xp = v4_xprov_open(&r->m.cfg, r->m.ck, &xo, &err)))
@@ -124,6 +134,8 @@ void v4_runner_free(v4_runner *r)
 {
     if (!r)
         return;
+    v4g_cache_free(r->gcache);
+    v4g_vocab_free(r->gvocab);
     v4_ctx_free(r->ctx);
     v4_xprov_close(r->xp);
     if (r->be)
@@ -230,6 +242,13 @@ long v4_runner_context(const v4_runner *r)
 const v4_config *v4_runner_config(const v4_runner *r)
 {
     return &r->m.cfg;
+}
+
+void v4_runner_grammar_figs(const v4_runner *r, v4g_cache_figs *f)
+{
+    memset(f, 0, sizeof *f);
+    if (r->gcache)
+        v4g_cache_stats(r->gcache, f);
 }
 
 const char *v4_runner_numerics(const v4_runner *r)
@@ -352,6 +371,7 @@ static void count_experts(v4_run_output *out, long long misses, long long prefet
 static void job_release(v4_run_job *j)
 {
     v4_gen_free(j->gen);
+    v4_constrain_free(j->cons);
     free(j->buf.p);
     v4_seq_free(j->seq);
     v4_ids_free(&j->ids);
@@ -376,6 +396,35 @@ static void job_count(v4_run_job *j, v4_run_output *out)
         count_experts(out, (long long)(after.misses - j->before.misses),
                       (long long)(after.prefetch_hits - j->before.prefetch_hits), lo.bytes);
     }
+}
+
+/* The task's output constraint, compiled through the runner's cache, as the job's
+ * matcher state.  A constraint that does not compile fails this task alone: invalid_field,
+ * where = the request field, the message with the engine's and the JSON pointer. */
+static int attach_constraint(v4_runner *r, const v4_task *t, v4_run_job *j, v4_task_error *e)
+{
+    const v4_task_constraint *tc = &t->constraint;
+    v4_error err = {0};
+    if (!r->gvocab && !(r->gvocab = v4_grammar_vocab(r->tok, r->eos, &err)))
+        return v4_task_fail(e, V4_TASK_INTERNAL, "constraint", "the tokenizer as the constraint engine's vocabulary: %s",
+                            err.msg);
+    const v4g_opts o = {.compact = tc->compact || r->grammar_compact};
+    int hit = 0;
+    v4g_constraint *c = v4g_cache_get(r->gcache, tc->kind, tc->text, tc->len, &o, &hit, &err);
+    if (!c) {
+        if (err.code == V4_ERR_NOMEM)
+            return v4_task_fail(e, V4_TASK_INTERNAL, tc->field, "compiling %s: out of memory",
+                                v4_task_constraint_what(tc));
+        const int ptr = tc->kind == V4G_JSON_SCHEMA && !strstr(err.msg, err.where);
+        return v4_task_fail(e, V4_TASK_INVALID_FIELD, tc->field, "%s does not compile: %s%s%s%s", v4_task_constraint_what(tc),
+                            err.msg, ptr ? " (JSON pointer \"" : "", ptr ? err.where : "", ptr ? "\")" : "");
+    }
+    j->cons = v4_constrain_new(c, r->gvocab, r->m.cfg.vocab_size, r->eos, t->thinking ? r->end_think : -1, &err);
+    v4g_constraint_unref(c);
+    if (!j->cons)
+        return v4_task_fail(e, V4_TASK_INTERNAL, tc->field, "%s", err.msg);
+    j->cfield = tc->field;
+    return 0;
 }
 
 int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
@@ -406,11 +455,13 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
         v4_task_fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
         goto fail;
     }
+    if (t->constraint.on && attach_constraint(r, t, j, e))
+        goto fail;
     if (!(j->seq = v4_seq_create(&r->m.w, (int)total, &err))) {
         from_v4(e, &err);
         goto fail;
     }
-    int32_t eos = v4_tok_eos(r->tok) >= 0 ? v4_tok_eos(r->tok) : r->m.cfg.eos_id;
+    const int32_t eos = r->eos;
     const v4_config *mc = &r->m.cfg;
     if (!(out->expert_counts = calloc((size_t)mc->n_layers * (size_t)mc->n_routed_experts, sizeof(uint32_t)))) {
         v4_task_fail(e, V4_TASK_INTERNAL, "runner", "out of memory");
@@ -426,6 +477,7 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
         from_v4(e, &err);
         goto fail;
     }
+    v4_gen_set_constraint(j->gen, j->cons);
     return 0;
 fail:
     job_count(j, out);
@@ -476,6 +528,9 @@ int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_outp
             rc = -2;
         } else if (j->guard.why == 1) {
             v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err->msg);
+        } else if (j->cfield && err->code == V4_ERR_INVALID && !strcmp(err->where, "constraint")) {
+            /* the constraint reached a point the vocabulary cannot continue */
+            v4_task_fail(e, V4_TASK_INVALID_FIELD, j->cfield, "%s", err->msg);
         } else {
             from_v4(e, err);
         }

@@ -5,7 +5,9 @@
  * DeepSeek-V4 chat prompt, prompt -> one user message, input_ids as given), checks
  * the model name, the context length and the deadline, creates a fresh sequence,
  * runs the generation state machine (generate.h) one position per forward step and
- * collects the text.  The same work split in two (v4_runner_prepare / finish in
+ * collects the text; a task's output constraint (task_fields.h) is compiled through the
+ * runner's cache and decoded under (constrain.h; docs/structured-outputs.md), a constraint
+ * that does not compile failing that task with invalid_field.  The same work split in two (v4_runner_prepare / finish in
  * task_run_internal.h) serves the continuous-batching executor, which steps many jobs
  * together, so both paths fill identical outputs.  Every failure becomes a task error code
  * (model_not_available, context_length_exceeded, deadline_exceeded, invalid_field,
@@ -27,6 +29,7 @@
 #include "engine.h"
 #include "task_error.h"
 #include "task_packet.h"
+#include "worker/grammar/grammar.h"
 
 typedef struct v4_runner v4_runner;
 
@@ -82,7 +85,14 @@ typedef struct v4_runner_opts {
      * the ctx and on the resident CUDA step; 0: the V4_LOOKAHEAD environment variable,
      * else on (engine.h v4_lookahead_on) */
     int no_lookahead;
+    /* Output constraints (docs/structured-outputs.md): the compile cache's budget in bytes
+     * (V4_GRAMMAR_CACHE_BYTES; 0 = V4_GRAMMAR_CACHE_DEFAULT) and 1 = JSON without
+     * whitespace between tokens for every task (V4_GRAMMAR_COMPACT). */
+    long long grammar_cache_bytes;
+    int grammar_compact;
 } v4_runner_opts;
+
+#define V4_GRAMMAR_CACHE_DEFAULT (64ll << 20)
 
 /* model_names: "name[,alias...]", what this worker serves (tasks naming another model
  * are refused with model_not_available, the message lists the names); results carry
@@ -126,6 +136,8 @@ void v4_runner_describe_memory(const v4_runner *r, char *out, size_t n);
 long v4_runner_context(const v4_runner *r);
 /* The served model's shape (layers, routed experts, experts per token, ...). */
 const struct v4_config *v4_runner_config(const v4_runner *r);
+/* The compile cache of output constraints: bytes, entries, hits, misses (thread-safe). */
+void v4_runner_grammar_figs(const v4_runner *r, v4g_cache_figs *f);
 /* The numerics mode its engine runs: "exact" or "fast" (config/numerics_setting.h). */
 const char *v4_runner_numerics(const v4_runner *r);
 /* Its engine's fast-mode self-test verdict (engine.h v4_backend_fast_selftest: which

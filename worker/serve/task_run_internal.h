@@ -11,6 +11,7 @@
 #include "cache/expert_provider.h"
 #include "cache/model_files.h"
 #include "chat.h"
+#include "constrain.h"
 #include "generate.h"
 #include "kernels/v4/model.h"
 #include "task_run.h"
@@ -32,6 +33,14 @@ struct v4_runner {
     int step_rows;              /* rows one step may carry: max_batch + a prefill chunk's spare
                                  * rows, fewer when paged experts must fit the host cache */
     char served_list[640];      /* "\"a\"" or "\"a\" (also \"b\", \"c\")" for error messages */
+    /* Output constraints (docs/structured-outputs.md): compiled ones by their canonical
+     * text, one cache per runner (its budget: v4_runner_opts.grammar_cache_bytes); the
+     * tokenizer as the engine's vocabulary, made at the first constrained task. */
+    v4g_cache *gcache;
+    v4g_vocab *gvocab;
+    int grammar_compact;        /* 1: JSON constraints without whitespace, for every task */
+    int32_t eos;                /* the end token: the tokenizer's, else the model's */
+    int32_t end_think;          /* </think>'s id (thinking mode: the answer starts after it); -1 none */
 };
 
 /* One generation task between v4_runner_prepare and v4_runner_finish: what
@@ -66,6 +75,10 @@ typedef struct v4_run_job {
      * (v4_runner_job_charge) instead of taken from before/after snapshots. */
     int shared_steps;
     long long charged_misses, charged_prefetched;
+    /* The output constraint's state: the matcher of this job's sequence (the continuous
+     * executor's per-row state lives here, in its slot's job); NULL: free text. */
+    v4_constrain *cons;
+    const char *cfield;         /* the request field it came from (the task's) */
 } v4_run_job;
 
 /* Validate t, build the prompt, create the sequence and the generation state.

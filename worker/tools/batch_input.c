@@ -141,6 +141,14 @@ static int map_openai(v4_batch_item *it, json_t *root, json_t **task_out, v4_tas
             /* max_completion_tokens (the newer name) wins when both are given */
             if (!json_is_null(v) && (!strcmp(k, "max_completion_tokens") || !json_object_get(body, "max_completion_tokens")))
                 json_object_set(task, "max_tokens", v);
+        } else if (v4_task_field_kind(k) == V4_FIELD_CONSTRAINT || v4_task_field_kind(k) == V4_FIELD_UNSERVED) {
+            /* the output constraint and the fields not served: v4_task_parse answers them */
+            if (!json_is_null(v))
+                json_object_set(task, k, v);
+        } else if (v4_task_field_kind(k) == V4_FIELD_NOOP) {
+            /* user, store, service_tier, ...: change nothing */
+        } else if (!strcmp(k, "metadata")) {
+            /* kept with the request by OpenAI, not in its answer: nothing to echo here */
         } else if (it->n_unknown < V4_BATCH_MAX_UNKNOWN) {
             it->unknown[it->n_unknown++] = k;
         }
@@ -181,7 +189,7 @@ void v4_batch_item_parse(const char *line, size_t len, long lineno, size_t max_l
     }
     it->ok = v4_task_parse(s, strlen(s), (size_t)-1, &it->task, &it->err) == 0;
     free(s);
-    if (!it->ok && it->err.code == V4_TASK_INVALID_FIELD) {
+    if (!it->ok && (it->err.code == V4_TASK_INVALID_FIELD || it->err.code == V4_TASK_UNSUPPORTED_FIELD)) {
         /* name the input's field: body.messages[0].role, body.max_tokens ... */
         char where[sizeof it->err.where];
         snprintf(where, sizeof where, "%s", it->err.where);

@@ -36,6 +36,7 @@
 #include "batch_progress.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "config/worker_config.h"
 #include "worker/serve/executor.h"
 #include "worker/serve/task_run.h"
 
@@ -74,6 +75,8 @@ typedef struct batch_run {
     double stop_at_ms;
     long max_context;               /* --max-context: prompt + max_tokens per task (0 = the model's) */
     int concurrency;                /* --concurrency: tasks decoded together (1 = serial executor) */
+    long long grammar_cache_bytes;  /* --grammar-cache-bytes (else V4_GRAMMAR_CACHE_BYTES; 0 = 64 MiB) */
+    int grammar_compact;            /* --grammar-compact (else V4_GRAMMAR_COMPACT=1) */
 } batch_run;
 
 static void usage(FILE *f)
@@ -81,7 +84,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: v4fleet batch INPUT.jsonl -o OUTPUT.jsonl [--model DIR] [--model-name NAME[,alias...]]\n"
                "         [--deadline-ms N] [--grace-ms N] [--max-line-bytes N] [--progress-interval-ms N]\n"
                "         [--progress bar|lines] [--max-context N] [--concurrency N] [--threads N]\n"
-               "         [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
+               "         [--isa auto|scalar|avx2|avx512|avx512vnni] [--grammar-cache-bytes B] [--grammar-compact]\n"
                V4_EXPERT_FLAGS_USAGE V4_CHUNK_FLAG_USAGE
                "Each input line is a task packet (the queue's schema) or an OpenAI batch line (custom_id,\n"
                "method POST, url /v1/chat/completions, body); each output line the queue's result record\n"
@@ -91,6 +94,10 @@ static void usage(FILE *f)
                "over the weights per step for all of them (new tasks join between steps; prompts go in\n"
                "chunks of up to --prefill-chunk positions per step: 64 on the CPU, 256 on a GPU); outputs\n"
                "are identical to N = 1 and to any chunk, lines come in completion order.\n"
+               "Output constraints (response_format, guided_json/regex/choice, structured_outputs; see\n"
+               "docs/structured-outputs.md) compile once per schema into a cache of --grammar-cache-bytes\n"
+               "(64M; V4_GRAMMAR_CACHE_BYTES); --grammar-compact (V4_GRAMMAR_COMPACT=1): JSON without\n"
+               "whitespace between tokens.\n"
                "defaults: --model models/tiny, --model-name = the model folder's name, no deadline,\n"
                "          --grace-ms 3000 (after SIGINT/SIGTERM), --max-line-bytes 64M, --concurrency 1\n"
                "          (one task at a time; on CPU 8 gives several times the throughput; with\n"
@@ -122,6 +129,10 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             return 2;
         if (r)
             continue;
+        if (!strcmp(a, "--grammar-compact")) {
+            b->grammar_compact = 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             printf(V4_LOOKAHEAD_HELP);
@@ -162,6 +173,11 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             if (num_arg(a, v, 0, 1ll << 30, &x))
                 return 2;
             b->max_context = (long)x;
+        } else if (!strcmp(a, "--grammar-cache-bytes")) {
+            if (v4_parse_bytes(v, &b->grammar_cache_bytes)) {
+                fprintf(stderr, "v4fleet %s: --grammar-cache-bytes wants a byte count (64M, 1G), got '%s'\n", PROG, v);
+                return 2;
+            }
         } else if (!strcmp(a, "--grace-ms")) {
             if (num_arg(a, v, 0, 3600000, &x))
                 return 2;
@@ -186,6 +202,16 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             return 2;
         }
     }
+    const char *gv = getenv("V4_GRAMMAR_CACHE_BYTES"), *gc = getenv("V4_GRAMMAR_COMPACT");
+    if (!b->grammar_cache_bytes && gv && *gv && v4_parse_bytes(gv, &b->grammar_cache_bytes)) {
+        fprintf(stderr, "v4fleet %s: V4_GRAMMAR_CACHE_BYTES wants a byte count (64M, 1G), got '%s'\n", PROG, gv);
+        return 2;
+    }
+    if (gc && *gc && strcmp(gc, "0") && strcmp(gc, "1")) {
+        fprintf(stderr, "v4fleet %s: V4_GRAMMAR_COMPACT wants 0 or 1, got '%s'\n", PROG, gc);
+        return 2;
+    }
+    b->grammar_compact |= gc && !strcmp(gc, "1");
     if (!b->in || !b->out) {
         fprintf(stderr, "v4fleet %s: give INPUT.jsonl and -o OUTPUT.jsonl\n", PROG);
         usage(stderr);
@@ -507,7 +533,9 @@ int v4_cmd_batch(int argc, char **argv)
                                    .gpu_cache_policy = b.eo.gpu_cache_policy,
                                    .gpu_weight_mem = b.eo.gpu_weight_mem,
                                    .gpu_seq_mem = b.eo.gpu_seq_mem,
-                                   .no_lookahead = b.eo.no_lookahead};
+                                   .no_lookahead = b.eo.no_lookahead,
+                                   .grammar_cache_bytes = b.grammar_cache_bytes,
+                                   .grammar_compact = b.grammar_compact};
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;

@@ -10,7 +10,8 @@
  * Prints "accepted (N tokens)" or where it was refused (token index, byte offset, the
  * token's text, the text before it), and exits 0 accepted, 1 refused, 2 usage or a
  * constraint that does not compile (the message names the keyword and JSON pointer).
- * Also the shared helpers of grammar_cli.h.  docs/structured-outputs.md has examples.
+ * Also v4_json_text of grammar_cli.h (the vocabulary is worker/serve/constrain.h's
+ * v4_grammar_vocab, the one serving uses).  docs/structured-outputs.md has examples.
  * Thread: main thread (a command).
  */
 #include <math.h>
@@ -23,24 +24,6 @@
 #include "grammar_cli.h"
 
 /* ---------------------------------------------------------------- helpers -- */
-static const char *tok_bytes(void *ctx, int32_t id, size_t *len)
-{
-    const char *b = v4_tok_bytes(ctx, id, len);
-    if (!b)
-        *len = 0;
-    return b;
-}
-
-static int tok_special(void *ctx, int32_t id)
-{
-    return v4_tok_is_special(ctx, id);
-}
-
-v4g_vocab *v4_grammar_vocab(const v4_tokenizer *t, v4_error *err)
-{
-    return v4g_vocab_new(v4_tok_n_ids(t), tok_bytes, tok_special, (void *)t, v4_tok_eos(t), err);
-}
-
 typedef struct tbuf {
     char *s;
     size_t n, cap;
@@ -516,7 +499,7 @@ int v4_cmd_grammar_check(int argc, char **argv)
     v4g_constraint *c = v4g_compile(kind, ctext ? ctext : "", clen, &o, &err);
     free(ctext);
     char *text = c ? slurp(textf, &tlen) : NULL;
-    v4g_vocab *v = text ? v4_grammar_vocab(t, &err) : NULL;
+    v4g_vocab *v = text ? v4_grammar_vocab(t, v4_tok_eos(t), &err) : NULL;
     v4g_matcher *m = v ? v4g_matcher_new(c, v, &err) : NULL;
     v4_ids ids = {0};
     int rc = 2;

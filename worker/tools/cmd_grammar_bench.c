@@ -244,7 +244,7 @@ int v4_cmd_grammar_bench(int argc, char **argv)
     b.timeout_us = (double)timeout_ms * 1e3;
     v4_error err = {0};
     if (v4_tok_load(tokdir, &b.tok, &err) || !(b.enc = v4_tok_encoder_new(b.tok, &err)) ||
-        !(b.vocab = v4_grammar_vocab(b.tok, &err))) {
+        !(b.vocab = v4_grammar_vocab(b.tok, v4_tok_eos(b.tok), &err))) {
         v4_print_error("grammar-bench", &err);
         return 1;
     }

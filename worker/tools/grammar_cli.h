@@ -1,6 +1,7 @@
-/* grammar_cli.h - what `v4fleet grammar-check` and `v4fleet grammar-bench` share: the
- * engine's vocabulary made from a tokenizer, and JSON written the way a model writes it
- * (compact or with single spaces, reals in their shortest form).
+/* grammar_cli.h - what `v4fleet grammar-check` and `v4fleet grammar-bench` share: JSON
+ * written the way a model writes it (compact or with single spaces, reals in their
+ * shortest form).  The engine's vocabulary made from a tokenizer is the serving core's
+ * (worker/serve/constrain.h v4_grammar_vocab), so the tools see the tokens as serving does.
  * Ownership: returned objects and strings are the caller's (v4g_vocab_free / free).
  * Thread: the calling thread (commands run on the main thread).
  */
@@ -10,9 +11,9 @@
 #include <jansson.h>
 
 #include "worker/grammar/grammar.h"
+#include "worker/serve/constrain.h"
 #include "worker/tokenizer/tokenizer.h"
 
-v4g_vocab *v4_grammar_vocab(const v4_tokenizer *t, v4_error *err);
 /* v as JSON text: spaced 0 = no whitespace, 1 = ", " and ": " (Python's json.dumps);
  * objects' keys in the order the engine writes them under schema (may be NULL). */
 char *v4_json_text(const json_t *v, const json_t *schema, int spaced);
