@@ -8,6 +8,7 @@
 #define V4_GR_SCHEMA_INTERNAL_H
 
 #include <jansson.h>
+#include <stdio.h>
 
 #include "worker/grammar/gr_internal.h"
 
@@ -35,6 +36,41 @@ typedef struct gr_sc {
  * wrote, prefix the place. */
 int gr_sc_fail(gr_sc *c, const char *ptr, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 int gr_sc_where(gr_sc *c, const char *ptr, const char *kw);
+
+#define PTR_MAX 512
+
+/* ptr + "/" + token (JSON pointer escaping ~ and /) */
+static inline void sub_ptr(char *out, const char *ptr, const char *tok)
+{
+    size_t n = (size_t)snprintf(out, PTR_MAX, "%s/", ptr);
+    for (const char *p = tok; *p && n + 3 < PTR_MAX; p++) {
+        if (*p == '~' || *p == '/') {
+            out[n++] = '~';
+            out[n++] = *p == '~' ? '0' : '1';
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n < PTR_MAX ? n : PTR_MAX - 1] = 0;
+}
+
+static inline void idx_ptr(char *out, const char *ptr, const char *kw, size_t i)
+{
+    snprintf(out, PTR_MAX, "%s/%s/%zu", ptr, kw, i);
+}
+
+/* gr_schema_merge.c: keyword tables, references, merging, oneOf exclusivity */
+enum { GR_T_OBJ = 1, GR_T_ARR = 2, GR_T_STR = 4, GR_T_NUM = 8, GR_T_INT = 16, GR_T_BOOL = 32, GR_T_NULL = 64 };
+int gr_sc_unsupported(const char *k);          /* a keyword this engine refuses */
+int gr_sc_asserts(json_t *s);                  /* s has a keyword beyond annotations */
+json_t *gr_sc_resolve(gr_sc *c, const char *ref, const char *ptr);   /* a local $ref, or NULL (err) */
+json_t *gr_sc_own(gr_sc *c, json_t *x);        /* kept until the compilation ends */
+json_t *gr_sc_types_of(json_t *t);             /* "type" as a new array of names */
+json_t *gr_sc_merge(gr_sc *c, json_t *a, json_t *b, const char *ptr);   /* allOf(a, b), NULL (err) */
+json_t *gr_sc_flatten(gr_sc *c, json_t *s, const char *ptr);            /* $ref and allOf folded in */
+int gr_sc_type_bits(json_t *s);                /* GR_T_* an instance of s may have */
+int gr_sc_in_required(json_t *s, const char *k);
+int gr_sc_disjoint(gr_sc *c, json_t *a, json_t *b);   /* 1: no instance matches both */
 
 /* A count keyword's value (minLength, maxItems, ...): a non-negative integer, also when
  * written as a real (2.0, or every number of a schema read with integers as reals);
