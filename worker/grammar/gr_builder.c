@@ -78,6 +78,18 @@ static int lex_find(gr_builder *b, const char *key)
     }
 }
 
+/* the lexeme already made under key (key freed), -1 out of memory (key NULL), -2 none yet */
+static int lex_known(gr_builder *b, char *key, v4_error *err)
+{
+    if (!key)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    int have = lex_find(b, key);
+    if (have < 0)
+        return -2;
+    free(key);
+    return have;
+}
+
 static int lex_index(gr_builder *b, int id, v4_error *err)
 {
     if ((int64_t)(b->n_lex + 1) * 2 > b->lex_ht_cap) {
@@ -170,13 +182,9 @@ int gr_lex_regex(gr_builder *b, const char *src, size_t len, int mode, int json,
                  v4_error *err)
 {
     char *key = keyf("rx", src, len, mode, json, min_len * 65536 + max_len);
-    if (!key)
-        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
-    int have = lex_find(b, key);
-    if (have >= 0) {
-        free(key);
+    int have = lex_known(b, key, err);
+    if (have != -2)
         return have;
-    }
     if (min_len > 0 || max_len >= 0) {
         free(key);
         return v4_err_set(err, V4_ERR_INVALID, "grammar", "a length bound together with a pattern is not supported");
@@ -205,13 +213,9 @@ int gr_lex_regex(gr_builder *b, const char *src, size_t len, int mode, int json,
 int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err)
 {
     char *key = keyf("lit", bytes, len, 0, 0, 0);
-    if (!key)
-        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
-    int have = lex_find(b, key);
-    if (have >= 0) {
-        free(key);
+    int have = lex_known(b, key, err);
+    if (have != -2)
         return have;
-    }
     gr_frag f;
     if (gr_emit_bytes(&b->nfa, (const uint8_t *)bytes, len, &f, err) || seal(b, &f, err)) {
         free(key);
@@ -223,13 +227,9 @@ int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err)
 int gr_lex_json_string(gr_builder *b, int min, int max, v4_error *err)
 {
     char *key = keyf("str", "", 0, min, max, 0);
-    if (!key)
-        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
-    int have = lex_find(b, key);
-    if (have >= 0) {
-        free(key);
+    int have = lex_known(b, key, err);
+    if (have != -2)
         return have;
-    }
     gr_frag q1, q2, body, f;
     if (gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) || gr_emit_any_len(&b->nfa, 1, min, max, &body, err) ||
         gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) || gr_nfa_eps(&b->nfa, q1.end, body.start, err) ||
@@ -322,13 +322,9 @@ int gr_lex_key_except(gr_builder *b, const char *const *keys, int n, v4_error *e
     }
     char *key = keyf("kx", src, o, n, 0, 0);
     free(src);
-    if (!key)
-        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
-    int have = lex_find(b, key);
-    if (have >= 0) {
-        free(key);
+    int have = lex_known(b, key, err);
+    if (have != -2)
         return have;
-    }
     ktrie *t = NULL;
     int nt = 1, cap = 0, rc = 0;
     if (grow((void **)&t, &cap, 1, sizeof *t, err)) {
@@ -488,13 +484,9 @@ int gr_lex_string_vetoed(gr_builder *b, const char *pattern, const char *const *
         o += (size_t)snprintf(src + o, kl - o, "\x03%s", vetoes[i]);
     char *key = keyf(pattern ? "sv" : "sva", src, o, nkeys, nvetoes, 0);
     free(src);
-    if (!key)
-        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
-    int have = lex_find(b, key);
-    if (have >= 0) {
-        free(key);
+    int have = lex_known(b, key, err);
+    if (have != -2)
         return have;
-    }
     int32_t st0 = b->nfa.n_st;
     int start = gr_nfa_state(&b->nfa, err);
     gr_frag q1, body, q2, f;
