@@ -304,6 +304,12 @@ int v4_gen_step_alone(v4_gen_state *g, v4_ctx *ctx, int max_rows, float *logits,
 int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                 v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err)
 {
+    return v4_generate_under(ctx, seq, tok, req, NULL, emit, ud, res, err);
+}
+
+int v4_generate_under(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                      struct v4_constrain *cons, v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err)
+{
     const v4_config *cfg = v4_ctx_config(ctx);
     res->tokens = NULL;
     res->n_tokens = 0;
@@ -318,6 +324,8 @@ int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_
         return -1;
     }
     int rc = g ? 0 : -1;
+    if (g && cons)
+        v4_gen_set_constraint(g, cons);
     const int max_rows = g ? g->cap : 1;
     while (g && !v4_gen_done(g))
         if (v4_gen_poll_cancel(g, err) || v4_gen_step_alone(g, ctx, max_rows, logits, err)) {

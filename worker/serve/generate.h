@@ -91,6 +91,10 @@ typedef struct v4_gen_result {
  * have room for n_prompt + max_tokens positions. */
 int v4_generate(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                 v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err);
+/* v4_generate under an output constraint (constrain.h; borrowed; NULL: free text). */
+struct v4_constrain;
+int v4_generate_under(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                      struct v4_constrain *cons, v4_emit_fn emit, void *ud, v4_gen_result *res, v4_error *err);
 void v4_gen_result_free(v4_gen_result *res);
 
 typedef struct v4_gen_state v4_gen_state;
@@ -108,7 +112,6 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
                            v4_emit_fn emit, void *ud, v4_error *err);
 /* Decode under c (constrain.h; borrowed, must outlive the state; NULL: free text).  Set
  * it before the first v4_gen_accept. */
-struct v4_constrain;
 void v4_gen_set_constraint(v4_gen_state *g, struct v4_constrain *c);
 /* 1 when generation ended (v4_gen_end next), 0 while it wants forward steps. */
 int v4_gen_done(const v4_gen_state *g);

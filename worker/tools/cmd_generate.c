@@ -10,6 +10,9 @@
  *                            stderr.
  * Sampling: --greedy (= --temperature 0), --temperature, --top-p, --top-k, --seed;
  * stopping: EOS (unless --ignore-eos), --stop STR (repeatable), --max-tokens.
+ * Output constraint (constraint_opts.h): --json-schema FILE | --json-object | --regex R |
+ * --choice FILE [--compact]; the answer (after </think> with --thinking) is decoded under
+ * it, as a task's response_format is (docs/structured-outputs.md).
  * --model defaults to the demo model (models/tiny) so the README's command works.
  * The prompt goes through in prefill chunks (several positions per forward step, the
  * same results as one at a time), sized by worker/serve/step_rows.h: with paged experts
@@ -26,8 +29,10 @@
 #include "cache/model_files.h"
 #include "cli_util.h"
 #include "commands.h"
+#include "constraint_opts.h"
 #include "kernels/v4/model.h"
 #include "worker/serve/chat.h"
+#include "worker/serve/constrain.h"
 #include "worker/serve/generate.h"
 #include "worker/serve/step_rows.h"
 
@@ -39,12 +44,14 @@ static void usage(FILE *f)
     fprintf(f, "usage: v4fleet generate [--model DIR] (--prompt TEXT | --prompt-ids FILE.json)\n"
                "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
                "         [--top-p P] [--top-k K] [--seed S] [--stop STR]... [--ignore-eos]\n"
+               "%s"
                "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
                V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
                "defaults: --model models/tiny, --max-tokens 64, --temperature 1, --top-p 1, --top-k 0,\n"
                "          --seed 0, --context = prompt + max-tokens (at most max_position_embeddings);\n"
                "          experts resident unless --host-cache-bytes > 0 (paged through a host cache\n"
-               "          from --pack DIR, else from the safetensors; --cache-policy next, --io-threads 4)\n");
+               "          from --pack DIR, else from the safetensors; --cache-policy next, --io-threads 4)\n",
+            v4_constraint_opts_usage());
 }
 
 /* --help: the usage and what the paged-expert lines on stderr say. */
@@ -64,6 +71,7 @@ typedef struct gen_opts {
     int n_stops, thinking, ignore_eos;
     long max_tokens, context;
     v4_sampling_params sp;
+    v4_constraint_opts co;
 } gen_opts;
 
 static int num(const char *s, double lo, double hi, double *out)
@@ -83,6 +91,10 @@ static int parse(int argc, char **argv, gen_opts *o, int *done)
         const char *a = argv[i];
         int r = v4_opts_take(&o->eo, argc, argv, &i, PROG);
         if (r < 0)
+            return 2;
+        if (r)
+            continue;
+        if ((r = v4_constraint_opts_take(&o->co, argc, argv, &i, PROG)) < 0)
             return 2;
         if (r)
             continue;
@@ -131,6 +143,11 @@ static int parse(int argc, char **argv, gen_opts *o, int *done)
         usage(stderr);
         return 2;
     }
+    if (o->co.on && o->ignore_eos) {
+        fprintf(stderr, "v4fleet %s: %s with --ignore-eos: a constrained answer ends where the constraint "
+                        "accepts\n", PROG, o->co.flag);
+        return 2;
+    }
     return 0;
 }
 
@@ -141,6 +158,27 @@ static void emit_stdout(void *ud, const char *text, size_t len)
     fflush(stdout);
 }
 
+/* The constraint of the flags, compiled, as the run's matcher state over tok's vocabulary
+ * (*vocab is the caller's to free after the state). */
+static v4_constrain *make_constraint(const gen_opts *o, const v4_tokenizer *tok, int32_t eos, int n_logits,
+                                     v4g_vocab **vocab, v4_error *err)
+{
+    const v4g_opts go = {.compact = o->co.compact};
+    v4g_constraint *c = v4g_compile(o->co.kind, o->co.text, o->co.len, &go, err);
+    if (!c) {
+        v4_error e = *err;
+        v4_err_set(err, e.code, o->co.flag, "does not compile: %s%s%s", e.msg, e.where[0] ? " at " : "", e.where);
+        return NULL;
+    }
+    v4_chat_markers cm;
+    v4_chat_markers_init(&cm, tok);
+    v4_constrain *s = NULL;
+    if ((*vocab = v4_grammar_vocab(tok, eos, err)))
+        s = v4_constrain_new(c, *vocab, n_logits, eos, o->thinking ? cm.end_think_id : -1, err);
+    v4g_constraint_unref(c);
+    return s;
+}
+
 int v4_cmd_generate(int argc, char **argv)
 {
     gen_opts o = {0};
@@ -148,8 +186,10 @@ int v4_cmd_generate(int argc, char **argv)
     o.max_tokens = 64;
     o.sp = (v4_sampling_params){1.0, 1.0, 0, 0};
     int done = 0, st = parse(argc, argv, &o, &done);
-    if (st || done)
+    if (st || done) {
+        v4_constraint_opts_free(&o.co);
         return st;
+    }
 
     v4_error err = {0};
     v4_model_files m;
@@ -162,16 +202,19 @@ int v4_cmd_generate(int argc, char **argv)
     v4_ctx *ctx = NULL;
     v4_xprov *xp = NULL;
     v4_gen_result res = {0};
+    v4g_vocab *gvocab = NULL;
+    v4_constrain *cons = NULL;
     if (v4_model_open_paged(o.eo.model, &m, o.eo.host_cache_bytes > 0, &err)) {
         v4_print_error(PROG, &err);
+        v4_constraint_opts_free(&o.co);
         return 1;
     }
     const v4_config *cfg = &m.cfg;
     if (v4_sampling_validate(&o.sp, &err))
         goto out;
+    if ((o.prompt || o.co.on) && v4_tok_load(o.eo.model, &tok, &err))
+        goto out;
     if (o.prompt) {
-        if (v4_tok_load(o.eo.model, &tok, &err))
-            goto out;
         v4_chat_msg msg = {V4_CHAT_USER, o.prompt};
         if (v4_chat_encode(tok, o.system, &msg, 1, o.thinking, &ids, &err))
             goto out;
@@ -204,9 +247,11 @@ int v4_cmd_generate(int argc, char **argv)
                         "prompt positions per step\n", PROG, st.slots, rows);
     }
     int32_t eos = tok && v4_tok_eos(tok) >= 0 ? v4_tok_eos(tok) : cfg->eos_id;
+    if (o.co.on && !(cons = make_constraint(&o, tok, eos, cfg->vocab_size, &gvocab, &err)))
+        goto out;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
                           o.stops, o.n_stops, NULL, NULL, NULL, rows};
-    if (v4_generate(ctx, seq, tok, &req, emit_stdout, NULL, &res, &err))
+    if (v4_generate_under(ctx, seq, tok, &req, cons, emit_stdout, NULL, &res, &err))
         goto out;
     if (o.prompt) {
         printf("\n");
@@ -236,6 +281,9 @@ out:
     if (rc)
         v4_print_error(PROG, &err);
     v4_gen_result_free(&res);
+    v4_constrain_free(cons);
+    v4g_vocab_free(gvocab);
+    v4_constraint_opts_free(&o.co);
     v4_ids_free(&ids);
     free(file_ids);
     v4_tok_free(tok);
