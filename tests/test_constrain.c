@@ -6,7 +6,9 @@
  *     only, and the same seed gives the same tokens; a walk to EOS spells one choice;
  *   - thinking: before </think> everything but EOS is allowed and nothing is committed;
  *     after it the constraint governs;
- *   - committing a refused token is an error naming "constraint".
+ *   - committing a refused token is an error naming "constraint";
+ *   - masks computed ahead on mask_ahead.h's thread (as the continuous executor does)
+ *     give the same answers as masks computed at sampling (choices, a JSON Schema).
  * docs/structured-outputs.md "How masks apply".
  */
 #include <math.h>
@@ -15,6 +17,7 @@
 #include "config/rng.h"
 #include "testutil.h"
 #include "worker/serve/constrain.h"
+#include "worker/serve/mask_ahead.h"
 #include "worker/serve/sampling.h"
 
 static v4_tokenizer *T;
@@ -29,8 +32,9 @@ static void random_logits(float *l, int n, uint64_t seed)
         l[i] = (float)(v4_rng_unit(&r) * 8.0 - 4.0);
 }
 
-/* Sample to the end under c; the text (bytes of the tokens before EOS) into out. */
-static int walk(v4g_constraint *c, int n_logits, double temperature, uint64_t seed, char *out, size_t cap)
+/* Sample to the end under c; the text (bytes of the tokens before EOS) into out.  ahead:
+ * every mask computed first on mask_ahead.h's thread, as the continuous executor does. */
+static int walk(v4g_constraint *c, int n_logits, double temperature, uint64_t seed, char *out, size_t cap, int ahead)
 {
     v4_error err = {0};
     v4_constrain *s = v4_constrain_new(c, V, n_logits, EOS, -1, &err);
@@ -41,6 +45,12 @@ static int walk(v4g_constraint *c, int n_logits, double temperature, uint64_t se
     int ended = 0;
     for (int step = 0; s && smp && l && step < 64 && !ended; step++) {
         random_logits(l, n_logits, seed * 1000 + (uint64_t)step);
+        if (ahead) {
+            v4_mask_ahead ma = {0};
+            v4_mask_ahead_start(&ma, &s, 1);
+            v4_mask_ahead_join(&ma);
+            CHECK(ma.busy_s >= 0, "mask thread ran");
+        }
         const float *m = v4_constrain_apply(s, l, &err);
         CHECK(m != NULL, "apply: %s", err.msg);
         if (!m)
@@ -110,11 +120,27 @@ int main(void)
     /* walks: every answer is one of the choices; the same seed, the same answer */
     for (uint64_t seed = 1; seed <= 6; seed++) {
         char a[256], b[256];
-        int ea = walk(c, NL, seed == 6 ? 0.0 : 1.0, seed, a, sizeof a);
-        int eb = walk(c, NL, seed == 6 ? 0.0 : 1.0, seed, b, sizeof b);
+        int ea = walk(c, NL, seed == 6 ? 0.0 : 1.0, seed, a, sizeof a, 0);
+        int eb = walk(c, NL, seed == 6 ? 0.0 : 1.0, seed, b, sizeof b, seed & 1);
         CHECK(ea && (!strcmp(a, "yes") || !strcmp(a, "no") || !strcmp(a, "maybe later")), "seed %llu: '%s'",
               (unsigned long long)seed, a);
-        CHECK(eb && !strcmp(a, b), "seed %llu: deterministic ('%s' / '%s')", (unsigned long long)seed, a, b);
+        CHECK(eb && !strcmp(a, b), "seed %llu: deterministic%s ('%s' / '%s')", (unsigned long long)seed,
+              seed & 1 ? ", masks computed ahead or not" : "", a, b);
+    }
+    /* a JSON Schema: the masks computed ahead on their thread give the same answers */
+    {
+        const char *sch = "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"maximum\":99},"
+                          "\"t\":{\"enum\":[\"ab\",\"cd\"]}},\"required\":[\"n\",\"t\"],\"additionalProperties\":false}";
+        const v4g_opts co = {.compact = 1};
+        v4g_constraint *js = v4g_compile(V4G_JSON_SCHEMA, sch, strlen(sch), &co, &err);
+        CHECK(js != NULL, "compile schema: %s", err.msg);
+        for (uint64_t seed = 1; js && seed <= 4; seed++) {
+            char a[256], b[256];
+            int ea = walk(js, NL, 1.0, seed, a, sizeof a, 0), eb = walk(js, NL, 1.0, seed, b, sizeof b, 1);
+            CHECK(ea == eb && !strcmp(a, b), "schema seed %llu: masks ahead = masks at sampling ('%s' / '%s')",
+                  (unsigned long long)seed, a, b);
+        }
+        v4g_constraint_unref(js);
     }
 
     /* thinking: free but for EOS until </think>, then the constraint */

@@ -35,6 +35,9 @@ struct v4_constrain {
     int active;                 /* 0: the reasoning phase (before end_think) */
     long tokens;                /* committed under the constraint */
     uint32_t *bits;             /* [n_vocab / 32] the mask */
+    int ready;                  /* bits hold the mask of the current state (v4_constrain_prepare) */
+    int mask_rc;                /* its v4g_matcher_mask result; mask_err the error */
+    v4_error mask_err;
     float *out;                 /* [n_logits] the masked logits */
 };
 
@@ -94,9 +97,12 @@ const float *v4_constrain_apply(v4_constrain *s, const float *logits, v4_error *
             s->out[s->eos] = -INFINITY;
         return s->out;
     }
-    if (v4g_matcher_mask(s->m, s->bits, err)) {
-        if (err)
+    v4_constrain_prepare(s);
+    if (s->mask_rc) {
+        if (err) {
+            *err = s->mask_err;
             snprintf(err->where, sizeof err->where, "constraint");
+        }
         return NULL;
     }
     const int nv = s->n_vocab < n ? s->n_vocab : n;
@@ -117,8 +123,18 @@ const float *v4_constrain_apply(v4_constrain *s, const float *logits, v4_error *
     return s->out;
 }
 
+void v4_constrain_prepare(v4_constrain *s)
+{
+    if (!s->active || s->ready)
+        return;
+    memset(&s->mask_err, 0, sizeof s->mask_err);
+    s->mask_rc = v4g_matcher_mask(s->m, s->bits, &s->mask_err);
+    s->ready = 1;
+}
+
 int v4_constrain_commit(v4_constrain *s, int32_t token, v4_error *err)
 {
+    s->ready = 0;   /* the state moves on (or stays refused: the mask is the same then) */
     if (!s->active) {
         s->active = token == s->end_think;
         return 0;

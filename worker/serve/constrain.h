@@ -49,6 +49,12 @@ void v4_constrain_free(v4_constrain *s);
  * err (where "constraint") when the constraint allows no token at all (a dead end:
  * the vocabulary cannot spell what it requires) or the engine fails. */
 const float *v4_constrain_apply(v4_constrain *s, const float *logits, v4_error *err);
+/* Compute the mask for the next token now, so that the next v4_constrain_apply only
+ * applies it (the continuous executor does this on its mask thread while the step's
+ * forward pass runs: mask_ahead.h).  Any thread, while no other call on s runs; a
+ * no-op in the reasoning phase or when the mask is ready.  An engine failure is kept
+ * and returned by that v4_constrain_apply. */
+void v4_constrain_prepare(v4_constrain *s);
 /* The sampled token.  0, or -1 with err (where "constraint"): a token the mask did not
  * allow, or an engine error. */
 int v4_constrain_commit(v4_constrain *s, int32_t token, v4_error *err);

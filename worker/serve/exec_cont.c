@@ -25,7 +25,8 @@
  * own generation state (sampling, stop strings, detokenization: the code the serial
  * path runs; under an output constraint the job's matcher, v4_run_job.cons - this
  * executor's per-row state, kept in the slot - masks the row's logits there, after the
- * step's forward pass and before sampling: constrain.h); retire finished jobs.  A slot freed by a step is free for the driver's
+ * step's forward pass and before sampling: constrain.h; the mask itself is computed on
+ * a thread of its own while the forward pass runs, mask_ahead.h); retire finished jobs.  A slot freed by a step is free for the driver's
  * next submit, so the next step already carries the new job.  A retiring job's sequence
  * is released to the step implementation first (v4_ctx_release_seq: the CUDA engine
  * frees its device state at once, so a waiting job can be admitted at the next step).
@@ -40,6 +41,7 @@
 
 #include "admit.h"
 #include "executor.h"
+#include "mask_ahead.h"
 #include "summarize.h"
 #include "task_run_internal.h"
 
@@ -72,6 +74,8 @@ typedef struct cont_exec {
     v4_trace **trs;
     int *row_slot, *row_want, *row_k;   /* its slot, whether it needs logits, its index in the slot's rows */
     v4_gen_state **row_gen;     /* the generation it belongs to */
+    v4_constrain **mstates;     /* [cap_rows] the constraints whose masks the step computes ahead */
+    v4_mask_ahead ma;
 } cont_exec;
 
 static int cont_capacity(v4_exec *x)
@@ -342,7 +346,17 @@ static int forward(cont_exec *c)
         if (r->xp)
             v4_xprov_outcomes_reset(r->xp);
         memset(&err, 0, sizeof err);
+        /* the rows that sample after this step: their next masks are computed on the
+         * mask thread while the forward pass runs (joined before anything else runs) */
+        int nm = 0;
+        for (int k = 0; k < rows; k++) {
+            v4_constrain *cs = c->row_want[k] ? v4_gen_constraint(c->row_gen[k]) : NULL;
+            if (cs)
+                c->mstates[nm++] = cs;
+        }
+        v4_mask_ahead_start(&c->ma, c->mstates, nm);
         rc = v4_step_rows(r->ctx, c->seqs, c->toks, rows, any_logits ? c->logits : NULL, c->row_want, c->trs, &err);
+        v4_mask_ahead_join(&c->ma);
         v4_step_fault f;
         if (!rc || v4_ctx_step_fault(r->ctx, &f) || f.row >= rows)
             break;
@@ -430,6 +444,7 @@ static void cont_destroy(v4_exec *x)
     free(c->row_want);
     free(c->row_k);
     free(c->row_gen);
+    free(c->mstates);
     free(c);
 }
 
@@ -467,6 +482,7 @@ v4_exec *v4_exec_continuous(v4_runner *r, int n, int (*abort_fn)(void *), void *
         c->row_want = calloc(R, sizeof *c->row_want);
         c->row_k = calloc(R, sizeof *c->row_k);
         c->row_gen = calloc(R, sizeof *c->row_gen);
+        c->mstates = calloc(R, sizeof *c->mstates);
         c->seen = malloc((size_t)r->m.cfg.n_routed_experts + 1);
         c->trunk_bytes = (double)v4_step_trunk_bytes(&r->m.w);
         c->expert_bytes = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_bytes(&r->m.w.layers[0].experts[0]) : 0;
@@ -474,7 +490,7 @@ v4_exec *v4_exec_continuous(v4_runner *r, int n, int (*abort_fn)(void *), void *
         c->expert_macs = r->m.cfg.n_routed_experts > 0 ? (double)v4_expert_macs(&r->m.w.layers[0].experts[0]) : 0;
     }
     if (!c || !c->seen || !c->slots || !c->logits || !c->seqs || !c->toks || !c->trs || !c->row_slot || !c->row_want ||
-        !c->row_k || !c->row_gen) {
+        !c->row_k || !c->row_gen || !c->mstates) {
         snprintf(err, err_cap, "out of memory");
         cont_destroy(c ? &c->base : NULL);
         return NULL;

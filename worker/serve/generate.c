@@ -121,6 +121,11 @@ void v4_gen_set_constraint(v4_gen_state *g, v4_constrain *c)
     g->cons = c;
 }
 
+v4_constrain *v4_gen_constraint(const v4_gen_state *g)
+{
+    return g->cons;
+}
+
 int v4_gen_capacity(const v4_gen_state *g)
 {
     return g->cap;

@@ -113,6 +113,9 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
 /* Decode under c (constrain.h; borrowed, must outlive the state; NULL: free text).  Set
  * it before the first v4_gen_accept. */
 void v4_gen_set_constraint(v4_gen_state *g, struct v4_constrain *c);
+/* The constraint set by v4_gen_set_constraint (NULL: none): the executor prepares its
+ * next mask while the step runs (mask_ahead.h). */
+struct v4_constrain *v4_gen_constraint(const v4_gen_state *g);
 /* 1 when generation ended (v4_gen_end next), 0 while it wants forward steps. */
 int v4_gen_done(const v4_gen_state *g);
 /* The request's cancel hook (call before every forward step): non-zero = cancelled,
