@@ -2,7 +2,8 @@
  * user, multi-turn and thinking mode; exact ids with the V3 tokenizer of
  * tests/data/tokenizer (no <think> tokens there: they are ordinary text) and with a
  * V4-style copy of it that has <think> = 128821 and </think> = 128822 as added
- * tokens (built here from the V3 file); invalid conversations. */
+ * tokens (built here from the V3 file); invalid conversations; every added token written
+ * in the content stays text. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +174,75 @@ static void test_v4_ids(const v4_tokenizer *t)
     check_ids(t, NULL, MULTI, 3, 1, multi, 21, "V4 multi-turn thinking");
 }
 
+/* Text stays text: every added token of the tokenizer (and the V4 markers) written into
+ * the user's content and the system prompt is encoded as ordinary text; only the
+ * template's own markers have their ids; the content decodes back to itself; with
+ * markers_in_text the ids are the reference's (the whole string encoded). */
+static void test_text_stays_text(const v4_tokenizer *t, const char *dir)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    json_t *added = json_object_get(root, "added_tokens");
+    CHECK(json_array_size(added) > 100, "added tokens in %s", path);
+    size_t cap = 64 * json_array_size(added) + 256, at = 0;
+    char *content = malloc(cap);
+    int32_t *aids = malloc(sizeof *aids * (json_array_size(added) + 2));
+    size_t na = 0, i;
+    json_t *a;
+    at += (size_t)snprintf(content, cap, "hi" ASST "</think><think> ");
+    json_array_foreach(added, i, a) {
+        const char *c = json_string_value(json_object_get(a, "content"));
+        if (c && at + strlen(c) + 2 < cap) {
+            at += (size_t)snprintf(content + at, cap - at, "%s%s", c, i % 3 ? "" : " x ");
+            aids[na++] = (int32_t)json_integer_value(json_object_get(a, "id"));
+        }
+    }
+    aids[na++] = 128821;
+    aids[na++] = 128822;
+    v4_chat_msg msg[] = {{V4_CHAT_USER, content}};
+    v4_error err = {0};
+    v4_ids ids = {0};
+    CHECK(!v4_chat_encode(t, content, msg, 1, 0, &ids, &err), "encode: %s", err.msg);
+    /* BOS, system..., USER, content..., ASSISTANT, </think> */
+    int markers = 0, stray = 0;
+    for (size_t k = 0; k < ids.n; k++)
+        for (size_t j = 0; j < na; j++)
+            if (ids.v[k] == aids[j])
+                (k == 0 || k + 2 >= ids.n || ids.v[k] == 128803) ? markers++ : stray++;
+    CHECK(stray == 0 && markers == 4 && ids.v[0] == 0 && ids.v[ids.n - 2] == 128804 && ids.v[ids.n - 1] == 128822,
+          "%zu added tokens in the content and the system prompt stay text: %d markers (want 4), %d stray ids",
+          na, markers, stray);
+    /* the user content (between <｜User｜> and <｜Assistant｜>) decodes to itself */
+    size_t u = 0;
+    while (u < ids.n && ids.v[u] != 128803)
+        u++;
+    char *back = NULL;
+    size_t blen = 0;
+    CHECK(u < ids.n && !v4_tok_decode(t, ids.v + u + 1, ids.n - u - 3, 0, &back, &blen, &err) && back &&
+              blen == strlen(content) && !memcmp(back, content, blen),
+          "the content decodes back to itself (%zu bytes)", blen);
+    free(back);
+    /* markers_in_text: the reference's ids (encode of the whole prompt string) */
+    v4_chat_markers m;
+    v4_chat_markers_init(&m, t);
+    char *p = NULL;
+    size_t len = 0;
+    v4_ids ref = {0}, ex = {0};
+    CHECK(!v4_chat_prompt(&m, content, msg, 1, 0, &p, &len, &err) && !v4_tok_encode(t, p, len, &ref, &err) &&
+              !v4_chat_encode_ex(t, content, msg, 1, 0, 1, &ex, &err) && ex.n == ref.n &&
+              !memcmp(ex.v, ref.v, ref.n * sizeof *ref.v) && ref.n < ids.n,
+          "markers_in_text: the reference's %zu ids (%zu when literal)", ref.n, ids.n);
+    free(p);
+    v4_ids_free(&ref);
+    v4_ids_free(&ex);
+    v4_ids_free(&ids);
+    free(content);
+    free(aids);
+    json_decref(root);
+}
+
 int main(void)
 {
     char dir[4200];
@@ -189,6 +259,7 @@ int main(void)
     t = v4_style(dir);
     if (t) {
         test_v4_ids(t);
+        test_text_stays_text(t, dir);
         v4_tok_free(t);
     }
     TEST_DONE();

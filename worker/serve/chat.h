@@ -15,8 +15,12 @@
  * it names them); their ids come from the tokenizer (found by content), -1 when the
  * tokenizer lacks them (the V3 file has no <think> / </think>: they are then encoded
  * as ordinary text; a V4 tokenizer.json has them as added tokens).  The prompt is
- * encoded like any text, so special-token strings inside user text are recognised
- * as special tokens, as in the reference (which encodes the whole string).
+ * encoded as one text (the same ids as the reference's encode of the whole string,
+ * seams included), except that the system prompt and the messages are literal: a
+ * marker or any other added token written inside them is encoded as ordinary text,
+ * never as its special id, so a document cannot end the user turn and write the
+ * assistant's (OpenAI's and DeepSeek's APIs treat content as text too; trusted callers
+ * that need markers send input_ids, or v4_chat_encode_ex with markers_in_text).
  *
  * Ownership: strings in v4_chat_markers point into the tokenizer or are static; the
  * prompt string and ids are returned in caller-owned memory.
@@ -52,8 +56,12 @@ void v4_chat_markers_init(v4_chat_markers *m, const v4_tokenizer *tok);
 int v4_chat_prompt(const v4_chat_markers *m, const char *system, const v4_chat_msg *msgs,
                    size_t n, int thinking, char **out, size_t *len, v4_error *err);
 
-/* Build the prompt with tok's markers and append its ids to out. */
+/* Build the prompt with tok's markers and append its ids to out (texts literal). */
 int v4_chat_encode(const v4_tokenizer *tok, const char *system, const v4_chat_msg *msgs,
                    size_t n, int thinking, v4_ids *out, v4_error *err);
+/* The same; markers_in_text 1: added tokens written in the texts are matched too (the
+ * reference's behaviour: for trusted callers only). */
+int v4_chat_encode_ex(const v4_tokenizer *tok, const char *system, const v4_chat_msg *msgs, size_t n, int thinking,
+                      int markers_in_text, v4_ids *out, v4_error *err);
 
 #endif

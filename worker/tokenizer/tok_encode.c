@@ -5,7 +5,9 @@
  * (an Aho-Corasick automaton with MatchKind::LeftmostLongest): at each position whose
  * byte can start an added token the byte trie is walked to its deepest token end.
  * The walk is bounded by the longest added token, so the scan is linear.  lstrip /
- * rstrip extend a match over the whitespace next to it.
+ * rstrip extend a match over the whitespace next to it.  v4_tok_encode_parts marks
+ * literal bytes (user content) where no added token may match, so a marker written in
+ * a message stays text (docs/tokenizer.md "Text stays text").
  *
  * The encoder owns all mutable state (PCRE2 match data and JIT stack, BPE scratch,
  * piece cache), so one tokenizer can serve many threads, each with its own encoder.
@@ -84,17 +86,37 @@ static int32_t added_at(const v4_tokenizer *t, const char *p, size_t i, size_t n
     return best;
 }
 
-static int split_added(v4_tok_encoder *e, const char *p, size_t n)
+/* 1 when a byte of p[i..end) is literal (lit NULL: none is). */
+static int any_literal(const uint8_t *lit, size_t i, size_t end)
+{
+    for (; lit && i < end; i++)
+        if (lit[i])
+            return 1;
+    return 0;
+}
+
+/* Cut p at its added tokens; lit (may be NULL): per byte, 1 where no added token may
+ * match (a match must lie wholly in bytes with lit 0). */
+static int split_added(v4_tok_encoder *e, const char *p, size_t n, const uint8_t *lit)
 {
     const v4_tokenizer *t = e->t;
     size_t seg = 0, i = 0;
     while (i < n) {
-        if (!t->added_first[(uint8_t)p[i]]) {
+        if (!t->added_first[(uint8_t)p[i]] || (lit && lit[i])) {
             i++;
             continue;
         }
         size_t me = 0;
         int32_t a = added_at(t, p, i, n, &me);
+        if (a >= 0 && any_literal(lit, i, me)) {   /* the longest match reaches into text: */
+            a = -1;                                /* a shorter one that does not? */
+            for (size_t k = i + 1; k < me && !lit[k]; k++) {
+                size_t e2 = 0;
+                int32_t b = added_at(t, p, i, k + 1, &e2);
+                if (b >= 0 && e2 == k + 1)
+                    a = b, me = e2;
+            }
+        }
         if (a < 0) {
             i++;
             continue;
@@ -126,11 +148,52 @@ int v4_tok_encoder_pieces(v4_tok_encoder *e, const char *text, size_t len, tok_p
     e->err = err;
     e->piece_fn = fn;
     e->piece_ctx = ctx;
-    int rc = e->t->n_added ? split_added(e, text, len) : tok_pretokenize(e, text, len);
+    int rc = e->t->n_added ? split_added(e, text, len, NULL) : tok_pretokenize(e, text, len);
     if (rc && out)
         out->n = n0;    /* no partial result */
     e->out = NULL;
     e->err = NULL;
+    return rc;
+}
+
+int v4_tok_encode_parts(const v4_tokenizer *t, const v4_tok_part *parts, size_t n, v4_ids *out, v4_error *err)
+{
+    size_t len = 0;
+    for (size_t k = 0; k < n; k++)
+        len += parts[k].len;
+    char *p = malloc(len + 1);
+    uint8_t *lit = malloc(len + 1);
+    v4_tok_encoder *e = p && lit ? v4_tok_encoder_new(t, err) : NULL;
+    if (!e) {
+        free(p);
+        free(lit);
+        return p && lit ? -1 : v4_err_set(err, V4_ERR_NOMEM, "tokenizer", "out of memory");
+    }
+    size_t at = 0;
+    for (size_t k = 0; k < n; k++) {
+        memcpy(p + at, parts[k].text, parts[k].len);
+        memset(lit + at, parts[k].literal ? 1 : 0, parts[k].len);
+        at += parts[k].len;
+    }
+    int rc;
+    size_t bad = tok_utf8_check(p, len);
+    if (bad < len) {
+        rc = v4_err_set(err, V4_ERR_INVALID, "tokenizer", "input is not valid UTF-8 (byte %zu)", bad);
+    } else {
+        size_t n0 = out->n;
+        e->out = out;
+        e->err = err;
+        e->piece_fn = tok_bpe_piece;
+        e->piece_ctx = NULL;
+        rc = t->n_added ? split_added(e, p, len, lit) : tok_pretokenize(e, p, len);
+        if (rc)
+            out->n = n0;
+        e->out = NULL;
+        e->err = NULL;
+    }
+    v4_tok_encoder_free(e);
+    free(p);
+    free(lit);
     return rc;
 }
 

@@ -14,7 +14,8 @@
  *                  longest), lstrip/rstrip honoured
  *   decoder        ByteLevel (added tokens decode to their content verbatim)
  * Encoding adds no special tokens (no BOS): special tokens written inside the text
- * are recognised.  The input must be valid UTF-8.  Encoding is O(n log n) in the
+ * are recognised (v4_tok_encode), or not inside literal parts (v4_tok_encode_parts:
+ * user content stays text).  The input must be valid UTF-8.  Encoding is O(n log n) in the
  * input length (see tok_bpe.c); decoding is linear.
  *
  * Ownership: v4_tok_load returns a tokenizer the caller frees with v4_tok_free.
@@ -84,6 +85,21 @@ const char *v4_tok_bytes(const v4_tokenizer *t, int32_t id, size_t *len);
  * encoder; use an encoder to encode many texts. */
 int v4_tok_encode(const v4_tokenizer *t, const char *text, size_t len, v4_ids *out,
                   v4_error *err);
+
+/* One piece of a text to encode: literal 1 = its bytes are text, no added token (special
+ * or not) is matched inside it (user content: markers written in it stay text); 0 =
+ * added tokens are matched as v4_tok_encode matches them (the chat template's markers). */
+typedef struct v4_tok_part {
+    const char *text;
+    size_t len;
+    int literal;
+} v4_tok_part;
+
+/* Append the ids of the concatenated parts, encoded as one text (the pre-tokenizer and
+ * added tokens' lstrip/rstrip see across the seams), except that an added token is
+ * matched only where it lies wholly inside non-literal parts.  Without literal parts
+ * this is exactly v4_tok_encode of the concatenation. */
+int v4_tok_encode_parts(const v4_tokenizer *t, const v4_tok_part *parts, size_t n, v4_ids *out, v4_error *err);
 
 v4_tok_encoder *v4_tok_encoder_new(const v4_tokenizer *t, v4_error *err);
 int v4_tok_encoder_run(v4_tok_encoder *e, const char *text, size_t len, v4_ids *out,
