@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fuzz.sh - build and run the safetensors header fuzzer, the task packet fuzzer
 # (worker/serve/task_packet.c; V4_FUZZ_TASK_SECONDS, default 20) and the constraint engine
-# fuzzer (worker/grammar/: schemas, regexes, choices and matching; V4_FUZZ_GRAMMAR_SECONDS,
+# fuzzer (worker/grammar/: schemas, regexes, choices, GBNF grammars and matching; V4_FUZZ_GRAMMAR_SECONDS,
 # default 30) for a bounded time.
 #
 # Configures build-fuzz/ with clang and -DV4_FUZZ=ON, builds only the fuzz target,
@@ -54,7 +54,7 @@ grammar_seconds=${V4_FUZZ_GRAMMAR_SECONDS:-30}
 rm -rf "$build/corpus-grammar-run"
 mkdir -p "$build/corpus-grammar-run"
 cp "$root"/tests/fuzz/corpus_grammar/* "$build/corpus-grammar-run/"
-echo "fuzzing worker/grammar/ (schemas, regexes, choices + matching) for ${grammar_seconds}s ..."
+echo "fuzzing worker/grammar/ (schemas, regexes, choices, GBNF + matching) for ${grammar_seconds}s ..."
 rc=0
 "$build/tests/fuzz/fuzz_grammar" -max_total_time="$grammar_seconds" -timeout=20 -rss_limit_mb=2048 \
     -max_len=4096 -print_final_stats=1 -artifact_prefix="$build/artifacts/grammar-" \

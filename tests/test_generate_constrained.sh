@@ -73,6 +73,15 @@ for kind in schema object regex choice; do   # each kind ended complete at least
     n=$(eval "echo \${stops_$kind:-0}")
     [ "$n" -gt 0 ] && ok "$kind: $n of 6 answers complete" || bad "$kind: no answer of 6 was complete"
 done
+# a GBNF grammar: the answer is a sentence of it
+printf 'root ::= "n" [0-9]{1,3} ("," " "? "n" [0-9]{1,3})*\n' >"$work/g.gbnf"
+run --max-tokens 60 --seed 5 --grammar "$work/g.gbnf" >"$work/out" 2>"$work/err"
+if grep -q 'finish_reason stop' "$work/err"; then
+    $py -c 'import re,sys; t=open(sys.argv[1]).read()[:-1]; sys.exit(0 if re.fullmatch(r"n[0-9]{1,3}(, ?n[0-9]{1,3})*", t) else 1)' "$work/out" \
+        && ok "--grammar: a sentence of the grammar" || bad "--grammar: '$(cat "$work/out")'"
+else
+    grep -q 'finish_reason length' "$work/err" && ok "--grammar: max_tokens came first" || bad "--grammar: $(cat "$work/err")"
+fi
 # compact: no whitespace between JSON tokens
 run --max-tokens 200 --seed 9 --json-schema "$work/schema.json" --compact >"$work/out" 2>/dev/null
 grep -q '^{"kind":"' "$work/out" && ok "--compact: no whitespace" || bad "--compact: $(cat "$work/out")"

@@ -12,8 +12,10 @@
 #    string still ends a constrained answer (a choice cut at its space);
 #  - a schema that does not compile (uniqueItems), a regex that does not (lookahead):
 #    that line alone fails with invalid_field naming the field, its message the keyword
-#    and the JSON pointer; tools / stream: true / guided_grammar: unsupported_field
-#    naming the field; every other line succeeds;
+#    and the JSON pointer; tools / stream: true: unsupported_field naming the field; a
+#    Lark guided_grammar: invalid_field (only GBNF is read); every other line succeeds;
+#  - guided_grammar and structured_outputs.grammar (GBNF): the answers fullmatch the
+#    grammar's language written as a Python regex;
 #  - --concurrency 3 (the continuous executor, a matcher per slot) gives the same answers
 #    (text, token ids, finish reason) as the serial run.
 set -u
@@ -46,6 +48,8 @@ ORDER = {"type": "object",
          "required": ["id", "ok", "tags"], "additionalProperties": False}
 REGEX = r"[a-z]{1,6}@[a-z]{2,5}\.(com|org)"
 CHOICES = ["yes", "no", "maybe later"]
+GBNF = 'root ::= answer (", " word){0,2}\nanswer ::= "yes" | "no"\nword ::= [a-z]{1,5}\n'
+GBNF_RE = r"(yes|no)(, [a-z]{1,5}){0,2}"
 lines, expect = [], {}
 
 def openai(cid, body):
@@ -71,6 +75,11 @@ for seed in (1, 2, 3, 4):
     expect["regex-%d" % seed] = ["regex", REGEX]
     openai("choice-%d" % seed, dict(s, max_tokens=20, guided_choice=CHOICES))
     expect["choice-%d" % seed] = ["choice", CHOICES]
+    if seed <= 2:
+        task("gbnf-%d" % seed, dict(s, max_tokens=40, guided_grammar=GBNF))
+        expect["gbnf-%d" % seed] = ["regex", GBNF_RE]
+        task("sogbnf-%d" % seed, dict(s, max_tokens=40, structured_outputs={"grammar": GBNF}))
+        expect["sogbnf-%d" % seed] = ["regex", GBNF_RE]
 task("greedy-schema", {"temperature": 0, "max_tokens": 400, "response_format": {
     "type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}})
 expect["greedy-schema"] = ["schema", PERSON]
@@ -86,7 +95,7 @@ openai("bad-schema", {"max_tokens": 50, "response_format": {"type": "json_schema
 task("bad-regex", {"max_tokens": 20, "guided_regex": "(?=a)b"})
 openai("tools", {"max_tokens": 20, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})
 task("stream", {"max_tokens": 20, "stream": True})
-task("grammar", {"max_tokens": 20, "guided_grammar": "root ::= \"a\""})
+task("grammar", {"max_tokens": 20, "guided_grammar": "start: \"a\""})
 # a free line, and fields that change nothing
 openai("free", {"max_tokens": 8, "temperature": 0, "user": "u1", "store": False, "stream": False,
                 "response_format": {"type": "text"}, "metadata": {"k": "v"}})
@@ -167,7 +176,10 @@ if not (e and e["code"] == "invalid_field" and e["where"] == "response_format" a
 e = error("bad-regex")
 if not (e and e["code"] == "invalid_field" and e["where"] == "guided_regex" and "offset" in e["message"]):
     fails.append("bad-regex: %s" % e)
-for key, where in (("tools", "body.tools"), ("stream", "stream"), ("grammar", "guided_grammar")):
+e = error("grammar")
+if not (e and e["code"] == "invalid_field" and e["where"] == "guided_grammar" and "only GBNF" in e["message"]):
+    fails.append("grammar (Lark): %s" % e)
+for key, where in (("tools", "body.tools"), ("stream", "stream")):
     e = error(key)
     if not (e and e["code"] == "unsupported_field" and e["where"] == where):
         fails.append("%s: %s" % (key, e))

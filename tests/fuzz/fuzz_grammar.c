@@ -1,6 +1,7 @@
 /* fuzz_grammar.c - libFuzzer harness of the constraint engine (worker/grammar/): a
- * constraint's text (JSON Schema, regex, choice) is untrusted input from a request.
- * Input: byte 0 picks the kind (and compact JSON), then the constraint text up to the first
+ * constraint's text (JSON Schema, regex, choice, GBNF grammar) is untrusted input from a
+ * request.  Input: byte 0 picks the kind (its two top bits set: GBNF; else the two low bits;
+ * and compact JSON), then the constraint text up to the first
  * 0xFF byte, then a text that is fed to a matcher over a small vocabulary (every byte and
  * some multi-byte tokens) with masks and commits along the way.  Compile errors are fine;
  * a crash, a leak, a sanitizer report or a mask that disagrees with commit is a finding.
@@ -43,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < 256; i++)
         all[i] = (char)i;
     const v4g_kind kinds[] = {V4G_JSON_SCHEMA, V4G_REGEX, V4G_CHOICE, V4G_JSON_OBJECT};
-    v4g_kind kind = kinds[data[0] & 3];
+    v4g_kind kind = (data[0] & 0xC0) == 0xC0 ? V4G_GRAMMAR : kinds[data[0] & 3];
     v4g_opts o = {.compact = (data[0] >> 2) & 1, .ws_max = (data[0] >> 3) & 7};
     const uint8_t *sep = memchr(data + 1, 0xFF, size - 1);
     size_t clen = sep ? (size_t)(sep - data - 1) : size - 1;

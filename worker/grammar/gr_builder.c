@@ -224,6 +224,28 @@ int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err)
     return lex_add(b, key, &f, err);
 }
 
+/* one code point of the set s (UTF-8); the key is the set's ranges */
+int gr_lex_cset(gr_builder *b, const gr_cset *s, v4_error *err)
+{
+    char *src = malloc((size_t)s->n * 20 + 1);
+    if (!src)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    size_t o = 0;
+    for (int i = 0; i < s->n; i++)
+        o += (size_t)sprintf(src + o, "%x-%x,", s->r[2 * i], s->r[2 * i + 1]);
+    char *key = keyf("cs", src, o, 0, 0, 0);
+    free(src);
+    int have = lex_known(b, key, err);
+    if (have != -2)
+        return have;
+    gr_frag f;
+    if (gr_emit_cset(&b->nfa, s, 0, &f, err) || seal(b, &f, err)) {
+        free(key);
+        return -1;
+    }
+    return lex_add(b, key, &f, err);
+}
+
 int gr_lex_json_string(gr_builder *b, int min, int max, v4_error *err)
 {
     char *key = keyf("str", "", 0, min, max, 0);

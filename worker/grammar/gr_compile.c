@@ -1,6 +1,6 @@
 /* gr_compile.c - v4g_compile: a constraint's text -> its grammar (JSON Schema and
  * json_object through gr_schema.c; a regex as one lexeme; a choice as literal
- * alternatives), and the reference-counted constraint that holds it.
+ * alternatives; GBNF through gr_gbnf.c), and the reference-counted constraint that holds it.
  */
 #include <jansson.h>
 #include <stdatomic.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "worker/grammar/gr_compile.h"
+#include "worker/grammar/gr_gbnf.h"
 
 struct v4g_constraint {
     atomic_int refs;
@@ -104,6 +105,9 @@ v4g_constraint *v4g_compile(v4g_kind kind, const char *text, size_t len, const v
         break;
     case V4G_CHOICE:
         rc = emit_choice(&b, text ? text : "", len, err);
+        break;
+    case V4G_GRAMMAR:
+        rc = gr_gbnf_compile(&b, text, text ? len : 0, err);
         break;
     default:
         rc = v4_err_set(err, V4_ERR_INVALID, "grammar", "unknown constraint kind %d", (int)kind);

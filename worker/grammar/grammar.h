@@ -1,6 +1,7 @@
 /* grammar.h - v4fleet's constraint engine: the one public header of worker/grammar/.
  *
- * A constraint (a JSON Schema, any JSON object, a regex, a choice of strings) is compiled
+ * A constraint (a JSON Schema, any JSON object, a regex, a choice of strings, a GBNF
+ * context-free grammar) is compiled
  * once into a v4g_constraint; each sequence decoding under it holds a v4g_matcher that
  * says which tokens may come next (a bit mask over the vocabulary) and takes the token
  * that was sampled.  The engine knows the vocabulary as token id -> bytes and nothing of
@@ -10,7 +11,7 @@
  * v4g_vocab_free after every matcher made from it is freed.  v4g_compile returns a
  * constraint with one reference (v4g_constraint_unref drops it); a matcher holds its own
  * reference.  Errors go to the caller's v4_error (config/error.h): code, message, and in
- * `where` the JSON pointer or regex offset at fault.
+ * `where` the JSON pointer, regex offset or GBNF "gbnf:LINE:COLUMN" at fault.
  * Threads: a vocab and a constraint may be shared by any threads (a constraint's lexer
  * cache grows under its own lock); one matcher is used by one thread at a time.
  */
@@ -41,6 +42,8 @@ typedef enum v4g_kind {
     V4G_JSON_OBJECT,   /* any JSON object (OpenAI's json_object); text ignored */
     V4G_REGEX,         /* text: an ECMA-262 regex the whole output must match */
     V4G_CHOICE,        /* text: a JSON array of strings; the output is one of them */
+    V4G_GRAMMAR,       /* text: a GBNF grammar (llama.cpp's notation) from its rule `root`
+                        * (docs/grammar.md "GBNF"; errors: "gbnf:LINE:COL: ...") */
 } v4g_kind;
 
 typedef struct v4g_opts {

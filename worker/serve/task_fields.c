@@ -27,8 +27,6 @@ static const unserved UNSERVED[] = {
     {"audio", V4_FIELD_UNSERVED, "audio output is not served"},
     {"modalities", V4_FIELD_UNSERVED, "only text output is served (only [\"text\"] is accepted)"},
     {"prediction", V4_FIELD_UNSERVED, "predicted outputs are not served"},
-    {"guided_grammar", V4_FIELD_UNSERVED, "grammar constraints are not served yet (JSON Schema, json_object, "
-                                          "regex and choice are)"},
     {"guided_whitespace_pattern", V4_FIELD_UNSERVED, "a whitespace pattern is not served (JSON constraints allow "
                                                      "runs of at most 8 whitespace bytes, or none with "
                                                      "structured_outputs.disable_any_whitespace)"},
@@ -42,7 +40,7 @@ static const unserved UNSERVED[] = {
 };
 
 static const char *const CONSTRAINT_FIELDS[] = {"response_format", "guided_json", "guided_regex", "guided_choice",
-                                                "structured_outputs", NULL};
+                                                "guided_grammar", "structured_outputs", NULL};
 static const char *const NOOP_FIELDS[] = {"user", "store", "service_tier", "guided_decoding_backend", NULL};
 
 static int listed(const char *const *l, const char *k)
@@ -122,6 +120,7 @@ const char *v4_task_constraint_what(const v4_task_constraint *c)
     case V4G_JSON_OBJECT: return "the JSON object constraint";
     case V4G_REGEX: return "the regex";
     case V4G_CHOICE: return "the choice";
+    case V4G_GRAMMAR: return "the grammar";
     }
     return "the constraint";
 }
@@ -176,6 +175,28 @@ static int regex_value(v4_task_constraint *c, json_t *v, const char *where, v4_t
     if (memchr(json_string_value(v), 0, json_string_length(v)))
         return FIELD(e, where, "must not contain NUL characters");
     return set_text(c, V4G_REGEX, json_string_value(v), json_string_length(v), where, e);
+}
+
+/* A GBNF grammar (text).  Lark (`name: ...` rules, no `::=`) is named as such: only GBNF is read. */
+static int grammar_value(v4_task_constraint *c, json_t *v, const char *where, v4_task_error *e)
+{
+    if (!json_is_string(v) || !json_string_length(v))
+        return FIELD(e, where, "must be a non-empty string (a GBNF grammar: root ::= ...)");
+    const char *s = json_string_value(v);
+    size_t n = json_string_length(v);
+    if (memchr(s, 0, n))
+        return FIELD(e, where, "must not contain NUL characters");
+    if (!strstr(s, "::=")) {
+        for (const char *l = s; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            const char *p = l + strspn(l, " \t");
+            p += *p == '?' || *p == '!';
+            size_t k = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.");
+            if (k && p[k + strspn(p + k, " \t")] == ':')
+                return FIELD(e, where, "looks like a Lark grammar (rules 'name: ...'): only GBNF is read "
+                                       "(rules 'name ::= ...', starting at root)");
+        }
+    }
+    return set_text(c, V4G_GRAMMAR, s, n, where, e);
 }
 
 static int choice_value(v4_task_constraint *c, json_t *v, const char *where, v4_task_error *e)
@@ -243,7 +264,7 @@ static int response_format(v4_task_constraint *c, json_t *v, v4_task_error *e)
     return FIELD(e, "response_format.type", "must be \"text\", \"json_object\" or \"json_schema\" (got \"%.60s\")", ty);
 }
 
-/* vLLM's structured_outputs: exactly one of json, regex, choice, json_object: true. */
+/* vLLM's structured_outputs: exactly one of json, regex, choice, grammar, json_object: true. */
 static int structured_outputs(v4_task_constraint *c, json_t *v, v4_task_error *e)
 {
     const char *W = "structured_outputs";
@@ -268,9 +289,11 @@ static int structured_outputs(v4_task_constraint *c, json_t *v, v4_task_error *e
                 return FIELD(e, where, "must be true or false");
             is_constraint = json_is_true(x);
             rc = !is_constraint ? 0 : first ? 1 : set_text(c, V4G_JSON_OBJECT, "", 0, where, e);
-        } else if (!strcmp(k, "grammar") || !strcmp(k, "structural_tag")) {
-            return UNSUPPORTED(e, where, "%s constraints are not served yet (json, regex, choice and json_object are)",
-                               k[0] == 'g' ? "grammar" : "structural tag");
+        } else if (!strcmp(k, "grammar")) {
+            rc = first ? 1 : grammar_value(c, x, where, e);
+        } else if (!strcmp(k, "structural_tag")) {
+            return UNSUPPORTED(e, where, "structural tag constraints are not served yet (json, regex, choice, grammar "
+                                         "and json_object are)");
         } else if (!strcmp(k, "whitespace_pattern")) {
             return UNSUPPORTED(e, where, "a whitespace pattern is not served (use disable_any_whitespace)");
         } else if (!strcmp(k, "disable_any_whitespace") || !strcmp(k, "disable_fallback") ||
@@ -286,7 +309,7 @@ static int structured_outputs(v4_task_constraint *c, json_t *v, v4_task_error *e
                                    "disable_any_whitespace, disable_fallback)");
         }
         if (rc > 0)
-            return FIELD(e, where, "only one of json, regex, choice and json_object may be given (%s is)", first);
+            return FIELD(e, where, "only one of json, regex, choice, grammar and json_object may be given (%s is)", first);
         if (rc < 0)
             return -1;
         if (is_constraint)
@@ -310,6 +333,7 @@ int v4_task_constraint_parse(json_t *root, v4_task_constraint *c, v4_task_error 
                  : !strcmp(k, "guided_json")   ? schema_value(&one, v, 1, k, e)
                  : !strcmp(k, "guided_regex")  ? regex_value(&one, v, k, e)
                  : !strcmp(k, "guided_choice") ? choice_value(&one, v, k, e)
+                 : !strcmp(k, "guided_grammar") ? grammar_value(&one, v, k, e)
                                                : structured_outputs(&one, v, e);
         if (rc) {
             v4_task_constraint_free(&one);

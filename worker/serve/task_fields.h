@@ -11,11 +11,14 @@
  *   guided_json         a JSON Schema: an object (or boolean), or a string holding one
  *   guided_regex        a regex (ECMA-262) the whole answer must match
  *   guided_choice       a non-empty array of strings: the answer is one of them
- *   structured_outputs  {"json" | "regex" | "choice" | "json_object": true} (vLLM's), plus
+ *   guided_grammar      a GBNF grammar (llama.cpp's notation, from rule root); a Lark
+ *                       grammar is invalid_field (only GBNF is read)
+ *   structured_outputs  {"json" | "regex" | "choice" | "grammar" (GBNF, as guided_grammar) |
+ *                       "json_object": true} (vLLM's), plus
  *                       "disable_any_whitespace" (bool: JSON without whitespace) and
  *                       "disable_fallback" (bool, nothing to do here)
- *   guided_grammar, structured_outputs.grammar / .structural_tag / .whitespace_pattern,
- *   guided_whitespace_pattern: unsupported_field (grammar constraints are not served yet).
+ *   structured_outputs.structural_tag / .whitespace_pattern, guided_whitespace_pattern:
+ *   unsupported_field.
  * A malformed value is invalid_field naming the field ("response_format.json_schema.schema").
  *
  * Fields that would change the answer and are not served fail the task with
@@ -45,7 +48,8 @@ typedef struct v4_task_constraint {
     v4g_kind kind;
     char *text;                     /* canonical text (malloc'd, NUL-terminated): a schema or the
                                      * choices written compactly with jansson (JSON_COMPACT, key
-                                     * order kept), the regex as given, "" for json_object */
+                                     * order kept), the regex or grammar as given, "" for
+                                     * json_object */
     size_t len;
     int compact;                    /* 1: no whitespace between JSON tokens */
     char field[32];                 /* the request field it came from (errors name it) */

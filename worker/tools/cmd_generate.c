@@ -11,7 +11,7 @@
  * Sampling: --greedy (= --temperature 0), --temperature, --top-p, --top-k, --seed;
  * stopping: EOS (unless --ignore-eos), --stop STR (repeatable), --max-tokens.
  * Output constraint (constraint_opts.h): --json-schema FILE | --json-object | --regex R |
- * --choice FILE [--compact]; the answer (after </think> with --thinking) is decoded under
+ * --choice FILE | --grammar FILE [--compact]; the answer (after </think> with --thinking) is decoded under
  * it, as a task's response_format is (docs/structured-outputs.md).
  * --model defaults to the demo model (models/tiny) so the README's command works.
  * The prompt goes through in prefill chunks (several positions per forward step, the

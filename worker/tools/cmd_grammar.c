@@ -2,14 +2,15 @@
  * and where is it refused.
  *
  *   v4fleet grammar-check --tokenizer DIR (--schema FILE | --json-object | --regex R |
- *                         --choice FILE) [--compact] [TEXT_FILE | -]
+ *                         --choice FILE | --grammar FILE) [--compact] [--time] [TEXT_FILE | -]
  *
  * The text (a file, or stdin) is tokenized as the model would write it (no special
  * tokens) and fed token by token through the engine (worker/grammar/grammar.h): before
  * each token the mask must allow it, and after the last one the end must be allowed.
  * Prints "accepted (N tokens)" or where it was refused (token index, byte offset, the
  * token's text, the text before it), and exits 0 accepted, 1 refused, 2 usage or a
- * constraint that does not compile (the message names the keyword and JSON pointer).
+ * constraint that does not compile (the message names the keyword and JSON pointer, or the
+ * GBNF line and column).  --time adds a line with the compile time and the masks' times.
  * Also v4_json_text of grammar_cli.h (the vocabulary is worker/serve/constrain.h's
  * v4_grammar_vocab, the one serving uses).  docs/structured-outputs.md has examples.
  * Thread: main thread (a command).
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli_util.h"
 #include "commands.h"
@@ -425,23 +427,32 @@ static char *slurp(const char *path, size_t *len)
 }
 
 /* ----------------------------------------------------------- grammar-check -- */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet grammar-check --tokenizer DIR (--schema FILE | --json-object | --regex R |\n"
-               "                             --choice FILE) [--compact] [TEXT_FILE | -]\n\n"
+               "                             --choice FILE | --grammar FILE) [--compact] [--time] [TEXT_FILE | -]\n\n"
                "Feed a text's tokens through a constraint; say whether it is accepted and where it is refused.\n"
                "  --tokenizer DIR  directory with tokenizer.json (+ tokenizer_config.json)\n"
                "  --schema FILE    a JSON Schema          --json-object  any JSON object\n"
                "  --regex R        a regex (ECMA-262) the whole text must match\n"
                "  --choice FILE    a JSON array of strings: the text is one of them\n"
+               "  --grammar FILE   a GBNF grammar (llama.cpp's notation, starting at rule root)\n"
+               "  --time           print the compile time and the mask times (mean, max) too\n"
                "  --compact        JSON without whitespace between tokens (default: bounded runs)\n"
                "Exit: 0 accepted, 1 refused, 2 usage error or a constraint that does not compile.\n");
 }
 
 int v4_cmd_grammar_check(int argc, char **argv)
 {
-    const char *tokdir = NULL, *schema = NULL, *regex = NULL, *choice = NULL, *textf = "-";
-    int json_object = 0, compact = 0;
+    const char *tokdir = NULL, *schema = NULL, *regex = NULL, *choice = NULL, *gbnf = NULL, *textf = "-";
+    int json_object = 0, compact = 0, timing = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -455,6 +466,10 @@ int v4_cmd_grammar_check(int argc, char **argv)
             regex = argv[++i];
         } else if (!strcmp(a, "--choice") && i + 1 < argc) {
             choice = argv[++i];
+        } else if (!strcmp(a, "--grammar") && i + 1 < argc) {
+            gbnf = argv[++i];
+        } else if (!strcmp(a, "--time")) {
+            timing = 1;
         } else if (!strcmp(a, "--json-object")) {
             json_object = 1;
         } else if (!strcmp(a, "--compact")) {
@@ -467,9 +482,9 @@ int v4_cmd_grammar_check(int argc, char **argv)
             return 2;
         }
     }
-    if (!tokdir || (!!schema + !!regex + !!choice + json_object) != 1) {
+    if (!tokdir || (!!schema + !!regex + !!choice + !!gbnf + json_object) != 1) {
         fprintf(stderr, "v4fleet grammar-check: need --tokenizer and exactly one of --schema, --json-object, "
-                        "--regex, --choice\n");
+                        "--regex, --choice, --grammar\n");
         usage(stderr);
         return 2;
     }
@@ -482,21 +497,25 @@ int v4_cmd_grammar_check(int argc, char **argv)
     size_t clen = 0, tlen = 0;
     char *ctext = NULL;
     v4g_kind kind = V4G_JSON_OBJECT;
-    if (schema || choice) {
-        ctext = slurp(schema ? schema : choice, &clen);
+    if (schema || choice || gbnf) {
+        const char *cf = schema ? schema : choice ? choice : gbnf;
+        ctext = slurp(cf, &clen);
         if (!ctext) {
-            fprintf(stderr, "v4fleet grammar-check: %s: cannot read\n", schema ? schema : choice);
+            fprintf(stderr, "v4fleet grammar-check: %s: cannot read\n", cf);
             v4_tok_free(t);
             return 2;
         }
-        kind = schema ? V4G_JSON_SCHEMA : V4G_CHOICE;
+        kind = schema ? V4G_JSON_SCHEMA : choice ? V4G_CHOICE : V4G_GRAMMAR;
     } else if (regex) {
         ctext = strdup(regex);
         clen = strlen(regex);
         kind = V4G_REGEX;
     }
     v4g_opts o = {.compact = compact};
+    double t0 = now_s();
     v4g_constraint *c = v4g_compile(kind, ctext ? ctext : "", clen, &o, &err);
+    double t_compile = now_s() - t0, t_mask = 0, t_max = 0;
+    size_t n_masks = 0;
     free(ctext);
     char *text = c ? slurp(textf, &tlen) : NULL;
     v4g_vocab *v = text ? v4_grammar_vocab(t, v4_tok_eos(t), &err) : NULL;
@@ -504,10 +523,8 @@ int v4_cmd_grammar_check(int argc, char **argv)
     v4_ids ids = {0};
     int rc = 2;
     if (!c) {
-        fprintf(stderr, "v4fleet grammar-check: the constraint does not compile: %s%s%s\n", err.msg,
-                err.where[0] ? " [at " : "", err.where[0] ? err.where : "");
-        if (err.where[0])
-            fprintf(stderr, "]\n");
+        fprintf(stderr, "v4fleet grammar-check: the constraint does not compile: %s%s%s%s\n", err.msg,
+                err.where[0] ? " [at " : "", err.where[0] ? err.where : "", err.where[0] ? "]" : "");
     } else if (!text) {
         fprintf(stderr, "v4fleet grammar-check: %s: cannot read the text\n", textf);
     } else if (!m || v4_tok_encode(t, text, tlen, &ids, &err)) {
@@ -517,7 +534,13 @@ int v4_cmd_grammar_check(int argc, char **argv)
         size_t off = 0;
         rc = 0;
         for (size_t i = 0; bits && i <= ids.n; i++) {
-            if (v4g_matcher_mask(m, bits, &err)) {
+            double m0 = now_s();
+            int mr = v4g_matcher_mask(m, bits, &err);
+            double dt = now_s() - m0;
+            t_mask += dt;
+            n_masks++;
+            t_max = dt > t_max ? dt : t_max;
+            if (mr) {
                 v4_print_error("grammar-check", &err);
                 rc = 2;
                 break;
@@ -547,6 +570,9 @@ int v4_cmd_grammar_check(int argc, char **argv)
         }
         if (rc == 0)
             printf("accepted (%zu tokens, %zu bytes)\n", ids.n, tlen);
+        if (timing)
+            printf("time: compile %.0f us, masks mean %.0f us, max %.0f us (%zu masks)\n", t_compile * 1e6,
+                   n_masks ? t_mask * 1e6 / (double)n_masks : 0.0, t_max * 1e6, n_masks);
         free(bits);
     }
     v4_ids_free(&ids);

@@ -46,7 +46,8 @@ char *v4_read_text_file(const char *path, size_t *len)
 
 const char *v4_constraint_opts_usage(void)
 {
-    return "         [--json-schema FILE | --json-object | --regex R | --choice FILE] [--compact]\n";
+    return "         [--json-schema FILE | --json-object | --regex R | --choice FILE |\n"
+           "          --grammar FILE.gbnf] [--compact]\n";
 }
 
 int v4_constraint_opts_take(v4_constraint_opts *o, int argc, char **argv, int *i, const char *cmd)
@@ -65,6 +66,8 @@ int v4_constraint_opts_take(v4_constraint_opts *o, int argc, char **argv, int *i
         kind = V4G_REGEX;
     else if (!strcmp(a, "--choice"))
         kind = V4G_CHOICE, file = 1;
+    else if (!strcmp(a, "--grammar"))
+        kind = V4G_GRAMMAR, file = 1;
     else
         return 0;
     if (o->on) {

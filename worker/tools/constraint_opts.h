@@ -4,6 +4,7 @@
  *   --json-object        any JSON object
  *   --regex R            an ECMA-262 regex the whole answer matches
  *   --choice FILE        a JSON array of strings: the answer is one of them
+ *   --grammar FILE       a context-free grammar in GBNF (docs/grammar.md "GBNF")
  *   --compact            JSON without whitespace between tokens
  * At most one constraint; the text is read when the flag is taken, so a missing or
  * unreadable file is a usage error naming it.
