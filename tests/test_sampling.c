@@ -19,6 +19,11 @@ static void make_logits(float *l, unsigned seed)
     }
 }
 
+static v4_sampling_params P(double t, double top_p, int k, uint64_t seed)
+{
+    return (v4_sampling_params){.temperature = t, .top_p = top_p, .top_k = k, .seed = seed};
+}
+
 static int draw(float *l, v4_sampling_params p, int n, int *out)
 {
     v4_error err = {0};
@@ -38,7 +43,7 @@ int main(void)
     make_logits(l, 7);
     int best = v4_argmax(l, V);
 
-    v4_sampling_params p = {1.0, 1.0, 0, 42};
+    v4_sampling_params p = P(1.0, 1.0, 0, 42);
     CHECK(draw(l, p, 2000, a) == 0 && draw(l, p, 2000, b) == 0, "create");
     CHECK(!memcmp(a, b, sizeof a), "same seed, same tokens");
     p.seed = 43;
@@ -56,7 +61,7 @@ int main(void)
     CHECK(v4_argmax(tie, V) == 5, "argmax ties to the lower id");
 
     /* top-k: only the k best ids */
-    p = (v4_sampling_params){2.0, 1.0, 5, 1};
+    p = P(2.0, 1.0, 5, 1);
     draw(l, p, 2000, a);
     int in_k = 1;
     for (int i = 0; i < 2000; i++) {
@@ -68,7 +73,7 @@ int main(void)
     CHECK(in_k, "top-k stays in the k best");
 
     /* top-p: the nucleus of softmax(l/T) */
-    p = (v4_sampling_params){1.0, 0.5, 0, 3};
+    p = P(1.0, 0.5, 0, 3);
     double mx = l[best], z = 0;
     static double pr[V];
     for (int j = 0; j < V; j++)
@@ -89,7 +94,7 @@ int main(void)
     for (int j = 0; j < V; j++)
         three[j] = -1e30f;
     three[10] = 0.0f, three[20] = (float)log(2.0), three[30] = (float)log(5.0);
-    p = (v4_sampling_params){1.0, 1.0, 0, 99};
+    p = P(1.0, 1.0, 0, 99);
     static int c[20000];
     draw(three, p, 20000, c);
     int n10 = 0, n20 = 0, n30 = 0, other = 0;
@@ -100,8 +105,8 @@ int main(void)
 
     /* bad parameters */
     struct { v4_sampling_params p; const char *field; } bad[] = {
-        {{-0.5, 1.0, 0, 0}, "temperature"}, {{NAN, 1.0, 0, 0}, "temperature"},
-        {{1.0, 0.0, 0, 0}, "top_p"}, {{1.0, 1.5, 0, 0}, "top_p"}, {{1.0, 1.0, -1, 0}, "top_k"},
+        {P(-0.5, 1.0, 0, 0), "temperature"}, {P(NAN, 1.0, 0, 0), "temperature"},
+        {P(1.0, 0.0, 0, 0), "top_p"}, {P(1.0, 1.5, 0, 0), "top_p"}, {P(1.0, 1.0, -1, 0), "top_k"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         v4_error err = {0};
