@@ -30,7 +30,7 @@ M=(--model "$work/m" --model-name tiny,tiny-alias)
 cat > "$work/in.jsonl" <<'EOF'
 {"id": "t-ids", "input_ids": [0, 2, 10, 3, 5], "max_tokens": 12, "temperature": 0}
 {"id": "t-prompt", "prompt": "Tell me about queues.", "max_tokens": 8, "temperature": 0.7, "seed": 4, "metadata": {"k": 1}}
-{"custom_id": "o-chat", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "tiny-alias", "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Why batch?"}], "max_completion_tokens": 10, "temperature": 0, "logprobs": false}}
+{"custom_id": "o-chat", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "tiny-alias", "messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Why batch?"}], "max_completion_tokens": 10, "temperature": 0, "logprobs": false, "frobnicate": 1}}
 
 {"id": "t-bad", "prompt": "cut off", "max_tokens":
 {"id": "t-ids", "prompt": "the same id again"}
@@ -44,7 +44,7 @@ cat > "$work/in.jsonl" <<'EOF'
 EOF
 "$bin" batch "$work/in.jsonl" -o "$work/out.jsonl" "${M[@]}" 2>"$work/err1"; rc=$?
 [ "$rc" -eq 0 ] && ok "mixed input: exit 0" || bad "mixed input: exit $rc: $(cat "$work/err1")"
-grep -q "unsupported body field 'logprobs' ignored" "$work/err1" && ok "ignored OpenAI body field reported" \
+grep -q "unsupported body field 'frobnicate' ignored" "$work/err1" && ok "ignored OpenAI body field reported" \
     || bad "no note of the ignored field: $(cat "$work/err1")"
 grep -qE 'done: 11 tasks, 7 failed, 0 skipped' "$work/err1" && ok "summary line" || bad "summary: $(cat "$work/err1")"
 

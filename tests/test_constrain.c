@@ -38,7 +38,7 @@ static int walk(v4g_constraint *c, int n_logits, double temperature, uint64_t se
 {
     v4_error err = {0};
     v4_constrain *s = v4_constrain_new(c, V, n_logits, EOS, -1, &err);
-    v4_sampling_params sp = {temperature, 1.0, 0, seed};
+    v4_sampling_params sp = {.temperature = temperature, .top_p = 1.0, .top_k = 0, .seed = seed};
     v4_sampler *smp = v4_sampler_create(n_logits, &sp, &err);
     float *l = malloc(sizeof *l * (size_t)n_logits);
     size_t at = 0;

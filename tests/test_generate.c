@@ -75,7 +75,8 @@ int main(void)
     CHECK(v4_chat_encode(e.tok, NULL, &msg, 1, 0, &e.prompt, &err) == 0 && e.prompt.n > 64,
           "chat encode: %s (%zu tokens, want more than 64)", err.msg, e.prompt.n);
 
-    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {1.0, 1.0, 0, 5}, -1, NULL, 0, NULL, NULL, NULL, 0};
+    v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {.temperature = 1.0, .top_p = 1.0, .top_k = 0, .seed = 5},
+                          -1, NULL, 0, NULL, NULL, NULL, 0};
     static sink a, b;
     v4_gen_result ra = {0}, rb = {0};
     int cap = (int)e.prompt.n + 64;
@@ -193,7 +194,7 @@ int main(void)
     /* greedy is temperature 0 and deterministic regardless of seed */
     v4_gen_result_free(&ra);   /* ra is reused below */
     v4_gen_request rg = req;
-    rg.sampling = (v4_sampling_params){0.0, 1.0, 0, 1};
+    rg.sampling = (v4_sampling_params){.temperature = 0.0, .top_p = 1.0, .top_k = 0, .seed = 1};
     CHECK(gen(&e, rg, cap, &a, &ra, &err) == 0, "greedy");
     rg.sampling.seed = 99;
     CHECK(gen(&e, rg, cap, &b, &rb, &err) == 0 && !memcmp(ra.tokens, rb.tokens, sizeof(int32_t) * 48),

@@ -2,6 +2,7 @@
  * (v4_gen_*); v4_generate is its one-sequence driver.
  * Thread: the caller's thread. */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "constrain.h"
@@ -19,6 +20,42 @@ void v4_gen_result_free(v4_gen_result *res)
     free(res->tokens);
     res->tokens = NULL;
     res->n_tokens = 0;
+    free(res->lp.logprob);
+    free(res->lp.top_id);
+    free(res->lp.top_lp);
+    free(res->lp.top_n);
+    memset(&res->lp, 0, sizeof res->lp);
+}
+
+/* One position's log probabilities onto lp (grown by doubling).  0, or -1 (no memory). */
+static int lp_push(v4_gen_logprobs *lp, const v4_sample_lp *one)
+{
+    if (lp->n == lp->cap) {
+        const size_t cap = lp->cap ? (size_t)lp->cap * 2 : 64, w = (size_t)(lp->stride > 0 ? lp->stride : 1);
+        double *a = realloc(lp->logprob, sizeof *a * cap);
+        if (a)
+            lp->logprob = a;
+        int32_t *b = a ? realloc(lp->top_id, sizeof *b * cap * w) : NULL;
+        if (b)
+            lp->top_id = b;
+        double *c = b ? realloc(lp->top_lp, sizeof *c * cap * w) : NULL;
+        if (c)
+            lp->top_lp = c;
+        unsigned char *d = c ? realloc(lp->top_n, cap) : NULL;
+        if (!d)
+            return -1;
+        lp->top_n = d;
+        lp->cap = (int)cap;
+    }
+    const size_t at = (size_t)lp->n * (size_t)lp->stride;
+    lp->logprob[lp->n] = one->logprob;
+    lp->top_n[lp->n] = (unsigned char)one->n_top;
+    for (int i = 0; i < one->n_top && i < lp->stride; i++) {
+        lp->top_id[at + (size_t)i] = one->top[i].id;
+        lp->top_lp[at + (size_t)i] = one->top[i].logprob;
+    }
+    lp->n++;
+    return 0;
 }
 
 struct v4_gen_state {
@@ -104,8 +141,10 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
                    req->n_prompt, req->max_tokens, v4_seq_capacity(seq));
         goto fail;
     }
-    if (!(g->smp = v4_sampler_create(cfg->vocab_size, &req->sampling, err)))
+    if (!(g->smp = v4_sampler_create(cfg->vocab_size, &req->sampling, err)) ||
+        v4_sampler_prompt(g->smp, req->prompt, req->n_prompt, err))
         goto fail;
+    g->res.lp.stride = req->sampling.logprobs ? req->sampling.top_logprobs : 0;
     if (tok && (!(g->stop = v4_stop_create(req->stops, req->n_stops, err)) ||
                 !(g->ts = v4_tok_stream_new(tok, V4_TOK_SKIP_SPECIAL, err))))
         goto fail;
@@ -232,7 +271,12 @@ int v4_gen_accept_row(v4_gen_state *g, int k, const float *logits, v4_error *err
     const float *l = logits;
     if (g->cons && !(l = v4_constrain_apply(g->cons, logits, err)))
         return -1;
-    int32_t next = v4_sample(g->smp, l);
+    v4_sample_lp one, *lp = req->sampling.logprobs ? &one : NULL;
+    int32_t next = v4_sample_ex(g->smp, l, lp);
+    if (next < 0 || (lp && lp_push(&g->res.lp, lp))) {
+        v4_err_set(err, V4_ERR_NOMEM, "generate", "out of memory");
+        return -1;
+    }
     if (g->cons && v4_constrain_commit(g->cons, next, err))
         return -1;
     g->res.tokens[g->res.n_tokens++] = next;
@@ -283,6 +327,7 @@ void v4_gen_end(v4_gen_state *g, v4_gen_result *res)
     *res = g->res;
     g->res.tokens = NULL;
     g->res.n_tokens = 0;
+    memset(&g->res.lp, 0, sizeof g->res.lp);
 }
 
 int v4_gen_step_alone(v4_gen_state *g, v4_ctx *ctx, int max_rows, float *logits, v4_error *err)
@@ -318,6 +363,7 @@ int v4_generate_under(v4_ctx *ctx, v4_seq *seq, const v4_tokenizer *tok, const v
     const v4_config *cfg = v4_ctx_config(ctx);
     res->tokens = NULL;
     res->n_tokens = 0;
+    memset(&res->lp, 0, sizeof res->lp);
     res->finish_reason = "length";
     res->prefill_s = res->decode_s = 0;
     res->unknown_ids = 0;

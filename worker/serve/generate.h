@@ -38,7 +38,10 @@
  *   v4_gen_end(g, res)                                  flush text, hand the result over
  * A request whose step failed is simply freed (v4_gen_free) after the error.
  *
- * Ownership: the result's token array is malloc'd (v4_gen_result_free).  The model,
+ * Log probabilities: with req->sampling.logprobs each sampled token's log probability
+ * (and its top_logprobs alternatives) is kept in the result (v4_gen_logprobs).
+ *
+ * Ownership: the result's token and log-probability arrays are malloc'd (v4_gen_result_free).  The model,
  * context, tokenizer, sequence and request (with its prompt and stops) are borrowed
  * and must outlive the state (so must its constraint).  v4_gen_state owns its sampler,
  * stop matcher, token stream, token array and trace buffers (v4_gen_free).
@@ -78,9 +81,22 @@ typedef struct v4_gen_request {
     int max_rows;
 } v4_gen_request;
 
+/* Log probabilities of the generated tokens (sampling.h: the processed distribution),
+ * when the request's sampling.logprobs is 1: position i is tokens[i]; its alternatives
+ * are top_id / top_lp[i * stride .. + top_n[i]] (stride = sampling.top_logprobs).
+ * All NULL / 0 when not asked.  malloc'd, freed by v4_gen_result_free. */
+typedef struct v4_gen_logprobs {
+    int n, cap, stride;
+    double *logprob;
+    int32_t *top_id;
+    double *top_lp;
+    unsigned char *top_n;
+} v4_gen_logprobs;
+
 typedef struct v4_gen_result {
     int32_t *tokens;            /* generated ids (including a final EOS) */
     int n_tokens;
+    v4_gen_logprobs lp;
     const char *finish_reason;  /* "stop" | "length" */
     double prefill_s, decode_s; /* wall time of the prompt and of the generated tokens */
     int unknown_ids;            /* generated ids with no token (past the tokenizer's

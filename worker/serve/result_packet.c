@@ -39,6 +39,8 @@ json_t *v4_result_object(const v4_result_info *r)
         json_object_set_new(o, "output", json_pack("{s:s%, s:o, s:s}", "text", r->text ? r->text : "",
                                                    r->text ? r->text_len : 0, "token_ids", ids,
                                                    "finish_reason", r->finish_reason ? r->finish_reason : "stop"));
+        if (r->logprobs)
+            json_object_set(json_object_get(o, "output"), "logprobs", r->logprobs);
         json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->prompt_tokens,
                                                   "completion_tokens", r->n_tokens, "total_tokens",
                                                   r->prompt_tokens + r->n_tokens));

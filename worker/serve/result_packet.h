@@ -2,7 +2,7 @@
  * of an invalid packet (docs/queue-worker.md "Result"; config/result.schema.json).
  *
  * Result: {id, status: succeeded|failed, model, output {text, token_ids,
- * finish_reason}, usage {prompt_tokens, completion_tokens, total_tokens}, timing
+ * finish_reason[, logprobs]}, usage {prompt_tokens, completion_tokens, total_tokens}, timing
  * {queue_ms, prefill_ms, decode_ms, total_ms}, experts {hits, misses, bytes_loaded},
  * summary {chunks, levels} (succeeded summarize tasks; summarize.h), worker, metadata,
  * error {code, message,
@@ -45,6 +45,9 @@ typedef struct v4_result_info {
     const v4_task_error *error;
     /* the numerics mode that produced it ("exact" | "fast"; timing.numerics), NULL: left out */
     const char *numerics;
+    /* success with logprobs: true: the chat logprobs content array (v4_run_output.logprobs,
+     * token_logprobs.h), borrowed; output.logprobs.  NULL: left out. */
+    json_t *logprobs;
 } v4_result_info;
 
 /* NULL on allocation failure. */

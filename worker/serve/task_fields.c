@@ -2,6 +2,7 @@
  * (see task_fields.h; docs/structured-outputs.md "Request fields").  Thread: any.
  */
 #include "task_fields.h"
+#include "task_sampling.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +31,7 @@ static const unserved UNSERVED[] = {
     {"guided_whitespace_pattern", V4_FIELD_UNSERVED, "a whitespace pattern is not served (JSON constraints allow "
                                                      "runs of at most 8 whitespace bytes, or none with "
                                                      "structured_outputs.disable_any_whitespace)"},
-    {"logprobs", V4_FIELD_UNSERVED_SAMPLING, "log probabilities are not served (only false is accepted)"},
-    {"top_logprobs", V4_FIELD_UNSERVED_SAMPLING, "log probabilities are not served (only 0 is accepted)"},
     {"n", V4_FIELD_UNSERVED_SAMPLING, "one answer per task is served (only 1 is accepted)"},
-    {"presence_penalty", V4_FIELD_UNSERVED_SAMPLING, "penalties are not served (only 0 is accepted)"},
-    {"frequency_penalty", V4_FIELD_UNSERVED_SAMPLING, "penalties are not served (only 0 is accepted)"},
-    {"repetition_penalty", V4_FIELD_UNSERVED_SAMPLING, "penalties are not served (only 1 is accepted)"},
-    {"logit_bias", V4_FIELD_UNSERVED_SAMPLING, "logit bias is not served (only {} is accepted)"},
 };
 
 static const char *const CONSTRAINT_FIELDS[] = {"response_format", "guided_json", "guided_regex", "guided_choice",
@@ -64,6 +59,8 @@ v4_field_kind v4_task_field_kind(const char *k)
     const unserved *u = find_unserved(k);
     if (u)
         return u->kind;
+    if (v4_task_sampling_field(k))
+        return V4_FIELD_SAMPLING;
     if (listed(CONSTRAINT_FIELDS, k))
         return V4_FIELD_CONSTRAINT;
     return listed(NOOP_FIELDS, k) ? V4_FIELD_NOOP : V4_FIELD_OTHER;
@@ -85,16 +82,12 @@ static int noop_value(const char *k, json_t *v)
         return is_str(v, "none");
     if (!strcmp(k, "parallel_tool_calls"))
         return json_is_boolean(v);
-    if (!strcmp(k, "stream") || !strcmp(k, "logprobs"))
+    if (!strcmp(k, "stream"))
         return json_is_false(v);
     if (!strcmp(k, "modalities"))
         return json_is_array(v) && json_array_size(v) == 1 && is_str(json_array_get(v, 0), "text");
-    if (!strcmp(k, "top_logprobs") || !strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty"))
-        return json_is_number(v) && json_number_value(v) == 0;
-    if (!strcmp(k, "n") || !strcmp(k, "repetition_penalty"))
+    if (!strcmp(k, "n"))
         return json_is_number(v) && json_number_value(v) == 1;
-    if (!strcmp(k, "logit_bias"))
-        return json_is_object(v) && !json_object_size(v);
     return 0;
 }
 

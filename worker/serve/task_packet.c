@@ -210,6 +210,8 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
     case V4_FIELD_UNSERVED:
     case V4_FIELD_UNSERVED_SAMPLING:
         return v4_task_field_check(k, v, e);
+    case V4_FIELD_SAMPLING:
+        return v4_task_sampling_parse(k, v, &t->sampling, e);
     case V4_FIELD_OTHER:
         break;
     }
@@ -280,8 +282,11 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
         if (parse_field(k, v, t, e))
             return -1;
     }
-    if (v4_task_constraint_parse(t->root, &t->constraint, e))
+    if (v4_task_constraint_parse(t->root, &t->constraint, e) || v4_task_sampling_check(&t->sampling, e))
         return -1;
+    if (t->sampling.logprobs && t->kind == V4_TASK_KIND_SUMMARIZE)
+        return v4_task_fail(e, V4_TASK_UNSUPPORTED_FIELD, "logprobs",
+                            "log probabilities are not served on \"summarize\" tasks (only on generations)");
     if (t->constraint.on && t->kind == V4_TASK_KIND_SUMMARIZE)
         return v4_task_fail(e, V4_TASK_UNSUPPORTED_FIELD, t->constraint.field,
                             "constraints are not served on \"summarize\" tasks (only on generations)");
@@ -308,6 +313,7 @@ void v4_task_free(v4_task *t)
 {
     free(t->input_ids);
     v4_task_constraint_free(&t->constraint);
+    v4_task_sampling_free(&t->sampling);
     json_decref(t->root);
     memset(t, 0, sizeof *t);
 }

@@ -20,7 +20,10 @@
  *   deadline or a stop string even past the end-of-sequence token), deadline_ms (1..86400000), metadata (any
  *   JSON value, echoed back).  The output constraint (response_format, guided_json,
  *   guided_regex, guided_choice, structured_outputs: generate tasks only, not with
- *   ignore_eos), the fields that are not served (unsupported_field: tools, stream, ...)
+ *   ignore_eos), the sampling fields logit_bias, presence_penalty, frequency_penalty,
+ *   repetition_penalty, min_p (every generation of a summary too), logprobs and
+ *   top_logprobs (generate tasks only: task_sampling.h), the fields that are not served
+ *   (unsupported_field: tools, stream, n > 1, ...)
  *   and those accepted for nothing (user, store, ...) are task_fields.h's.  Unknown
  *   fields are ignored and listed in unknown[].
  * On failure the error says invalid_json (with line, column and byte position) or
@@ -28,7 +31,7 @@
  * a usable id, so the error record can carry it.
  *
  * Ownership: v4_task owns its JSON root; every string points into it (the constraint's
- * canonical text is its own copy); free with v4_task_free.  Thread: any; a task is used by one thread at a time.
+ * canonical text and the logit_bias entries are its own copies); free with v4_task_free.  Thread: any; a task is used by one thread at a time.
  */
 #ifndef V4_TASK_PACKET_H
 #define V4_TASK_PACKET_H
@@ -39,6 +42,7 @@
 
 #include "task_error.h"
 #include "task_fields.h"
+#include "task_sampling.h"
 
 #define V4_TASK_MAX_ID 128
 #define V4_TASK_MAX_STOPS 16
@@ -83,6 +87,7 @@ typedef struct v4_task {
     long deadline_ms;               /* 0: the worker default */
     json_t *metadata;               /* borrowed from root, NULL if absent */
     v4_task_constraint constraint;  /* the output constraint (constraint.on = 0: free text) */
+    v4_task_sampling sampling;      /* logit_bias, penalties, min_p, logprobs (task_sampling.h) */
     const char *unknown[V4_TASK_MAX_UNKNOWN];
     int n_unknown;
 } v4_task;

@@ -17,6 +17,7 @@
 #include "kernels/v4/model.h"
 #include "step_rows.h"
 #include "task_run_internal.h"
+#include "token_logprobs.h"
 
 
 double v4_now_ms(void)
@@ -450,11 +451,19 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
              r->context);
         goto fail;
     }
-    v4_sampling_params sp = {t->temperature, t->top_p, (int)t->top_k, t->seed};
+    v4_sampling_params sp = {.temperature = t->temperature, .top_p = t->top_p, .top_k = (int)t->top_k,
+                             .seed = t->seed};
+    v4_task_sampling_apply(&t->sampling, &sp);
     if (v4_sampling_validate(&sp, &err)) {
         v4_task_fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
         goto fail;
     }
+    for (int i = 0; i < sp.n_bias; i++)
+        if (sp.bias[i].id >= r->m.cfg.vocab_size) {
+            v4_task_fail(e, V4_TASK_INVALID_FIELD, "logit_bias", "token id %d is outside the vocabulary of %d",
+                         (int)sp.bias[i].id, r->m.cfg.vocab_size);
+            goto fail;
+        }
     if (t->constraint.on && attach_constraint(r, t, j, e))
         goto fail;
     if (!(j->seq = v4_seq_create(&r->m.w, (int)total, &err))) {
@@ -555,6 +564,14 @@ int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_outp
     out->finish_reason = res.finish_reason;
     out->prefill_ms = res.prefill_s * 1e3;
     out->decode_ms = res.decode_s * 1e3;
+    if (j->req.sampling.logprobs) {   /* a final end-of-sequence token is not part of the answer */
+        const int n = out->n_tokens - (out->n_tokens > 0 && j->req.eos_id >= 0 &&
+                                       out->tokens[out->n_tokens - 1] == j->req.eos_id);
+        if (!(out->logprobs = v4_token_logprobs_json(j->r->tok, out->tokens, n, &res.lp))) {
+            rc = v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+            goto out;
+        }
+    }
     rc = out->text ? 0 : v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
 out:
     job_count(j, out);
@@ -588,5 +605,6 @@ void v4_run_output_free(v4_run_output *o)
     free(o->expert_counts);
     free(o->text);
     free(o->tokens);
+    json_decref(o->logprobs);
     memset(o, 0, sizeof *o);
 }

@@ -17,12 +17,13 @@
  * grace period ran out) is polled at the same points; an aborted run returns -2 and no
  * result (the caller requeues the task).
  *
- * Ownership: the runner owns the engine objects; v4_run_output owns its text and
- * tokens (v4_run_output_free).  Thread: one thread at a time per runner.
+ * Ownership: the runner owns the engine objects; v4_run_output owns its text,
+ * tokens and logprobs (v4_run_output_free).  Thread: one thread at a time per runner.
  */
 #ifndef V4_TASK_RUN_H
 #define V4_TASK_RUN_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,9 @@ typedef struct v4_run_output {
     long long expert_hits, expert_misses, expert_prefetched, expert_bytes_loaded;
     /* Summarize tasks: chunks summarized and summary levels (0, 0 otherwise). */
     int chunks, levels;
+    /* logprobs: true: the OpenAI chat logprobs content array (token_logprobs.h), one
+     * entry per generated token less a final end-of-sequence token; NULL otherwise. */
+    json_t *logprobs;
 } v4_run_output;
 
 /* Engine options of a runner.  Routed experts: all resident (host_cache_bytes 0, the

@@ -6,20 +6,21 @@
  *                 error codes and `where`s);
  *   OpenAI line   an object with "custom_id": {custom_id, method: "POST", url:
  *                 "/v1/chat/completions", body {model, messages, max_tokens |
- *                 max_completion_tokens, temperature, top_p, seed, stop, response_format,
- *                 ...}}.  It is
+ *                 max_completion_tokens, temperature, top_p, top_k, seed, stop,
+ *                 ignore_eos, response_format, ...}}.  It is
  *                 mapped to a task JSON (id = custom_id; message content given as an array
  *                 of text parts is joined; role "developer" -> "system") and that JSON
  *                 goes through v4_task_parse too, so both forms share one validator.
  *                 Errors name the input's fields ("custom_id", "url", "body.messages[0]").
- *                 The output constraint (response_format, guided_*, structured_outputs)
- *                 and the fields that would change the answer and are not served (tools,
- *                 stream, ...: unsupported_field) go into the task too, so v4_task_parse
- *                 answers them as for a packet (worker/serve/task_fields.h); user, store,
+ *                 The output constraint (response_format, guided_*, structured_outputs),
+ *                 the sampling fields (logit_bias, the penalties, min_p, logprobs,
+ *                 top_logprobs: worker/serve/task_sampling.h) and the fields that would
+ *                 change the answer and are not served (tools, stream, n > 1, ...:
+ *                 unsupported_field) go into the task too, so v4_task_parse answers them
+ *                 as for a packet (worker/serve/task_fields.h); user, store,
  *                 service_tier, metadata change nothing and are accepted.  Other body
- *                 fields (logprobs, n, penalties, logit_bias, unknown ones) are ignored
- *                 and reported in unknown[] (other top-level fields of the line are
- *                 ignored silently).
+ *                 fields (unknown ones) are ignored and reported in unknown[] (other
+ *                 top-level fields of the line are ignored silently).
  * Blank (whitespace-only) lines are skipped by the reader but still counted, so line
  * numbers are the file's.
  *

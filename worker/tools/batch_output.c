@@ -187,6 +187,9 @@ char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, lo
         json_decref(o);
         return NULL;
     }
+    /* OpenAI's choices[0].logprobs: {content: [...]} when asked, else null */
+    json_t *choice = json_array_get(json_object_get(body, "choices"), 0);
+    json_object_set_new(choice, "logprobs", ri->logprobs ? json_pack("{s:O}", "content", ri->logprobs) : json_null());
     json_object_set_new(o, "response", json_pack("{s:i, s:s, s:o}", "status_code", 200, "request_id", rid, "body", body));
     json_object_set_new(o, "error", json_null());
     return dump(o);

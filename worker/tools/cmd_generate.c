@@ -184,7 +184,7 @@ int v4_cmd_generate(int argc, char **argv)
     gen_opts o = {0};
     o.eo.model = "models/tiny";
     o.max_tokens = 64;
-    o.sp = (v4_sampling_params){1.0, 1.0, 0, 0};
+    o.sp = (v4_sampling_params){.temperature = 1.0, .top_p = 1.0, .top_k = 0, .seed = 0};
     int done = 0, st = parse(argc, argv, &o, &done);
     if (st || done) {
         v4_constraint_opts_free(&o.co);
