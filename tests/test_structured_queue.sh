@@ -11,6 +11,9 @@
 #    "response_format", the keyword and its JSON pointer in the message; a task with
 #    tools: an invalid-queue record with unsupported_field, where "tools"; the worker keeps
 #    serving (a free task after them succeeds) and exits 0 on SIGTERM;
+#  - sampling fields through the queue: logprobs / top_logprobs 3 (one entry per token,
+#    sorted, the chosen token's among them or below them, bytes spell the text), penalties
+#    and a logit_bias that bans a token;
 #  - /metrics: the second schema task was a hit of the compile cache
 #    (v4fleet:grammar_cache_hits_total), the other constraints misses.
 # No broker = FAIL (not skip).
@@ -45,6 +48,8 @@ tasks = [
         "name": "b", "schema": {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}},
     {"id": "q-tools", "prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]},
     {"id": "q-free", "prompt": "after them", "max_tokens": 6, "temperature": 0},
+    {"id": "q-logprobs", "prompt": "Tell me more.", "max_tokens": 10, "temperature": 0.8, "seed": 4, "logprobs": True,
+     "top_logprobs": 3, "presence_penalty": 0.5, "frequency_penalty": 0.2, "logit_bias": {"5": -100}},
 ]
 json.dump(PERSON, open(w + "/person.json", "w"))
 with open(w + "/tasks.jsonl", "w") as f:
@@ -67,7 +72,7 @@ done
 while IFS= read -r t; do
     qclient task "$P.tasks" "$t" || fail "publish $t"
 done < "$WORK/tasks.jsonl"
-qclient dump "$P.results" 6 120 > "$WORK/results.jsonl" || fail "fewer than 6 results"
+qclient dump "$P.results" 7 120 > "$WORK/results.jsonl" || fail "fewer than 7 results"
 qclient result "$P.invalid" 30 > "$WORK/invalid.json" || fail "no invalid record"
 
 # the same schema task through `v4fleet batch`
@@ -86,8 +91,8 @@ for l in open(w + "/results.jsonl", encoding="utf-8"):
     r = json.loads(l)
     rv.validate(r)
     recs[r["id"]] = r
-assert set(recs) == {"q-schema", "q-schema2", "q-regex", "q-choice", "q-bad-schema", "q-free"}, sorted(recs)
-for k in ("q-schema", "q-schema2", "q-regex", "q-choice", "q-free"):
+assert set(recs) == {"q-schema", "q-schema2", "q-regex", "q-choice", "q-bad-schema", "q-free", "q-logprobs"}, sorted(recs)
+for k in ("q-schema", "q-schema2", "q-regex", "q-choice", "q-free", "q-logprobs"):
     assert recs[k]["status"] == "succeeded", recs[k]
 for k in ("q-schema", "q-schema2", "q-regex", "q-choice"):
     assert recs[k]["output"]["finish_reason"] == "stop", recs[k]["output"]
@@ -100,6 +105,18 @@ assert recs["q-bad-schema"]["status"] == "failed" and e["code"] == "invalid_fiel
     and "uniqueItems" in e["message"] and "/properties/tags/uniqueItems" in e["message"], e
 inv = json.load(open(w + "/invalid.json"))
 assert inv["id"] == "q-tools" and inv["error"]["code"] == "unsupported_field" and inv["error"]["where"] == "tools", inv
+o = recs["q-logprobs"]["output"]
+lp = o["logprobs"]
+assert isinstance(lp, list) and len(lp) == len([t for t in o["token_ids"] if t != 1]) and len(lp) >= 1, o
+assert 5 not in o["token_ids"], o["token_ids"]   # logit_bias -100 bans it
+assert "".join(bytes(e["bytes"]).decode("utf-8", "replace") for e in lp) == o["text"] or \
+    b"".join(bytes(e["bytes"]) for e in lp).decode("utf-8", "replace") == o["text"], (lp, o["text"])
+for e in lp:
+    tl = e["top_logprobs"]
+    assert len(tl) == 3 and all(a["logprob"] >= b["logprob"] for a, b in zip(tl, tl[1:])), e
+    assert e["logprob"] <= 0 and all(t["logprob"] <= 0 for t in tl), e
+    assert any(t["token"] == e["token"] and abs(t["logprob"] - e["logprob"]) < 1e-9 for t in tl) or \
+        e["logprob"] <= tl[-1]["logprob"] + 1e-9, e
 b = json.loads(open(w + "/one.out").readline())
 assert b["output"]["text"] == recs["q-schema"]["output"]["text"] and \
     b["output"]["token_ids"] == recs["q-schema"]["output"]["token_ids"], (b["output"], recs["q-schema"]["output"])
