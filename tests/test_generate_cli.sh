@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_generate_cli.sh - `v4fleet generate --prompt TEXT`: streams text to stdout and a
 # summary line to stderr; the same seed gives the same text; impossible parameters
-# are rejected with one error line naming the parameter.
+# are rejected with one error line naming the parameter; --logit-bias forces a token.
 set -u
 bin=${V4_BIN:?V4_BIN not set}
 work=$(mktemp -d "${V4_TMP:-/tmp}/gencli.XXXXXX")
@@ -28,7 +28,7 @@ expect() {  # expect DESCRIPTION EXIT PATTERN ARGS...
     local what=$1 code=$2 pat=$3; shift 3
     local out rc
     out=$(run "$@" 2>&1 >/dev/null); rc=$?
-    if [ "$rc" -eq "$code" ] && grep -qE -- "$pat" <<<"$out" && [ "$(printf '%s\n' "$out" | wc -l)" -le 12 ]; then
+    if [ "$rc" -eq "$code" ] && grep -qE -- "$pat" <<<"$out" && [ "$(printf '%s\n' "$out" | wc -l)" -le 16 ]; then
         ok "$what"
     else
         bad "$what: exit $rc: $out"
@@ -38,6 +38,14 @@ expect "negative temperature" 1 'temperature' --temperature -1
 expect "top_p out of range" 1 'top_p' --top-p 1.5
 expect "top_k negative" 1 'top_k' --top-k -2
 expect "context too small" 1 'exceed' --context 8 --max-tokens 4
+expect "presence penalty out of range" 1 'presence_penalty.*\[-2, 2\]' --presence-penalty 3
+expect "min_p out of range" 1 'min_p' --min-p 1.5
+expect "logit bias syntax" 2 'logit-bias wants ID=BIAS' --logit-bias 5:3
+expect "logit bias out of range" 2 'logit-bias wants ID=BIAS' --logit-bias 5=101
+# a +100 bias forces the token at every position (the sampling fields of task packets)
+forced=$("$bin" generate --model "$work/m" --prompt-ids <(echo '[0, 10, 11]') --max-tokens 6 --seed 2 \
+         --logit-bias 300=100 --presence-penalty 1 --frequency-penalty 0.5 2>/dev/null)
+[ "$forced" = "[300, 300, 300, 300, 300, 300]" ] && ok "--logit-bias 300=100 forces token 300" || bad "forced: $forced"
 expect "two prompt forms" 2 'exactly one' --prompt-ids "$work/x.json"
 expect "bad number" 2 'bad argument' --max-tokens lots
 V4_CUDA_MODE=fastest expect "bad V4_CUDA_MODE" 1 'V4_CUDA_MODE.*auto, resident or hybrid' --max-tokens 2

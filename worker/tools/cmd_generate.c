@@ -8,7 +8,9 @@
  *                            the answer is streamed to stdout as it is generated, and a
  *                            one-line summary (tokens, tokens/s, finish reason) goes to
  *                            stderr.
- * Sampling: --greedy (= --temperature 0), --temperature, --top-p, --top-k, --seed;
+ * Sampling: --greedy (= --temperature 0), --temperature, --top-p, --top-k, --min-p, --seed,
+ * --presence-penalty, --frequency-penalty, --repetition-penalty, --logit-bias ID=BIAS
+ * (repeatable), with the ranges and order of operations of worker/serve/sampling.h;
  * stopping: EOS (unless --ignore-eos), --stop STR (repeatable), --max-tokens.
  * Output constraint (constraint_opts.h): --json-schema FILE | --json-object | --regex R |
  * --choice FILE | --grammar FILE [--compact]; the answer (after </think> with --thinking) is decoded under
@@ -38,12 +40,15 @@
 
 #define PROG "generate"
 #define MAX_STOPS 16
+#define MAX_BIAS 300   /* OpenAI's limit on logit_bias entries */
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet generate [--model DIR] (--prompt TEXT | --prompt-ids FILE.json)\n"
                "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
-               "         [--top-p P] [--top-k K] [--seed S] [--stop STR]... [--ignore-eos]\n"
+               "         [--top-p P] [--top-k K] [--min-p P] [--seed S] [--stop STR]... [--ignore-eos]\n"
+               "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
+               "         [--logit-bias ID=BIAS]...\n"
                "%s"
                "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
                V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
@@ -72,6 +77,8 @@ typedef struct gen_opts {
     long max_tokens, context;
     v4_sampling_params sp;
     v4_constraint_opts co;
+    v4_logit_bias bias[MAX_BIAS];
+    int n_bias;
 } gen_opts;
 
 static int num(const char *s, double lo, double hi, double *out)
@@ -132,7 +139,28 @@ static int parse(int argc, char **argv, gen_opts *o, int *done)
         else if (!strcmp(a, "--top-p") && !num(v, -1e9, 1e9, &d)) o->sp.top_p = d;
         else if (!strcmp(a, "--top-k") && !num(v, -1e9, 1e9, &d)) o->sp.top_k = (int)d;
         else if (!strcmp(a, "--seed") && !num(v, 0, 1.8e19, &d)) o->sp.seed = (uint64_t)d;
-        else {
+        else if (!strcmp(a, "--min-p") && !num(v, -1e9, 1e9, &d)) o->sp.min_p = d;
+        else if (!strcmp(a, "--presence-penalty") && !num(v, -1e9, 1e9, &d)) o->sp.presence_penalty = d;
+        else if (!strcmp(a, "--frequency-penalty") && !num(v, -1e9, 1e9, &d)) o->sp.frequency_penalty = d;
+        else if (!strcmp(a, "--repetition-penalty") && !num(v, -1e9, 1e9, &d)) o->sp.repetition_penalty = d;
+        else if (!strcmp(a, "--logit-bias")) {   /* ID=BIAS, repeatable */
+            char *eq;
+            long id = strtol(v, &eq, 10);
+            double b;
+            if (o->n_bias == MAX_BIAS || eq == v || *eq != '=' || id < 0 || id > 0x7fffffff || num(eq + 1, -100, 100, &b)) {
+                fprintf(stderr, "v4fleet %s: --logit-bias wants ID=BIAS with BIAS in [-100, 100] (at most %d), got "
+                                "'%s'\n", PROG, MAX_BIAS, v);
+                return 2;
+            }
+            for (int k = 0; k < o->n_bias; k++)
+                if (o->bias[k].id == (int32_t)id) {
+                    fprintf(stderr, "v4fleet %s: --logit-bias: token %ld given twice\n", PROG, id);
+                    return 2;
+                }
+            o->bias[o->n_bias++] = (v4_logit_bias){(int32_t)id, (float)b};
+            o->sp.bias = o->bias;
+            o->sp.n_bias = o->n_bias;
+        } else {
             fprintf(stderr, "v4fleet %s: bad argument '%s %s'\n", PROG, a, v);
             usage(stderr);
             return 2;
