@@ -2,7 +2,8 @@
 # fuzz.sh - build and run the safetensors header fuzzer, the task packet fuzzer
 # (worker/serve/task_packet.c; V4_FUZZ_TASK_SECONDS, default 20) and the constraint engine
 # fuzzer (worker/grammar/: schemas, regexes, choices, GBNF grammars and matching; V4_FUZZ_GRAMMAR_SECONDS,
-# default 30) for a bounded time.
+# default 30) and the chat prompt encoder (worker/serve/chat.c: user text stays text;
+# V4_FUZZ_CHAT_SECONDS, default 20) for a bounded time, one function for all four.
 #
 # Configures build-fuzz/ with clang and -DV4_FUZZ=ON, builds only the fuzz target,
 # and runs it for V4_FUZZ_SECONDS (default 60) on a scratch copy of
@@ -18,49 +19,32 @@ seconds=${V4_FUZZ_SECONDS:-60}
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER="${CC:-clang}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DV4_FUZZ=ON >/dev/null
-ninja -C "$build" fuzz_safetensors fuzz_task_packet fuzz_grammar
+ninja -C "$build" fuzz_safetensors fuzz_task_packet fuzz_grammar fuzz_chat
+mkdir -p "$build/artifacts"
 
-rm -rf "$build/corpus-run"
-mkdir -p "$build/corpus-run" "$build/artifacts"
-cp "$root"/tests/fuzz/corpus/* "$build/corpus-run/"
+# fuzz NAME WHAT SECONDS CORPUS MAX_LEN TIMEOUT [libFuzzer flags...]: run tests/fuzz/NAME on
+# a scratch copy of CORPUS (the tree's seeds are never modified) for SECONDS; exits the
+# script with the fuzzer's status when it finds something (reproducers in artifacts/).
+fuzz() {
+    local name=$1 what=$2 secs=$3 corpus=$4 max_len=$5 timeout=$6
+    shift 6
+    local run="$build/corpus-$name-run" rc=0
+    rm -rf "$run"
+    mkdir -p "$run"
+    [ -z "$corpus" ] || cp "$root/tests/fuzz/$corpus"/* "$run/"
+    echo "fuzzing $what for ${secs}s ..."
+    "$build/tests/fuzz/$name" -max_total_time="$secs" -timeout="$timeout" -rss_limit_mb=2048 \
+        -max_len="$max_len" -print_final_stats=1 -artifact_prefix="$build/artifacts/$name-" "$@" "$run" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "fuzz.sh: $name failed (exit $rc); reproducers in $build/artifacts/" >&2
+        exit "$rc"
+    fi
+    echo "fuzz.sh: no crash in $what in ${secs}s"
+}
 
-echo "fuzzing cache/safetensors.c for ${seconds}s ..."
-rc=0
-"$build/tests/fuzz/fuzz_safetensors" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=65536 -print_final_stats=1 -dict="$root/tests/fuzz/safetensors.dict" -artifact_prefix="$build/artifacts/" \
-    "$build/corpus-run" || rc=$?
-if [ "$rc" -ne 0 ]; then
-    echo "fuzz.sh: fuzzer failed (exit $rc); reproducers in $build/artifacts/" >&2
-    exit "$rc"
-fi
-echo "fuzz.sh: no crash in ${seconds}s"
-
-task_seconds=${V4_FUZZ_TASK_SECONDS:-20}
-rm -rf "$build/corpus-task-run"
-mkdir -p "$build/corpus-task-run"
-cp "$root"/tests/fuzz/corpus_task/* "$build/corpus-task-run/"
-echo "fuzzing worker/serve/task_packet.c for ${task_seconds}s ..."
-rc=0
-"$build/tests/fuzz/fuzz_task_packet" -max_total_time="$task_seconds" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=70000 -print_final_stats=1 -artifact_prefix="$build/artifacts/task-" \
-    "$build/corpus-task-run" || rc=$?
-if [ "$rc" -ne 0 ]; then
-    echo "fuzz.sh: task packet fuzzer failed (exit $rc); reproducers in $build/artifacts/" >&2
-    exit "$rc"
-fi
-echo "fuzz.sh: no crash in the task packet parser in ${task_seconds}s"
-
-grammar_seconds=${V4_FUZZ_GRAMMAR_SECONDS:-30}
-rm -rf "$build/corpus-grammar-run"
-mkdir -p "$build/corpus-grammar-run"
-cp "$root"/tests/fuzz/corpus_grammar/* "$build/corpus-grammar-run/"
-echo "fuzzing worker/grammar/ (schemas, regexes, choices, GBNF + matching) for ${grammar_seconds}s ..."
-rc=0
-"$build/tests/fuzz/fuzz_grammar" -max_total_time="$grammar_seconds" -timeout=20 -rss_limit_mb=2048 \
-    -max_len=4096 -print_final_stats=1 -artifact_prefix="$build/artifacts/grammar-" \
-    "$build/corpus-grammar-run" || rc=$?
-if [ "$rc" -ne 0 ]; then
-    echo "fuzz.sh: constraint engine fuzzer failed (exit $rc); reproducers in $build/artifacts/" >&2
-    exit "$rc"
-fi
-echo "fuzz.sh: no crash in the constraint engine in ${grammar_seconds}s"
+fuzz fuzz_safetensors "cache/safetensors.c" "$seconds" corpus 65536 10 -dict="$root/tests/fuzz/safetensors.dict"
+fuzz fuzz_task_packet "worker/serve/task_packet.c" "${V4_FUZZ_TASK_SECONDS:-20}" corpus_task 70000 10
+fuzz fuzz_grammar "worker/grammar/ (schemas, regexes, choices, GBNF + matching)" "${V4_FUZZ_GRAMMAR_SECONDS:-30}" \
+    corpus_grammar 4096 20
+fuzz fuzz_chat "the chat prompt's encoding (worker/serve/chat.c, worker/tokenizer/)" "${V4_FUZZ_CHAT_SECONDS:-20}" \
+    corpus_chat 8192 10
