@@ -7,41 +7,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/strbuf.h"
 #include "worker/grammar/gr_schema_internal.h"
 
 /* ------------------------------------------------------- integer ranges -- */
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *t)
-{
-    size_t l = strlen(t);
-    if (b->n + l + 1 > b->cap) {
-        size_t nc = (b->cap ? b->cap * 2 : 256) + l;
-        char *q = realloc(b->s, nc);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->s = q;
-        b->cap = nc;
-    }
-    memcpy(b->s + b->n, t, l + 1);
-    b->n += l;
-}
-
 /* fixed-width digit strings a <= b of the same length: a regex for the range */
-static void fixed(sbuf *o, const char *a, const char *b, int L)
+static void fixed(v4_strbuf *o, const char *a, const char *b, int L)
 {
     char t[64];
     if (L == 0)
         return;
     if (a[0] == b[0]) {
         snprintf(t, sizeof t, "%c", a[0]);
-        put(o, t);
+        v4_sb_put(o, t);
         fixed(o, a + 1, b + 1, L - 1);
         return;
     }
@@ -50,14 +28,14 @@ static void fixed(sbuf *o, const char *a, const char *b, int L)
         all0 &= a[i] == '0';
         all9 &= b[i] == '9';
     }
-    put(o, "(?:");
+    v4_sb_put(o, "(?:");
     int lo = a[0] - '0', hi = b[0] - '0';
     int first = 1;
     if (!all0) {   /* a[0] followed by a[1..]..9* */
         char nines[64];
         memset(nines, '9', (size_t)L - 1);
         snprintf(t, sizeof t, "%c", a[0]);
-        put(o, t);
+        v4_sb_put(o, t);
         fixed(o, a + 1, nines, L - 1);
         lo++;
         first = 0;
@@ -65,12 +43,12 @@ static void fixed(sbuf *o, const char *a, const char *b, int L)
     int top = all9 ? hi : hi - 1;
     if (lo <= top) {
         if (!first)
-            put(o, "|");
+            v4_sb_put(o, "|");
         snprintf(t, sizeof t, "[%d-%d]", lo, top);
-        put(o, t);
+        v4_sb_put(o, t);
         if (L > 1) {
             snprintf(t, sizeof t, "[0-9]{%d}", L - 1);
-            put(o, t);
+            v4_sb_put(o, t);
         }
         first = 0;
     }
@@ -78,20 +56,20 @@ static void fixed(sbuf *o, const char *a, const char *b, int L)
         char zeros[64];
         memset(zeros, '0', (size_t)L - 1);
         if (!first)
-            put(o, "|");
+            v4_sb_put(o, "|");
         snprintf(t, sizeof t, "%c", b[0]);
-        put(o, t);
+        v4_sb_put(o, t);
         fixed(o, zeros, b + 1, L - 1);
     }
-    put(o, ")");
+    v4_sb_put(o, ")");
 }
 
 /* non-negative integers in [a, b] (b < 0: unbounded), no leading zeros */
-static void nonneg(sbuf *o, uint64_t a, int64_t b)
+static void nonneg(v4_strbuf *o, uint64_t a, int64_t b)
 {
     char sa[32], sb[32], t[64];
     int first = 1;
-    put(o, "(?:");
+    v4_sb_put(o, "(?:");
     for (int L = 1; L <= 20; L++) {
         uint64_t lo = L == 1 ? 0 : (uint64_t)pow(10, L - 1), hi = L >= 20 ? UINT64_MAX : (uint64_t)pow(10, L) - 1;
         if (L == 20)
@@ -103,39 +81,39 @@ static void nonneg(sbuf *o, uint64_t a, int64_t b)
         uint64_t x = a > lo ? a : lo, y = b >= 0 && (uint64_t)b < hi ? (uint64_t)b : hi;
         if (b < 0 && x == lo && L < 20) {   /* every number of L or more digits */
             if (!first)
-                put(o, "|");
+                v4_sb_put(o, "|");
             snprintf(t, sizeof t, L == 1 ? "[0-9]|[1-9][0-9]+" : "[1-9][0-9]{%d,}", L - 1);
-            put(o, t);
+            v4_sb_put(o, t);
             first = 0;
             break;
         }
         snprintf(sa, sizeof sa, "%0*llu", L, (unsigned long long)x);
         snprintf(sb, sizeof sb, "%0*llu", L, (unsigned long long)y);
         if (!first)
-            put(o, "|");
+            v4_sb_put(o, "|");
         fixed(o, sa, sb, L);
         first = 0;
         if (b < 0 && L < 20 && y == hi) {   /* and every longer number */
             snprintf(t, sizeof t, "|[1-9][0-9]{%d,}", L);
-            put(o, t);
+            v4_sb_put(o, t);
             break;
         }
     }
-    put(o, ")");
+    v4_sb_put(o, ")");
 }
 
 /* the regex of the integers in [lo, hi] (has_lo/has_hi: bounded) */
 char *gr_int_range_regex(int has_lo, int64_t lo, int has_hi, int64_t hi)
 {
-    sbuf o = {0};
-    put(&o, "(?:");
+    v4_strbuf o = {0};
+    v4_sb_put(&o, "(?:");
     int alt = 0;
     /* negatives -n: n in [nmin, nmax] with -n <= hi and -n >= lo */
     if (!has_lo || lo < 0) {
         uint64_t nmin = has_hi && hi < 0 ? (uint64_t)(-(hi + 1)) + 1 : 1;
         int64_t nmax = has_lo ? (int64_t)((uint64_t)(-(lo + 1)) + 1) : -1;   /* -1: unbounded */
         if (nmax < 0 || (uint64_t)nmax >= nmin) {
-            put(&o, "-");
+            v4_sb_put(&o, "-");
             nonneg(&o, nmin, nmax);
             alt = 1;
         }
@@ -144,17 +122,17 @@ char *gr_int_range_regex(int has_lo, int64_t lo, int has_hi, int64_t hi)
         uint64_t a = has_lo && lo > 0 ? (uint64_t)lo : 0;
         if (!has_hi || (uint64_t)hi >= a) {
             if (alt)
-                put(&o, "|");
+                v4_sb_put(&o, "|");
             nonneg(&o, a, has_hi ? hi : -1);
             alt = 1;
         }
     }
-    put(&o, ")");
+    v4_sb_put(&o, ")");
     if (o.oom || !alt) {
-        free(o.s);
+        free(o.p);
         return NULL;
     }
-    return o.s;
+    return o.p;
 }
 
 /* ----------------------------------------------------------------- bounds -- */
@@ -214,7 +192,7 @@ static const char NUM_TAIL[] = "(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?";
 /* non-negative y = I.F with lo <= y <= hi (exclusive where said; lo >= 0): its regex
  * alternatives, each behind sign.  I strictly between the ends: any fraction; I == lo
  * when lo is excluded: a nonzero fraction; I == hi: a zero fraction unless excluded. */
-static void part(sbuf *o, int *alt, const char *sign, int64_t lo, int lo_ex, int has_hi, int64_t hi, int hi_ex)
+static void part(v4_strbuf *o, int *alt, const char *sign, int64_t lo, int lo_ex, int has_hi, int64_t hi, int hi_ex)
 {
     char t[96];
     int64_t any_lo = lo_ex ? lo + 1 : lo;
@@ -224,21 +202,21 @@ static void part(sbuf *o, int *alt, const char *sign, int64_t lo, int lo_ex, int
             o->oom = 1;
             return;
         }
-        put(o, *alt ? "|" : "");
-        put(o, sign);
-        put(o, r);
-        put(o, "(?:\\.[0-9]+)?");
+        v4_sb_put(o, *alt ? "|" : "");
+        v4_sb_put(o, sign);
+        v4_sb_put(o, r);
+        v4_sb_put(o, "(?:\\.[0-9]+)?");
         free(r);
         *alt = 1;
     }
     if (lo_ex && (!has_hi || lo < hi)) {
         snprintf(t, sizeof t, "%s%s%lld\\.[0-9]*[1-9][0-9]*", *alt ? "|" : "", sign, (long long)lo);
-        put(o, t);
+        v4_sb_put(o, t);
         *alt = 1;
     }
     if (has_hi && !hi_ex && hi >= lo && !(lo_ex && lo == hi)) {
         snprintf(t, sizeof t, "%s%s%lld(?:\\.0+)?", *alt ? "|" : "", sign, (long long)hi);
-        put(o, t);
+        v4_sb_put(o, t);
         *alt = 1;
     }
 }
@@ -268,9 +246,9 @@ static char *num_range_regex(gr_sc *c, json_t *s, const char *ptr)
         lo = v[1], lo_ex = 1;
     if (has[2] && has[3] && v[3] <= v[2])
         hi = v[3], hi_ex = 1;
-    sbuf o = {0};
+    v4_strbuf o = {0};
     int alt = 0;
-    put(&o, "(?:");
+    v4_sb_put(&o, "(?:");
     if (!has_hi || hi > 0 || (hi == 0 && !hi_ex)) {   /* y = x >= 0 */
         int pos_lo = has_lo && lo >= 0;
         part(&o, &alt, "", pos_lo ? lo : 0, pos_lo ? lo_ex : 0, has_hi, hi, hi_ex);
@@ -279,13 +257,13 @@ static char *num_range_regex(gr_sc *c, json_t *s, const char *ptr)
         int neg_hi = has_hi && hi < 0;
         part(&o, &alt, "-", neg_hi ? -hi : 0, neg_hi ? hi_ex : 1, has_lo, has_lo ? -lo : 0, lo_ex);
     }
-    put(&o, ")");
+    v4_sb_put(&o, ")");
     if (o.oom || !alt) {
-        free(o.s);
+        free(o.p);
         gr_sc_fail(c, ptr, "minimum", "no number lies between the bounds");
         return NULL;
     }
-    return o.s;
+    return o.p;
 }
 
 /* ----------------------------------------------------------------- scalars -- */

@@ -23,32 +23,11 @@
 
 #include "cli_util.h"
 #include "commands.h"
+#include "config/strbuf.h"
+#include "constraint_opts.h"
 #include "grammar_cli.h"
 
 /* ---------------------------------------------------------------- helpers -- */
-typedef struct tbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} tbuf;
-
-static void put(tbuf *b, const char *t, size_t l)
-{
-    if (b->n + l + 1 > b->cap) {
-        size_t nc = (b->cap ? b->cap * 2 : 256) + l;
-        char *q = realloc(b->s, nc);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->s = q;
-        b->cap = nc;
-    }
-    memcpy(b->s + b->n, t, l);
-    b->n += l;
-    b->s[b->n] = 0;
-}
-
 /* a real as Python's repr writes it: the shortest digits that read back the same, in
  * positional notation for exponents -4..15 (50.0, 0.001) and scientific beyond (1e+16) */
 static void real_text(double d, char *out, size_t n)
@@ -233,7 +212,7 @@ static const json_t *item_schema(const json_t *root, const json_t *s, size_t i, 
     return NULL;
 }
 
-static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, const json_t *schema, int depth);
+static void text_of(v4_strbuf *b, const json_t *v, int spaced, const json_t *root, const json_t *schema, int depth);
 
 /* the schema of a key no property names: the first pattern of patternProperties it
  * matches, else additionalProperties (a schema), else none */
@@ -249,11 +228,11 @@ static const json_t *extra_schema(const char *k, const json_t *ap, const json_t 
     return json_is_object(ap) ? ap : json_true();
 }
 
-static void member(tbuf *b, const char *k, const json_t *x, int first, int spaced, const json_t *root,
+static void member(v4_strbuf *b, const char *k, const json_t *x, int first, int spaced, const json_t *root,
                    const json_t *sub, int depth)
 {
     if (!first)
-        put(b, spaced ? ", " : ",", spaced ? 2 : 1);
+        v4_sb_putn(b, spaced ? ", " : ",", spaced ? 2 : 1);
     json_t *ks = json_string(k);
     char *kd = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
     json_decref(ks);
@@ -261,13 +240,13 @@ static void member(tbuf *b, const char *k, const json_t *x, int first, int space
         b->oom = 1;
         return;
     }
-    put(b, kd, strlen(kd));
+    v4_sb_putn(b, kd, strlen(kd));
     free(kd);
-    put(b, spaced ? ": " : ":", spaced ? 2 : 1);
+    v4_sb_putn(b, spaced ? ": " : ":", spaced ? 2 : 1);
     text_of(b, x, spaced, root, sub, depth + 1);
 }
 
-static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, const json_t *schema, int depth)
+static void text_of(v4_strbuf *b, const json_t *v, int spaced, const json_t *root, const json_t *schema, int depth)
 {
     char tmp[64];
     size_t i;
@@ -289,7 +268,7 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
                 json_object_set(props, rk, (json_t *)extra_schema(rk, ap, pp));
         }
         json_decref(reqs);
-        put(b, "{", 1);
+        v4_sb_putn(b, "{", 1);
         int first = 1;
         json_object_foreach(props, k, x) {   /* the named properties, in order */
             json_t *dv = json_object_get(v, k);
@@ -305,25 +284,25 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
             first = 0;
         }
         json_decref(props);
-        put(b, "}", 1);
+        v4_sb_putn(b, "}", 1);
         return;
     }
     case JSON_ARRAY:
-        put(b, "[", 1);
+        v4_sb_putn(b, "[", 1);
         json_array_foreach((json_t *)v, i, x) {
             if (i)
-                put(b, spaced ? ", " : ",", spaced ? 2 : 1);
+                v4_sb_putn(b, spaced ? ", " : ",", spaced ? 2 : 1);
             text_of(b, x, spaced, root, schema ? item_schema(root, schema, i, 0) : NULL, depth + 1);
         }
-        put(b, "]", 1);
+        v4_sb_putn(b, "]", 1);
         return;
     case JSON_REAL:
         real_text(json_real_value(v), tmp, sizeof tmp);
-        put(b, tmp, strlen(tmp));
+        v4_sb_putn(b, tmp, strlen(tmp));
         return;
     default: {
         if (json_is_string(v) && !strncmp(json_string_value(v), "\x01" "BIG:", 5)) {   /* a protected integer */
-            put(b, json_string_value(v) + 5, strlen(json_string_value(v) + 5));
+            v4_sb_putn(b, json_string_value(v) + 5, strlen(json_string_value(v) + 5));
             return;
         }
         char *d = json_dumps(v, JSON_ENCODE_ANY);
@@ -331,7 +310,7 @@ static void text_of(tbuf *b, const json_t *v, int spaced, const json_t *root, co
             b->oom = 1;
             return;
         }
-        put(b, d, strlen(d));
+        v4_sb_putn(b, d, strlen(d));
         free(d);
     }
     }
@@ -385,45 +364,13 @@ char *v4_json_protect_bigints(const char *t, size_t len)
 
 char *v4_json_text(const json_t *v, const json_t *schema, int spaced)
 {
-    tbuf b = {0};
+    v4_strbuf b = {0};
     text_of(&b, v, spaced, schema, schema, 0);
     if (b.oom) {
-        free(b.s);
+        free(b.p);
         return NULL;
     }
-    return b.s ? b.s : strdup("");
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *s = malloc(cap);
-    while (s) {
-        if (n + 4096 > cap) {
-            char *q = realloc(s, cap * 2);
-            if (!q) {
-                free(s);
-                s = NULL;
-                break;
-            }
-            s = q;
-            cap *= 2;
-        }
-        size_t r = fread(s + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0)
-            break;
-    }
-    if (f != stdin)
-        fclose(f);
-    if (s) {
-        s[n] = 0;
-        *len = n;
-    }
-    return s;
+    return b.p ? b.p : strdup("");
 }
 
 /* ----------------------------------------------------------- grammar-check -- */
@@ -499,7 +446,7 @@ int v4_cmd_grammar_check(int argc, char **argv)
     v4g_kind kind = V4G_JSON_OBJECT;
     if (schema || choice || gbnf) {
         const char *cf = schema ? schema : choice ? choice : gbnf;
-        ctext = slurp(cf, &clen);
+        ctext = v4_read_text_file(cf, &clen);
         if (!ctext) {
             fprintf(stderr, "v4fleet grammar-check: %s: cannot read\n", cf);
             v4_tok_free(t);
@@ -517,7 +464,7 @@ int v4_cmd_grammar_check(int argc, char **argv)
     double t_compile = now_s() - t0, t_mask = 0, t_max = 0;
     size_t n_masks = 0;
     free(ctext);
-    char *text = c ? slurp(textf, &tlen) : NULL;
+    char *text = c ? v4_read_text_file(textf, &tlen) : NULL;
     v4g_vocab *v = text ? v4_grammar_vocab(t, v4_tok_eos(t), &err) : NULL;
     v4g_matcher *m = v ? v4g_matcher_new(c, v, &err) : NULL;
     v4_ids ids = {0};
