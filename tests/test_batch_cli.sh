@@ -43,7 +43,7 @@ cat > "$work/in.jsonl" <<'EOF'
 {"id": "t-ids2", "input_ids": [0, 7, 7, 9], "max_tokens": 9, "temperature": 0}
 EOF
 "$bin" batch "$work/in.jsonl" -o "$work/out.jsonl" "${M[@]}" 2>"$work/err1"; rc=$?
-[ "$rc" -eq 0 ] && ok "mixed input: exit 0" || bad "mixed input: exit $rc: $(cat "$work/err1")"
+[ "$rc" -eq 3 ] && ok "mixed input (7 failed lines): exit 3" || bad "mixed input: exit $rc: $(cat "$work/err1")"
 grep -q "unsupported body field 'frobnicate' ignored" "$work/err1" && ok "ignored OpenAI body field reported" \
     || bad "no note of the ignored field: $(cat "$work/err1")"
 grep -qE 'done: 11 tasks, 7 failed, 0 skipped' "$work/err1" && ok "summary line" || bad "summary: $(cat "$work/err1")"
@@ -120,10 +120,10 @@ assert by[2]["custom_id"] is None and by[2]["response"] is None and by[2]["error
 assert by[3]["custom_id"] is None and by[3]["error"]["code"] in ("invalid_json", "invalid_field"), by[3]
 assert by[4]["custom_id"] == "a-4" and by[4]["error"]["code"] == "model_not_available", by[4]
 EOF
-[ "$rc" -eq 0 ] && $py "$work/check_oa.py" "$work/oa.out" && ok "OpenAI file: every line in OpenAI's shape, with its line" \
+[ "$rc" -eq 3 ] && $py "$work/check_oa.py" "$work/oa.out" && ok "OpenAI file: every line in OpenAI's shape, with its line" \
     || bad "OpenAI file (exit $rc): $(cat "$work/oa.out") $(cat "$work/erroa")"
 "$bin" batch "$work/oa.jsonl" -o "$work/oa.out" "${M[@]}" 2>"$work/erroa2"; rc=$?
-[ "$rc" -eq 0 ] && [ "$(wc -l < "$work/oa.out")" -eq 4 ] && grep -q "4 of 4 input lines skipped" "$work/erroa2" \
+[ "$rc" -eq 3 ] && [ "$(wc -l < "$work/oa.out")" -eq 4 ] && grep -q "4 of 4 input lines skipped" "$work/erroa2" \
     && ok "OpenAI file: resume skips all 4 lines" || bad "OpenAI resume (exit $rc): $(cat "$work/erroa2")"
 
 # ---- greedy equals `generate --greedy` -----------------------------------------------
@@ -148,7 +148,7 @@ n=$(wc -l < "$work/out.jsonl")
 head -n $((n - 3)) "$work/full.jsonl" > "$work/out.jsonl"
 sed -n "$((n - 2))p" "$work/full.jsonl" | head -c 40 >> "$work/out.jsonl"    # a torn write
 "$bin" batch "$work/in.jsonl" -o "$work/out.jsonl" "${M[@]}" 2>"$work/err2"; rc=$?
-[ "$rc" -eq 0 ] && ok "resume: exit 0" || bad "resume: exit $rc: $(cat "$work/err2")"
+[ "$rc" -eq 3 ] && ok "resume: exit 3 (failed lines in OUTPUT)" || bad "resume: exit $rc: $(cat "$work/err2")"
 grep -qE "$((n - 3)) of 11 input lines skipped" "$work/err2" && grep -q "cut a partial last line (40 bytes)" "$work/err2" \
     && grep -qE "done: 3 tasks, [0-9]+ failed, $((n - 3)) skipped" "$work/err2" \
     && ok "resume: $((n - 3)) skipped, partial line cut, 3 run" || bad "resume messages: $(cat "$work/err2")"
@@ -175,7 +175,7 @@ EOF
 $py "$work/check_same.py" "$work/full.jsonl" "$work/out.jsonl" && ok "resume: every id / line exactly once, same results" \
     || bad "resume: final file differs"
 "$bin" batch "$work/in.jsonl" -o "$work/out.jsonl" "${M[@]}" 2>"$work/err3"; rc=$?
-[ "$rc" -eq 0 ] && grep -qE "done: 0 tasks, 0 failed, 11 skipped" "$work/err3" && [ "$(wc -l < "$work/out.jsonl")" -eq 11 ] \
+[ "$rc" -eq 3 ] && grep -qE "done: 0 tasks, 0 failed, 11 skipped" "$work/err3" && [ "$(wc -l < "$work/out.jsonl")" -eq 11 ] \
     && ok "complete output: nothing to run" || bad "re-run of a complete output: exit $rc: $(cat "$work/err3")"
 # an answer holding U+0000 (valid JSON: \u0000) is a complete line like any other (issue 19)
 cp "$work/out.jsonl" "$work/nul.jsonl"
@@ -195,7 +195,7 @@ open(p, "w", encoding="utf-8").write("\n".join(lines) + "\n")
 EOF
 grep -q 'u0000' "$work/nul.jsonl" || bad "NUL: the test did not plant a \\u0000"
 "$bin" batch "$work/in.jsonl" -o "$work/nul.jsonl" "${M[@]}" 2>"$work/err3n"; rc=$?
-[ "$rc" -eq 0 ] && grep -qE "done: 0 tasks, 0 failed, 11 skipped" "$work/err3n" && ! grep -q "not JSON" "$work/err3n" \
+[ "$rc" -eq 3 ] && grep -qE "done: 0 tasks, 0 failed, 11 skipped" "$work/err3n" && ! grep -q "not JSON" "$work/err3n" \
     && [ "$(wc -l < "$work/nul.jsonl")" -eq 11 ] \
     && ok "a complete line with \\u0000 is not run again" || bad "NUL line re-run: exit $rc: $(cat "$work/err3n")"
 
@@ -313,7 +313,7 @@ wait "$bpid"; rc=$?; bpid=""
 
 # ---- --concurrency 4: continuous batching gives the serial run's lines -----------------
 "$bin" batch "$work/in.jsonl" -o "$work/conc.jsonl" "${M[@]}" --concurrency 4 2>"$work/errc"; rc=$?
-[ "$rc" -eq 0 ] && grep -qE 'done: 11 tasks, 7 failed, 0 skipped' "$work/errc" && ok "--concurrency 4: exit 0, 11 lines" \
+[ "$rc" -eq 3 ] && grep -qE 'done: 11 tasks, 7 failed, 0 skipped' "$work/errc" && ok "--concurrency 4: exit 3, 11 lines" \
     || bad "--concurrency 4: exit $rc: $(cat "$work/errc")"
 cat > "$work/same.py" <<'EOF'
 import json, sys

@@ -41,6 +41,7 @@ static const bad_case BAD[] = {
     {"{\"id\":\"a\",\"prompt\":\"x\",\"seed\":-1}", V4_TASK_INVALID_FIELD, "seed", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[1]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"\"]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
+    {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":\"\"}", V4_TASK_INVALID_FIELD, "stop", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"thinking\":1}", V4_TASK_INVALID_FIELD, "thinking", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"ignore_eos\":\"yes\"}", V4_TASK_INVALID_FIELD, "ignore_eos", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"deadline_ms\":0}", V4_TASK_INVALID_FIELD, "deadline_ms", 0, 0},

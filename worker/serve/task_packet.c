@@ -102,7 +102,10 @@ static int parse_stop(json_t *v, v4_task *t, v4_task_error *e)
 {
     if (json_is_string(v)) {
         t->n_stops = 1;
-        return get_string(v, "stop", &t->stops[0], 256, e);
+        if (get_string(v, "stop", &t->stops[0], 256, e))
+            return -1;
+        return *t->stops[0] ? 0 : FIELD(e, "stop", "must not be empty (an empty stop string would end every answer "
+                                                     "at once)");
     }
     if (!json_is_array(v) || json_array_size(v) > V4_TASK_MAX_STOPS)
         return FIELD(e, "stop", "must be a string or an array of at most %d strings", V4_TASK_MAX_STOPS);

@@ -11,8 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The key of one complete output line (see the header), or "" when it has none. */
-static void key_of(const char *line, size_t len, char *key, size_t n, int *readable)
+/* The key of one complete output line (see the header), or "" when it has none;
+ * *failed: the line answers with an error (a failed task, an invalid line). */
+static void key_of(const char *line, size_t len, char *key, size_t n, int *readable, int *failed)
 {
     key[0] = 0;
     json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, NULL);   /* an answer may hold \\u0000 */
@@ -24,10 +25,17 @@ static void key_of(const char *line, size_t len, char *key, size_t n, int *reada
         snprintf(key, n, "I%s", json_string_value(cid));
     else if (json_is_string(id))
         snprintf(key, n, "I%s", json_string_value(id));
+    json_t *err = json_object_get(o, "error"), *st = json_object_get(o, "status");
+    json_t *code = json_object_get(json_object_get(o, "response"), "status_code");
+    *failed = *readable && ((err && !json_is_null(err)) || (json_is_string(st) && strcmp(json_string_value(st), "succeeded")) ||
+                            (json_is_integer(code) && json_integer_value(code) >= 400));
     json_decref(o);
 }
 
-static int scan(v4_batch_out *o, const char *path, v4_idset *done, char *msg, size_t msg_n)
+/* Read OUTPUT: count its lines, collect the answered keys (with retry_failed, not those
+ * of failed lines, which are then left out of the file: rewritten through a temporary
+ * file and an atomic rename), cut a partial last line. */
+static int scan(v4_batch_out *o, const char *path, v4_idset *done, int retry_failed, char *msg, size_t msg_n)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -36,7 +44,16 @@ static int scan(v4_batch_out *o, const char *path, v4_idset *done, char *msg, si
         snprintf(msg, msg_n, "%s: %s", path, strerror(errno));
         return -1;
     }
-    char *buf = NULL, key[V4_TASK_MAX_ID + 32];
+    char *buf = NULL, key[V4_TASK_MAX_ID + 32], tmp[4200] = "";
+    FILE *keep = NULL;
+    if (retry_failed) {
+        snprintf(tmp, sizeof tmp, "%s.retry.tmp", path);
+        if (!(keep = fopen(tmp, "wb"))) {
+            snprintf(msg, msg_n, "%s: %s", tmp, strerror(errno));
+            fclose(f);
+            return -1;
+        }
+    }
     size_t cap = 0;
     ssize_t n;
     long long good = 0;   /* bytes up to the end of the last complete line */
@@ -45,9 +62,18 @@ static int scan(v4_batch_out *o, const char *path, v4_idset *done, char *msg, si
             break;        /* a partial last line (crash mid-write) */
         good += n;
         o->lines_before++;
-        int readable;
-        key_of(buf, (size_t)n - 1, key, sizeof key, &readable);
+        int readable, failed;
+        key_of(buf, (size_t)n - 1, key, sizeof key, &readable, &failed);
         o->unreadable += !readable;
+        o->failed_before += failed;
+        if (failed && retry_failed) {
+            o->retried++;
+            continue;
+        }
+        if (keep && fwrite(buf, 1, (size_t)n, keep) != (size_t)n) {
+            snprintf(msg, msg_n, "%s: %s", tmp, strerror(errno));
+            break;
+        }
         if (key[0] && v4_idset_add(done, key, o->lines_before) < 0) {
             snprintf(msg, msg_n, "out of memory");
             break;
@@ -60,7 +86,22 @@ static int scan(v4_batch_out *o, const char *path, v4_idset *done, char *msg, si
     fclose(f);
     if (err || rc) {
         snprintf(msg, msg_n, "%s: %s", path, strerror(errno));
+        if (keep)
+            fclose(keep), unlink(tmp);
         return -1;
+    }
+    if (keep) {   /* the kept lines replace OUTPUT (a partial last line is dropped too) */
+        int bad = msg[0] || fflush(keep) || fsync(fileno(keep));
+        bad |= fclose(keep) != 0;
+        if (bad || rename(tmp, path)) {
+            if (!msg[0])
+                snprintf(msg, msg_n, "%s: cannot rewrite without the failed lines: %s", path, strerror(errno));
+            unlink(tmp);
+            return -1;
+        }
+        o->failed_before -= o->retried;
+        o->truncated_bytes = st.st_size - good;
+        return 0;
     }
     if (msg[0])
         return -1;
@@ -74,12 +115,19 @@ static int scan(v4_batch_out *o, const char *path, v4_idset *done, char *msg, si
     return 0;
 }
 
-int v4_batch_out_open(v4_batch_out *o, const char *path, v4_idset *done, char *msg, size_t msg_n)
+int v4_batch_out_open(v4_batch_out *o, const char *path, v4_idset *done, int retry_failed, char *msg, size_t msg_n)
 {
     memset(o, 0, sizeof *o);
     o->fd = -1;
     msg[0] = 0;
-    if (scan(o, path, done, msg, msg_n))
+    if (!strcmp(path, "-")) {   /* standard output: nothing to resume, nothing to fsync */
+        o->fd = dup(STDOUT_FILENO);
+        o->is_stream = 1;
+        if (o->fd < 0)
+            snprintf(msg, msg_n, "standard output: %s", strerror(errno));
+        return o->fd < 0 ? -1 : 0;
+    }
+    if (scan(o, path, done, retry_failed, msg, msg_n))
         return -1;
     struct stat st;
     int created = stat(path, &st) != 0;
@@ -124,7 +172,7 @@ int v4_batch_out_write(v4_batch_out *o, const char *json)
         at += (size_t)w;
     }
     free(line);
-    while (fsync(o->fd) && errno == EINTR)
+    while (!o->is_stream && fsync(o->fd) && errno == EINTR)
         ;
     return 0;
 }

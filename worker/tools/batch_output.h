@@ -7,6 +7,8 @@
  * reading: malformed lines, invalid fields, duplicate ids), else "I<id>" from
  * custom_id (OpenAI lines) or id (task results).  Complete lines that are not JSON
  * objects are kept but counted in `unreadable`.
+ * --retry-failed: lines answering with an error are dropped from OUTPUT (atomic rewrite)
+ * so their inputs run again.
  * Writing: every line is written with one write() to an O_APPEND descriptor and
  * fsync()ed before the next task starts (a newly created file's directory is fsynced
  * once), so a crash loses at most the task in progress.
@@ -36,11 +38,17 @@ typedef struct v4_batch_out {
     long lines_before;              /* complete lines found in OUTPUT at open */
     long unreadable;                /* ... of which not JSON objects */
     long long truncated_bytes;      /* cut from a partial last line */
+    long failed_before;             /* lines kept in OUTPUT that answer with an error */
+    long retried;                   /* failed lines left out to run again (retry_failed) */
+    int is_stream;                  /* "-": standard output (no resume, no fsync) */
 } v4_batch_out;
 
-/* Open (create) path for appending; fill done with the answered keys.  0, or -1 with
- * msg (errno-style text) filled. */
-int v4_batch_out_open(v4_batch_out *o, const char *path, v4_idset *done, char *msg, size_t msg_n);
+/* Open (create) path for appending; fill done with the answered keys.  retry_failed: the
+ * lines that answer with an error (failed tasks, invalid lines) are removed from the file
+ * (rewritten atomically: a temporary file renamed over it) and their keys left out, so
+ * those inputs run again.  path "-": standard output (nothing read, no fsync).  0, or -1
+ * with msg (errno-style text) filled. */
+int v4_batch_out_open(v4_batch_out *o, const char *path, v4_idset *done, int retry_failed, char *msg, size_t msg_n);
 /* Append one line (json + '\n') and fsync.  0 or -1 (errno set). */
 int v4_batch_out_write(v4_batch_out *o, const char *json);
 void v4_batch_out_close(v4_batch_out *o);

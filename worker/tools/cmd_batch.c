@@ -14,8 +14,15 @@
  * are polled between lines and before every forward step: no new line starts; the
  * running task may finish within --grace-ms (a second signal aborts it at once); an
  * aborted task writes no line and runs again on resume.  Exit 130 / 143 after telling
- * how to resume.  Exit 0: every line answered (failed tasks included); 1: the run
- * failed (input, output or model unusable); 2: usage.
+ * how to resume.  Exit 0: every line answered, none with an error; 3: every line
+ * answered, some with an error (failed tasks, invalid lines; counted over OUTPUT, earlier
+ * runs included); 1: the run failed (input, output or model unusable); 2: usage.
+ * --retry-failed: the error lines of OUTPUT are removed (atomic rewrite) and their inputs
+ * run again.  A summary in the shape of OpenAI's batch object (request_counts total /
+ * completed / failed, times, status) is written next to OUTPUT (OUTPUT.summary.json, or
+ * --summary FILE) at the end of every run, interrupted ones included.  INPUT "-" reads
+ * standard input (spooled to a temporary file: two passes), -o - writes standard output
+ * (no resume).
  *
  * Ownership: everything lives in one batch_run struct owned by v4_cmd_batch.
  * Thread: main thread (the engine's pool threads belong to the runner).
@@ -77,6 +84,10 @@ typedef struct batch_run {
     int concurrency;                /* --concurrency: tasks decoded together (1 = serial executor) */
     long long grammar_cache_bytes;  /* --grammar-cache-bytes (else V4_GRAMMAR_CACHE_BYTES; 0 = 64 MiB) */
     int grammar_compact;            /* --grammar-compact (else V4_GRAMMAR_COMPACT=1) */
+    int retry_failed;               /* --retry-failed */
+    const char *summary;            /* --summary FILE (NULL: OUTPUT.summary.json; "-o -": none) */
+    char spool[64];                 /* INPUT "-": the temporary copy of standard input */
+    double t_start;                 /* wall clock (s) when the run began */
 } batch_run;
 
 static void usage(FILE *f)
@@ -85,11 +96,15 @@ static void usage(FILE *f)
                "         [--deadline-ms N] [--grace-ms N] [--max-line-bytes N] [--progress-interval-ms N]\n"
                "         [--progress bar|lines] [--max-context N] [--concurrency N] [--threads N]\n"
                "         [--isa auto|scalar|avx2|avx512|avx512vnni] [--grammar-cache-bytes B] [--grammar-compact]\n"
-               V4_EXPERT_FLAGS_USAGE V4_CHUNK_FLAG_USAGE
+               "         [--retry-failed] [--summary FILE]\n"
+               V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
                "Each input line is a task packet (the queue's schema) or an OpenAI batch line (custom_id,\n"
                "method POST, url /v1/chat/completions, body); each output line the queue's result record\n"
                "or the OpenAI batch output record, appended (fsynced) as tasks finish.  Re-running skips\n"
-               "inputs whose id / custom_id (or line, for error lines) OUTPUT already has.\n"
+               "inputs whose id / custom_id (or line, for error lines) OUTPUT already has; --retry-failed\n"
+               "first removes OUTPUT's error lines so that their inputs run again.  INPUT - reads standard\n"
+               "input, -o - writes standard output (no resume).  A summary in the shape of OpenAI's batch\n"
+               "object (request_counts total/completed/failed) goes to OUTPUT.summary.json (--summary).\n"
                "--concurrency N: continuous batching: up to N generation tasks decode together, one pass\n"
                "over the weights per step for all of them (new tasks join between steps; prompts go in\n"
                "chunks of up to --prefill-chunk positions per step: 64 on the CPU, 256 on a GPU); outputs\n"
@@ -102,7 +117,8 @@ static void usage(FILE *f)
                "          --grace-ms 3000 (after SIGINT/SIGTERM), --max-line-bytes 64M, --concurrency 1\n"
                "          (one task at a time; on CPU 8 gives several times the throughput; with\n"
                "          --host-cache-bytes a step holds the union of N tasks' experts per layer)\n"
-               "exit: 0 every line answered (failed tasks included), 1 the run failed, 2 usage,\n"
+               "exit: 0 every line answered without an error, 3 every line answered but some with an\n"
+               "      error (failed tasks, invalid lines: see the summary), 1 the run failed, 2 usage,\n"
                "      130/143 interrupted (re-run the same command to resume)\n");
 }
 
@@ -133,6 +149,10 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             b->grammar_compact = 1;
             continue;
         }
+        if (!strcmp(a, "--retry-failed")) {
+            b->retry_failed = 1;
+            continue;
+        }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             printf(V4_LOOKAHEAD_HELP);
@@ -158,6 +178,8 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
             b->out = v;
         } else if (!strcmp(a, "--model-name")) {
             b->names = v;
+        } else if (!strcmp(a, "--summary")) {
+            b->summary = v;
         } else if (!strcmp(a, "--deadline-ms")) {
             if (num_arg(a, v, 0, 86400000, &x))
                 return 2;
@@ -219,6 +241,10 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
     }
     if (b->eo.host_cache_bytes <= 0 && (b->eo.pack || b->eo.cache_policy || b->eo.io_threads)) {
         fprintf(stderr, "v4fleet %s: --pack, --cache-policy and --io-threads need --host-cache-bytes\n", PROG);
+        return 2;
+    }
+    if (!strcmp(b->out, "-") && b->retry_failed) {
+        fprintf(stderr, "v4fleet %s: --retry-failed needs an OUTPUT file to resume (not -o -)\n", PROG);
         return 2;
     }
     struct stat si, so;
@@ -476,6 +502,73 @@ static int run_lines(batch_run *b)
     return rc;
 }
 
+/* INPUT "-": standard input copied to a temporary file (batch reads its input twice).
+ * 0, or -1 (message printed). */
+static int spool_stdin(batch_run *b)
+{
+    const char *td = getenv("TMPDIR");
+    snprintf(b->spool, sizeof b->spool, "%s/v4batch-stdin.XXXXXX", td && *td && strlen(td) < 32 ? td : "/tmp");
+    int fd = mkstemp(b->spool);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        fprintf(stderr, "v4fleet %s: cannot spool standard input to %s: %s\n", PROG, b->spool, strerror(errno));
+        if (fd >= 0)
+            close(fd), unlink(b->spool);
+        b->spool[0] = 0;
+        return -1;
+    }
+    char buf[65536];
+    size_t n;
+    int bad = 0;
+    while (!bad && (n = fread(buf, 1, sizeof buf, stdin)) > 0)
+        bad = fwrite(buf, 1, n, f) != n;
+    bad |= ferror(stdin) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        fprintf(stderr, "v4fleet %s: cannot spool standard input to %s: %s\n", PROG, b->spool, strerror(errno));
+        unlink(b->spool);
+        b->spool[0] = 0;
+        return -1;
+    }
+    b->in = b->spool;
+    return 0;
+}
+
+/* The run's summary in the shape of OpenAI's batch object, written atomically next to
+ * OUTPUT (or to --summary).  status: "completed" | "cancelled" | "failed". */
+static void write_summary(batch_run *b, const char *status, long failed, long completed)
+{
+    char path[4200], tmp[4300];
+    if (b->summary)
+        snprintf(path, sizeof path, "%s", b->summary);
+    else if (strcmp(b->out, "-"))
+        snprintf(path, sizeof path, "%s.summary.json", b->out);
+    else
+        return;   /* -o - and no --summary: nowhere to put it */
+    const long long now = (long long)time(NULL);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:{s:I, s:I, s:I}, s:o}", "object", "batch",
+                          "endpoint", b->n_openai >= b->n_tasks ? "/v1/chat/completions" : "v4fleet/task",
+                          "input_file", b->spool[0] ? "-" : b->in, "output_file", b->out, "model",
+                          b->runner ? v4_runner_model_name(b->runner) : b->names, "status", status, "created_at",
+                          (json_int_t)b->t_start, "in_progress_at", (json_int_t)b->t_start,
+                          !strcmp(status, "completed") ? "completed_at" : !strcmp(status, "cancelled") ? "cancelled_at"
+                                                                                                       : "failed_at",
+                          (json_int_t)now, "request_counts", "total", (json_int_t)b->n_plan, "completed",
+                          (json_int_t)completed, "failed", (json_int_t)failed, "errors", json_null());
+    char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+    json_decref(o);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = text ? fopen(tmp, "wb") : NULL;
+    int bad = !f || fputs(text, f) < 0 || fputc('\n', f) < 0;
+    if (f)
+        bad |= fflush(f) || fsync(fileno(f)) || fclose(f);
+    if (bad || rename(tmp, path)) {
+        fprintf(stderr, "v4fleet %s: cannot write the summary %s: %s\n", PROG, path, text ? strerror(errno) : "out of memory");
+        unlink(tmp);
+    }
+    free(text);
+}
+
 int v4_cmd_batch(int argc, char **argv)
 {
     batch_run b = {0};
@@ -494,10 +587,16 @@ int v4_cmd_batch(int argc, char **argv)
     json_object_seed(0);   /* before any thread starts (jansson thread-safety note) */
     int rc = 1;
     char msg[512];
-    if (v4_batch_out_open(&b.o, b.out, &b.done, msg, sizeof msg)) {
+    b.t_start = (double)time(NULL);
+    if (!strcmp(b.in, "-") && spool_stdin(&b))
+        goto out;
+    if (v4_batch_out_open(&b.o, b.out, &b.done, b.retry_failed, msg, sizeof msg)) {
         fprintf(stderr, "v4fleet %s: cannot open the output: %s\n", PROG, msg);
         goto out;
     }
+    if (b.retry_failed)
+        fprintf(stderr, "v4fleet %s: --retry-failed: %ld error lines removed from %s; their inputs run again\n", PROG,
+                b.o.retried, b.out);
     if (plan_lines(&b))
         goto out;
     if (b.o.lines_before || b.o.truncated_bytes) {
@@ -555,7 +654,17 @@ int v4_cmd_batch(int argc, char **argv)
     v4_bp_start(&b.prog, stderr, b.progress_tty, b.progress_ms, to_run, b.n_skip);
     int r = to_run > 0 ? run_lines(&b) : 0;
     v4_bp_finish(&b.prog, r == 0 ? "done" : r > 0 ? "interrupted" : "failed");
-    if (r > 0 || (r == 0 && g_sig && b.prog.done < b.prog.total)) {
+    const long failed = b.o.failed_before + b.prog.failed;
+    long completed = b.n_skip - b.o.failed_before + b.prog.done - b.prog.failed;
+    completed = completed < 0 ? 0 : completed;
+    const int interrupted = r > 0 || (r == 0 && g_sig && b.prog.done < b.prog.total);
+    write_summary(&b, interrupted ? "cancelled" : r < 0 ? "failed" : "completed", failed, completed);
+    if (r == 0 && !interrupted && failed > 0) {
+        v4_bp_clear(&b.prog);
+        fprintf(stderr, "v4fleet %s: %ld of %zu lines answered with an error (exit 3); run again with --retry-failed to "
+                        "retry them\n", PROG, failed, b.n_plan);
+    }
+    if (interrupted) {
         fprintf(stderr, "v4fleet %s: %ld of %ld lines answered in this run; resume with the same command:\n  v4fleet",
                 PROG, b.prog.done, b.prog.total);
         for (int i = 0; i < argc; i++)
@@ -563,7 +672,7 @@ int v4_cmd_batch(int argc, char **argv)
         fprintf(stderr, "\n");
         rc = 128 + (int)g_sig;
     } else {
-        rc = r == 0 ? 0 : 1;
+        rc = r == 0 ? (failed > 0 ? 3 : 0) : 1;
     }
 out:
     if (b.x)
@@ -574,5 +683,7 @@ out:
     v4_idset_free(&b.seen);
     v4_idset_free(&b.warned);
     free(b.plan);
+    if (b.spool[0])
+        unlink(b.spool);
     return rc;
 }
