@@ -88,7 +88,7 @@ with open(sys.argv[2], "w") as f:
 EOF2
 
 "$bin" batch "$work/in.jsonl" -o "$work/out1.jsonl" "${M[@]}" 2>"$work/err1"; rc=$?
-[ "$rc" -eq 0 ] && ok "batch: exit 0" || bad "batch: exit $rc: $(tail -5 "$work/err1")"
+[ "$rc" -eq 3 ] && ok "batch: exit 3 (its failing lines)" || bad "batch: exit $rc: $(tail -5 "$work/err1")"
 if grep -q "ignored" "$work/err1"; then bad "a field was ignored: $(grep ignored "$work/err1")"; else ok "no field ignored"; fi
 
 cat > "$work/check.py" <<'EOF2'
@@ -215,7 +215,7 @@ $py "$work/check.py" "$work/out1.jsonl" "$work/g.out" && ok "logprobs shape and 
     || bad "checks (see above)"
 
 "$bin" batch "$work/in.jsonl" -o "$work/out3.jsonl" "${M[@]}" --concurrency 3 2>"$work/err3"; rc=$?
-[ "$rc" -eq 0 ] && ok "batch --concurrency 3: exit 0" || bad "--concurrency 3: exit $rc: $(tail -5 "$work/err3")"
+[ "$rc" -eq 3 ] && ok "batch --concurrency 3: exit 3 (its failing lines)" || bad "--concurrency 3: exit $rc: $(tail -5 "$work/err3")"
 $py - "$work/out1.jsonl" "$work/out3.jsonl" <<'EOF2' && ok "--concurrency 3 equals serial (logprobs included)" || bad "--concurrency 3 differs"
 import json, sys
 def load(p):

@@ -106,7 +106,7 @@ json.dump(expect, open(exp_path, "w"))
 EOF
 
 "$bin" batch "$work/in.jsonl" -o "$work/out1.jsonl" "${M[@]}" 2>"$work/err1"; rc=$?
-[ "$rc" -eq 0 ] && ok "batch: exit 0" || bad "batch: exit $rc: $(tail -5 "$work/err1")"
+[ "$rc" -eq 3 ] && ok "batch: exit 3 (its failing lines)" || bad "batch: exit $rc: $(tail -5 "$work/err1")"
 if grep -q "ignored" "$work/err1"; then bad "a field was ignored: $(grep ignored "$work/err1")"; else ok "no field ignored"; fi
 
 cat > "$work/check.py" <<'EOF'
@@ -194,7 +194,7 @@ $py "$work/check.py" "$work/out1.jsonl" "$work/expect.json" && ok "answers valid
 
 # ---- the continuous executor: the same answers ----------------------------------------
 "$bin" batch "$work/in.jsonl" -o "$work/out3.jsonl" "${M[@]}" --concurrency 3 2>"$work/err3"; rc=$?
-[ "$rc" -eq 0 ] && ok "batch --concurrency 3: exit 0" || bad "--concurrency 3: exit $rc: $(tail -5 "$work/err3")"
+[ "$rc" -eq 3 ] && ok "batch --concurrency 3: exit 3 (its failing lines)" || bad "--concurrency 3: exit $rc: $(tail -5 "$work/err3")"
 $py - "$work/out1.jsonl" "$work/out3.jsonl" <<'EOF' && ok "--concurrency 3 equals serial" || bad "--concurrency 3 differs"
 import json, sys
 def load(p):
