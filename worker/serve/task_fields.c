@@ -34,7 +34,6 @@ static const unserved UNSERVED[] = {
                                                      "structured_outputs.disable_any_whitespace)"},
     {"logprobs", V4_FIELD_UNSERVED_SAMPLING, "log probabilities are not served (only false is accepted)"},
     {"top_logprobs", V4_FIELD_UNSERVED_SAMPLING, "log probabilities are not served (only 0 is accepted)"},
-    {"n", V4_FIELD_UNSERVED_SAMPLING, "one answer per task is served (only 1 is accepted)"},
     {"presence_penalty", V4_FIELD_UNSERVED_SAMPLING, "penalties are not served (only 0 is accepted)"},
     {"frequency_penalty", V4_FIELD_UNSERVED_SAMPLING, "penalties are not served (only 0 is accepted)"},
     {"repetition_penalty", V4_FIELD_UNSERVED_SAMPLING, "penalties are not served (only 1 is accepted)"},
@@ -93,7 +92,7 @@ static int noop_value(const char *k, json_t *v)
         return json_is_array(v) && json_array_size(v) == 1 && is_str(json_array_get(v, 0), "text");
     if (!strcmp(k, "top_logprobs") || !strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty"))
         return json_is_number(v) && json_number_value(v) == 0;
-    if (!strcmp(k, "n") || !strcmp(k, "repetition_penalty"))
+    if (!strcmp(k, "repetition_penalty"))
         return json_is_number(v) && json_number_value(v) == 1;
     if (!strcmp(k, "logit_bias"))
         return json_is_object(v) && !json_object_size(v);

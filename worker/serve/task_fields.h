@@ -23,8 +23,8 @@
  * in brackets): tools ([]), tool_choice ("none"), functions ([]), function_call ("none"),
  * parallel_tool_calls (any boolean: it only qualifies tools), stream (false), audio,
  * modalities (["text"]), prediction; in task packets also logprobs (false), top_logprobs
- * (0), n (1), presence_penalty (0), frequency_penalty (0), repetition_penalty (1),
- * logit_bias ({}) (an OpenAI line leaves these five out of its task: `batch` names them
+ * (0), presence_penalty (0), frequency_penalty (0), repetition_penalty (1),
+ * logit_bias ({}) (an OpenAI line leaves these out of its task: `batch` names them
  * on stderr as before).  Fields that change nothing are accepted: user, store,
  * service_tier, guided_decoding_backend (and metadata, echoed by task packets).
  *
@@ -55,7 +55,7 @@ typedef enum v4_field_kind {
     V4_FIELD_OTHER = 0,             /* not one of this file's */
     V4_FIELD_CONSTRAINT,            /* read by v4_task_constraint_parse */
     V4_FIELD_UNSERVED,              /* changes the answer, not served (v4_task_field_check) */
-    V4_FIELD_UNSERVED_SAMPLING,     /* logprobs, n, penalties, logit_bias: the same in task
+    V4_FIELD_UNSERVED_SAMPLING,     /* logprobs, penalties, logit_bias: the same in task
                                      * packets; OpenAI lines leave them out (named on stderr) */
     V4_FIELD_NOOP                   /* changes nothing: accepted */
 } v4_field_kind;

@@ -134,7 +134,7 @@ static int map_openai(v4_batch_item *it, json_t *root, json_t **task_out, v4_tas
                 return -1;
             }
         } else if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "seed") ||
-                   !strcmp(k, "stop")) {
+                   !strcmp(k, "stop") || !strcmp(k, "n")) {
             if (!json_is_null(v))   /* OpenAI clients send null for "unset" */
                 json_object_set(task, k, v);
         } else if (!strcmp(k, "max_tokens") || !strcmp(k, "max_completion_tokens")) {
