@@ -13,7 +13,8 @@
 #    serving (a free task after them succeeds) and exits 0 on SIGTERM;
 #  - sampling fields through the queue: logprobs / top_logprobs 3 (one entry per token,
 #    sorted, the chosen token's among them or below them, bytes spell the text), penalties
-#    and a logit_bias that bans a token;
+#    and a logit_bias that bans a token; n = 3 under a choice constraint (three choices,
+#    each valid with its logprobs, usage summed);
 #  - /metrics: the second schema task was a hit of the compile cache
 #    (v4fleet:grammar_cache_hits_total), the other constraints misses.
 # No broker = FAIL (not skip).
@@ -50,6 +51,8 @@ tasks = [
     {"id": "q-free", "prompt": "after them", "max_tokens": 6, "temperature": 0},
     {"id": "q-logprobs", "prompt": "Tell me more.", "max_tokens": 10, "temperature": 0.8, "seed": 4, "logprobs": True,
      "top_logprobs": 3, "presence_penalty": 0.5, "frequency_penalty": 0.2, "logit_bias": {"5": -100}},
+    {"id": "q-n3", "prompt": "Yes or no?", "max_tokens": 20, "temperature": 1, "seed": 7, "n": 3, "logprobs": True,
+     "guided_choice": ["yes", "no", "maybe later"]},
 ]
 json.dump(PERSON, open(w + "/person.json", "w"))
 with open(w + "/tasks.jsonl", "w") as f:
@@ -72,7 +75,7 @@ done
 while IFS= read -r t; do
     qclient task "$P.tasks" "$t" || fail "publish $t"
 done < "$WORK/tasks.jsonl"
-qclient dump "$P.results" 7 120 > "$WORK/results.jsonl" || fail "fewer than 7 results"
+qclient dump "$P.results" 8 120 > "$WORK/results.jsonl" || fail "fewer than 8 results"
 qclient result "$P.invalid" 30 > "$WORK/invalid.json" || fail "no invalid record"
 
 # the same schema task through `v4fleet batch`
@@ -91,8 +94,8 @@ for l in open(w + "/results.jsonl", encoding="utf-8"):
     r = json.loads(l)
     rv.validate(r)
     recs[r["id"]] = r
-assert set(recs) == {"q-schema", "q-schema2", "q-regex", "q-choice", "q-bad-schema", "q-free", "q-logprobs"}, sorted(recs)
-for k in ("q-schema", "q-schema2", "q-regex", "q-choice", "q-free", "q-logprobs"):
+assert set(recs) == {"q-schema", "q-schema2", "q-regex", "q-choice", "q-bad-schema", "q-free", "q-logprobs", "q-n3"}, sorted(recs)
+for k in ("q-schema", "q-schema2", "q-regex", "q-choice", "q-free", "q-logprobs", "q-n3"):
     assert recs[k]["status"] == "succeeded", recs[k]
 for k in ("q-schema", "q-schema2", "q-regex", "q-choice"):
     assert recs[k]["output"]["finish_reason"] == "stop", recs[k]["output"]
@@ -117,6 +120,12 @@ for e in lp:
     assert e["logprob"] <= 0 and all(t["logprob"] <= 0 for t in tl), e
     assert any(t["token"] == e["token"] and abs(t["logprob"] - e["logprob"]) < 1e-9 for t in tl) or \
         e["logprob"] <= tl[-1]["logprob"] + 1e-9, e
+o = recs["q-n3"]["output"]
+ch = o["choices"]
+assert [c["index"] for c in ch] == [0, 1, 2] and all(c["text"] in ("yes", "no", "maybe later") and
+                                                    c["finish_reason"] == "stop" and c["logprobs"] for c in ch), ch
+assert (o["text"], o["token_ids"]) == (ch[0]["text"], ch[0]["token_ids"]), o
+assert recs["q-n3"]["usage"]["completion_tokens"] == sum(c["completion_tokens"] for c in ch), recs["q-n3"]["usage"]
 b = json.loads(open(w + "/one.out").readline())
 assert b["output"]["text"] == recs["q-schema"]["output"]["text"] and \
     b["output"]["token_ids"] == recs["q-schema"]["output"]["token_ids"], (b["output"], recs["q-schema"]["output"])

@@ -110,7 +110,13 @@ static const bad_case BAD[] = {
     {P "\"audio\":{\"voice\":\"x\"}}", V4_TASK_UNSUPPORTED_FIELD, "audio", NULL},
     {P "\"modalities\":[\"text\",\"audio\"]}", V4_TASK_UNSUPPORTED_FIELD, "modalities", NULL},
     {P "\"prediction\":{\"type\":\"content\"}}", V4_TASK_UNSUPPORTED_FIELD, "prediction", NULL},
-    {P "\"n\":2}", V4_TASK_UNSUPPORTED_FIELD, "n", NULL},   /* the sampling fields: test_task_sampling.c */
+    {P "\"n\":0}", V4_TASK_INVALID_FIELD, "n", NULL},
+    {P "\"n\":17}", V4_TASK_INVALID_FIELD, "n", NULL},
+    {P "\"n\":-1}", V4_TASK_INVALID_FIELD, "n", NULL},
+    {P "\"n\":2.5}", V4_TASK_INVALID_FIELD, "n", NULL},
+    {P "\"n\":\"3\"}", V4_TASK_INVALID_FIELD, "n", NULL},
+    {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"n\":2}", V4_TASK_UNSUPPORTED_FIELD, "n",
+     "summarize"},
 };
 
 int main(void)
@@ -161,6 +167,15 @@ int main(void)
     v4_task_free(&ta);
     v4_task_free(&tb);
     v4_task_free(&tc);
+    /* n: default 1, 1..16 accepted (several answers from one prefill, choices.h) */
+    static const struct { const char *body; int n; } NS[] = {
+        {P "\"n\":1}", 1}, {P "\"n\":3}", 3}, {P "\"n\":16}", 16}, {P "\"seed\":4}", 1}};
+    for (size_t i = 0; i < sizeof NS / sizeof NS[0]; i++) {
+        v4_task tn;
+        CHECK(!v4_task_parse(NS[i].body, strlen(NS[i].body), 1 << 20, &tn, &e) && tn.n == NS[i].n && !tn.n_unknown,
+              "n case %zu: n %d, want %d (%s)", i, tn.n, NS[i].n, e.message);
+        v4_task_free(&tn);
+    }
     /* unknown fields are still ignored and listed */
     const char *u = P "\"frobnicate\":1}";
     v4_task tu;

@@ -177,6 +177,8 @@ int v4_ctx_rows_per_seq(const v4_ctx *c)
 
 int v4_ctx_max_rows(const v4_ctx *c) { return c->max_batch; }
 
+int v4_ctx_seq_forkable(const v4_ctx *c) { return !c->impl.step; }
+
 const char *v4_ctx_attn_path(const v4_ctx *c) { return v4_attn_kern_name(c->attn); }
 
 void v4_ctx_set_expert_provider(v4_ctx *c, const v4_expert_provider *p)

@@ -89,6 +89,19 @@ long v4_seq_inexact(const v4_seq *s);
 const uint16_t *v4_seq_window(const v4_seq *s, int layer);
 const uint16_t *v4_seq_compressed(const v4_seq *s, int layer, int *n);
 const uint16_t *v4_seq_index_keys(const v4_seq *s, int layer, int *n);
+/* Forking a sequence (several answers from one prefill, docs/queue-worker.md "n"):
+ * v4_seq_copy_from makes dst an exact copy of src's state (position, window rings,
+ * compressed entries, indexer keys, compressor states, broken / inexact marks), so
+ * that dst then decodes bit-identically to src given the same tokens (tests/
+ * test_seq_fork.c).  dst must come from the same weights with the same capacity
+ * (-1, err V4_ERR_INVALID otherwise; dst unchanged); it allocates nothing.
+ * v4_seq_fork: a new sequence (v4_seq_create's memory, the caller frees it) holding
+ * such a copy; NULL with err when out of memory.  This copies the CPU state only: a
+ * step implementation that keeps its own state per sequence (the CUDA engine, keyed by
+ * the v4_seq) does not see it - v4_ctx_seq_forkable says whether a context's steps run
+ * from the v4_seq's own state.  Thread: any (src read-only, dst not in use). */
+int v4_seq_copy_from(v4_seq *dst, const v4_seq *src, v4_error *err);
+v4_seq *v4_seq_fork(const v4_seq *src, v4_error *err);
 
 /* Routed experts from outside the weights: a cache that loads them on demand
  * (cache/expert_provider.h).  Per step and MoE layer, v4_step asks for the distinct
@@ -193,6 +206,12 @@ const v4_config *v4_ctx_config(const v4_ctx *c);
 int v4_ctx_rows_per_seq(const v4_ctx *c);
 /* Rows a step takes (max_batch). */
 int v4_ctx_max_rows(const v4_ctx *c);
+/* 1 when c's steps read and write the sequences' own state (the CPU path), so a copy
+ * made by v4_seq_copy_from / v4_seq_fork continues as the original; 0 with a step
+ * implementation (the CUDA engine keeps each sequence's caches on the device, keyed by
+ * the v4_seq, and has no fork: the serving core then prefills each answer separately,
+ * worker/serve/choices.h).  Thread: any. */
+int v4_ctx_seq_forkable(const v4_ctx *c);
 /* The attention / indexer loops c runs, chosen at create from its CPU backend's ISA
  * as asked (--isa / V4_CPU_ISA): "reference" (scalar), "avx2", "avx512" (avx512 and
  * avx512vnni), or for auto (and other backends) the widest the CPU runs, "portable"

@@ -169,3 +169,54 @@ const uint16_t *v4_seq_index_keys(const v4_seq *s, int layer, int *n)
     *n = s->L[layer].n_idx;
     return s->L[layer].idx_keys;
 }
+
+/* The fork (model.h v4_seq_copy_from): every cache and the compressor states, written
+ * part included (the window ring whole: its slots are positions mod window). */
+static void comp_state_copy(v4_comp_state *d, const v4_comp_state *s)
+{
+    if (!s->kv)
+        return;
+    const size_t n = (size_t)s->rows * s->width;
+    memcpy(d->kv, s->kv, n * sizeof *d->kv);
+    memcpy(d->sc, s->sc, n * sizeof *d->sc);
+}
+
+int v4_seq_copy_from(v4_seq *dst, const v4_seq *src, v4_error *err)
+{
+    if (dst == src)
+        return 0;
+    if (dst->w != src->w || dst->max_len != src->max_len) {
+        v4_err_set(err, V4_ERR_INVALID, "v4_seq_copy_from",
+                   "the copy needs a sequence of the same weights and capacity (%d positions, got %d%s)", src->max_len,
+                   dst->max_len, dst->w != src->w ? ", other weights" : "");
+        return -1;
+    }
+    const v4_config *cfg = &src->w->cfg;
+    dst->pos = src->pos;
+    dst->broken = src->broken;
+    dst->inexact = src->inexact;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        v4_layer_state *d = &dst->L[l];
+        const v4_layer_state *s = &src->L[l];
+        memcpy(d->win, s->win, sizeof *d->win * (size_t)cfg->window * cfg->head_dim);
+        d->n_comp = s->n_comp;
+        d->n_idx = s->n_idx;
+        if (s->comp)
+            memcpy(d->comp, s->comp, sizeof *d->comp * (size_t)s->n_comp * cfg->head_dim);
+        if (s->idx_keys)
+            memcpy(d->idx_keys, s->idx_keys, sizeof *d->idx_keys * (size_t)s->n_idx * cfg->index_head_dim);
+        comp_state_copy(&d->cs, &s->cs);
+        comp_state_copy(&d->ics, &s->ics);
+    }
+    return 0;
+}
+
+v4_seq *v4_seq_fork(const v4_seq *src, v4_error *err)
+{
+    v4_seq *s = v4_seq_create(src->w, src->max_len, err);
+    if (s && v4_seq_copy_from(s, src, err)) {
+        v4_seq_free(s);
+        return NULL;
+    }
+    return s;
+}

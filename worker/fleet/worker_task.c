@@ -93,7 +93,8 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
                        .queue_s = has_ts ? queue_ms / 1e3 : -1,
                        .ttft_s = !rc && out->n_tokens >= 1 ? (t_run - t0 + out->prefill_ms) / 1e3 : -1,
                        .itl_s = !rc && out->n_tokens >= 2 ? out->decode_ms / (out->n_tokens - 1) / 1e3 : -1,
-                       .e2e_s = total_ms / 1e3, .prompt_tokens = out->prompt_tokens, .gen_tokens = out->n_tokens,
+                       .e2e_s = total_ms / 1e3, .prompt_tokens = out->prompt_tokens,
+                       .gen_tokens = v4_run_output_completion(out),
                        .expert_hits = out->expert_hits, .expert_misses = out->expert_misses,
                        .expert_prefetched = out->expert_prefetched};
     v4_wmetrics_task(&w->m, &f);
@@ -103,10 +104,10 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
         return;
     char msg[1024];
     snprintf(msg, sizeof msg, "task %s: %s%s, %d+%d tokens, %.1f ms", t->id, rc ? "failed " : "succeeded",
-             rc ? v4_task_errcode_name(e->code) : "", out->prompt_tokens, out->n_tokens, total_ms);
+             rc ? v4_task_errcode_name(e->code) : "", out->prompt_tokens, v4_run_output_completion(out), total_ms);
     json_t *fields = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I}", "status",
                                rc ? "failed" : "succeeded", "prompt_tokens", out->prompt_tokens, "completion_tokens",
-                               out->n_tokens, "queue_ms", queue_ms, "prefill_ms", out->prefill_ms, "decode_ms",
+                               v4_run_output_completion(out), "queue_ms", queue_ms, "prefill_ms", out->prefill_ms, "decode_ms",
                                out->decode_ms, "total_ms", total_ms, "expert_hits", (json_int_t)out->expert_hits,
                                "expert_misses", (json_int_t)out->expert_misses, "expert_prefetched",
                                (json_int_t)out->expert_prefetched, "expert_bytes_loaded",
@@ -216,7 +217,8 @@ void v4w_complete(worker *w, v4w_job *j)
     v4_result_info ri = {
         .id = t->id, .model = v4_runner_model_name(w->runner), .worker = w->cfg.worker_id, .metadata = t->metadata,
         .text = out->text, .text_len = out->text_len, .token_ids = out->tokens, .n_tokens = out->n_tokens,
-        .finish_reason = out->finish_reason, .prompt_tokens = out->prompt_tokens, .queue_ms = j->queue_ms,
+        .finish_reason = out->finish_reason, .prompt_tokens = out->prompt_tokens, .choices = out->choices,
+        .n_choices = out->n_choices, .queue_ms = j->queue_ms,
         .prefill_ms = out->prefill_ms, .decode_ms = out->decode_ms, .total_ms = v4_now_ms() - j->t0,
         .expert_hits = out->expert_hits, .expert_misses = out->expert_misses,
         .expert_prefetched = out->expert_prefetched,

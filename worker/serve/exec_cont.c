@@ -7,7 +7,10 @@
  * generation at a time, which is stepped like any other active job; when it retires,
  * its output goes back to the summarizer and the next generation (next chunk, next
  * level, final pass) is prepared in the same slot at once, so the other tasks never
- * wait for a summary.  step(): run the sync jobs; poll every
+ * wait for a summary.  A task with n > 1 answers (choices.h) holds its slot the same way:
+ * choice 0 runs as the task, its sequence and last prompt logits are kept (the fork's
+ * snapshot) just before the row that ends its prompt is accepted, and each later choice
+ * is prepared in the slot when the previous one retires (forked: no prefill rows).  step(): run the sync jobs; poll every
  * waiting and active job's cancel hook (deadline, abort); admit waiting jobs by the
  * step implementation's memory figures (v4_ctx_admit, admit.h: run, wait for another
  * step - never failed while others' memory will free - or fail when it cannot fit
@@ -40,6 +43,7 @@
 #include <string.h>
 
 #include "admit.h"
+#include "choices.h"
 #include "executor.h"
 #include "mask_ahead.h"
 #include "summarize.h"
@@ -53,7 +57,8 @@ typedef struct cslot {
     v4_job *job;
     v4_run_job rj;
     v4_summ *summ;              /* a summarize task: its tree; rj runs its current generation */
-    v4_run_output sub;          /* that generation's output */
+    v4_choices *ch;             /* a task with n > 1 (choices.h): rj runs its current choice */
+    v4_run_output sub;          /* that generation's (choice's, after choice 0) output */
 } cslot;
 
 typedef struct cont_exec {
@@ -146,6 +151,29 @@ static void summ_feed(cont_exec *c, cslot *s)
     s->state = SLOT_DONE;
 }
 
+/* A slot of a task with n > 1 whose choice just finished with rc: prepare the next
+ * choice (waiting for admission like any new sequence; one whose first token already
+ * ended it is finished at once), or, after the last or a failure, hand the task back. */
+static void choice_feed(cslot *s, int rc)
+{
+    v4_job *job = s->job;
+    int k = 0;
+    while (!rc && (k = v4_choices_next(s->ch, job->deadline_ms, v4_job_abort_poll, job, &s->rj, &s->sub,
+                                       &job->err)) == 1) {
+        if (!v4_gen_done(s->rj.gen)) {
+            s->state = SLOT_WAIT;
+            return;
+        }
+        rc = v4_choices_accept(s->ch, v4_runner_finish(&s->rj, 0, NULL, &s->sub, &job->err), &s->sub, &job->out,
+                               &job->err);
+    }
+    if (k < 0)
+        v4_run_output_free(&s->sub);
+    job->rc = v4_choices_end(s->ch, k < 0 ? -1 : rc, &job->out);
+    s->ch = NULL;
+    s->state = SLOT_DONE;
+}
+
 static int cont_submit(v4_exec *x, v4_job *job)
 {
     cont_exec *c = (cont_exec *)x;
@@ -179,9 +207,15 @@ static int cont_submit(v4_exec *x, v4_job *job)
         s->state = SLOT_SYNC;
         return 0;
     }
+    if (job->task.n > 1 && !(s->ch = v4_choices_new(c->r, &job->task, &job->err))) {
+        job->rc = -1;
+        s->state = SLOT_DONE;
+        return 0;
+    }
     if (v4_runner_prepare(c->r, &job->task, job->deadline_ms, v4_job_abort_poll, job, &s->rj, &job->out,
                           &job->err)) {
-        job->rc = -1;
+        job->rc = s->ch ? v4_choices_end(s->ch, -1, &job->out) : -1;
+        s->ch = NULL;
         s->state = SLOT_DONE;
     } else {
         s->state = SLOT_WAIT;
@@ -196,6 +230,12 @@ static void retire(cont_exec *c, cslot *s, int failed, const v4_error *err)
         int rc = v4_runner_finish(&s->rj, failed, err, &s->sub, &s->job->err);
         v4_summ_accept(s->summ, rc, &s->sub);
         summ_feed(c, s);
+        return;
+    }
+    if (s->ch) {   /* choice 0 answers into the task's output, later ones into sub */
+        v4_run_output *o = v4_choices_current(s->ch) ? &s->sub : &s->job->out;
+        const int rc = v4_runner_finish(&s->rj, failed, err, o, &s->job->err);
+        choice_feed(s, v4_choices_accept(s->ch, rc, o, &s->job->out, &s->job->err));
         return;
     }
     s->job->rc = v4_runner_finish(&s->rj, failed, err, &s->job->out, &s->job->err);
@@ -384,6 +424,8 @@ static int forward(cont_exec *c)
             v4_runner_job_charge(&s->rj, miss, pre);
         }
         v4_error aerr = {0};
+        if (c->row_want[k] && v4_choices_wants(s->ch, &s->rj))   /* n > 1: the prompt's end, before sampling */
+            v4_choices_capture(s->ch, &s->rj, c->logits + (size_t)k * V);
         if (v4_gen_accept_row(s->rj.gen, c->row_k[k], c->row_want[k] ? c->logits + (size_t)k * V : NULL, &aerr))
             retire(c, s, 1, &aerr);
         else if (v4_gen_done(s->rj.gen))

@@ -110,7 +110,8 @@ v4_exec *v4_exec_serial(v4_runner *r, int (*abort_fn)(void *), void *abort_ud);
  * weights; then finished jobs (stop, length, error, deadline, abort) are retired and
  * handed back, freeing their slots before the next step.  Sampling, stop strings and
  * detokenization are per job (generate.h), so outputs equal the serial executor's,
- * greedy or seeded.  A summarize task holds one slot for its whole tree: its chunk and
+ * greedy or seeded.  A task with n > 1 answers holds one slot for all its choices, run
+ * one after another from one prefill (choices.h).  A summarize task holds one slot for its whole tree: its chunk and
  * summary generations are stepped with the other jobs (exec_cont.c).  A step the step
  * implementation fails for one new sequence only (v4_ctx_step_fault: out of device
  * memory despite admission) takes that job out and runs again without it: the job waits

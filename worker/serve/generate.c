@@ -101,8 +101,9 @@ void v4_gen_free(v4_gen_state *g)
     free(g);
 }
 
-v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
-                           v4_emit_fn emit, void *ud, v4_error *err)
+/* v4_gen_begin on a sequence at position `at` (0, or the prompt's end for a fork). */
+static v4_gen_state *begin_at(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                              v4_emit_fn emit, void *ud, int at, v4_error *err)
 {
     v4_gen_state *g = calloc(1, sizeof *g);
     if (!g) {
@@ -136,7 +137,7 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
         v4_err_set(err, V4_ERR_INVALID, "prompt", "the prompt has no tokens");
         goto fail;
     }
-    if (v4_seq_pos(seq) != 0 || req->n_prompt + req->max_tokens > v4_seq_capacity(seq)) {
+    if (v4_seq_pos(seq) != at || req->n_prompt + req->max_tokens > v4_seq_capacity(seq)) {
         v4_err_set(err, V4_ERR_RANGE, "prompt", "prompt (%d tokens) + max_tokens (%d) exceed the context of %d",
                    req->n_prompt, req->max_tokens, v4_seq_capacity(seq));
         goto fail;
@@ -153,6 +154,30 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
 fail:
     v4_gen_free(g);
     return NULL;
+}
+
+v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                           v4_emit_fn emit, void *ud, v4_error *err)
+{
+    return begin_at(cfg, seq, tok, req, emit, ud, 0, err);
+}
+
+v4_gen_state *v4_gen_begin_forked(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok,
+                                  const v4_gen_request *req, struct v4_constrain *cons, const float *logits,
+                                  v4_emit_fn emit, void *ud, v4_error *err)
+{
+    v4_gen_state *g = begin_at(cfg, seq, tok, req, emit, ud, req->n_prompt, err);
+    if (!g)
+        return NULL;
+    g->cons = cons;
+    g->fed = req->n_prompt - 1;   /* the prompt's last row is the fork's: accept it */
+    if (req->expert_counts)        /* its routes were counted by the original (ids -1: none) */
+        memset(g->tr[0].route_ids, 0xFF, sizeof(int32_t) * (size_t)cfg->n_layers * (size_t)cfg->n_act_experts);
+    if (v4_gen_accept_row(g, 0, logits, err)) {
+        v4_gen_free(g);
+        return NULL;
+    }
+    return g;
 }
 
 void v4_gen_set_constraint(v4_gen_state *g, v4_constrain *c)

@@ -126,6 +126,17 @@ int v4_gen_capacity(const v4_gen_state *g);
 /* NULL (err filled) on a bad request: empty prompt, seq not fresh or too small. */
 v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                            v4_emit_fn emit, void *ud, v4_error *err);
+/* A state for one more answer from a prompt another state prefilled (several answers
+ * from one prefill, choices.h): seq is a copy of that state's sequence right after its
+ * prompt (position n_prompt: v4_seq_fork), logits the prompt's last position's (what
+ * the original sampled its first token from), cons this answer's own constraint state
+ * (fresh; borrowed as by v4_gen_set_constraint; NULL: free text).  The first token is
+ * sampled here with this request's sampler (its own seed); the state may already be
+ * done (EOS, max_tokens 1).  Its prefill time is ~0 and the prompt's routes are not
+ * counted again.  NULL (err filled) as v4_gen_begin, or when that first token fails. */
+v4_gen_state *v4_gen_begin_forked(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok,
+                                  const v4_gen_request *req, struct v4_constrain *cons, const float *logits,
+                                  v4_emit_fn emit, void *ud, v4_error *err);
 /* Decode under c (constrain.h; borrowed, must outlive the state; NULL: free text).  Set
  * it before the first v4_gen_accept. */
 void v4_gen_set_constraint(v4_gen_state *g, struct v4_constrain *c);

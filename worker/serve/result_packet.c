@@ -23,6 +23,37 @@ static char *dump(json_t *o)
     return s;
 }
 
+int v4_result_completion_tokens(const v4_result_info *r)
+{
+    if (!r->choices || r->n_choices < 1)
+        return r->n_tokens;
+    int n = 0;
+    for (int i = 0; i < r->n_choices; i++)
+        n += r->choices[i].n_tokens;
+    return n;
+}
+
+/* output.choices of a task with n > 1 (NULL: one answer). */
+static json_t *choices_array(const v4_result_info *r)
+{
+    if (!r->choices || r->n_choices < 1)
+        return NULL;
+    json_t *a = json_array();
+    for (int i = 0; a && i < r->n_choices; i++) {
+        const v4_result_choice *c = &r->choices[i];
+        json_t *ids = json_array();
+        for (int k = 0; ids && k < c->n_tokens; k++)
+            json_array_append_new(ids, json_integer(c->tokens[k]));
+        json_t *one = json_pack("{s:i, s:s%, s:o, s:s, s:i}", "index", i, "text", c->text ? c->text : "",
+                                c->text ? c->text_len : 0, "token_ids", ids, "finish_reason",
+                                c->finish_reason ? c->finish_reason : "stop", "completion_tokens", c->n_tokens);
+        if (one && c->logprobs)
+            json_object_set(one, "logprobs", c->logprobs);
+        json_array_append_new(a, one);
+    }
+    return a;
+}
+
 json_t *v4_result_object(const v4_result_info *r)
 {
     int ok = !r->error || r->error->code == V4_TASK_OK;
@@ -36,14 +67,20 @@ json_t *v4_result_object(const v4_result_info *r)
         json_t *ids = json_array();
         for (int i = 0; i < r->n_tokens; i++)
             json_array_append_new(ids, json_integer(r->token_ids[i]));
-        json_object_set_new(o, "output", json_pack("{s:s%, s:o, s:s}", "text", r->text ? r->text : "",
-                                                   r->text ? r->text_len : 0, "token_ids", ids,
-                                                   "finish_reason", r->finish_reason ? r->finish_reason : "stop"));
-        if (r->logprobs)
-            json_object_set(json_object_get(o, "output"), "logprobs", r->logprobs);
+        json_t *output = json_pack("{s:s%, s:o, s:s}", "text", r->text ? r->text : "", r->text ? r->text_len : 0,
+                                   "token_ids", ids, "finish_reason", r->finish_reason ? r->finish_reason : "stop");
+        json_t *ch = choices_array(r);
+        if (output && ch)
+            json_object_set_new(output, "choices", ch);
+        else
+            json_decref(ch);
+        if (output && r->logprobs)
+            json_object_set(output, "logprobs", r->logprobs);
+        json_object_set_new(o, "output", output);
+        const int completion = v4_result_completion_tokens(r);
         json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->prompt_tokens,
-                                                  "completion_tokens", r->n_tokens, "total_tokens",
-                                                  r->prompt_tokens + r->n_tokens));
+                                                  "completion_tokens", completion, "total_tokens",
+                                                  r->prompt_tokens + completion));
         if (r->levels > 0)
             json_object_set_new(o, "summary", json_pack("{s:i, s:i}", "chunks", r->chunks, "levels", r->levels));
     } else {

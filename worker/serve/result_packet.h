@@ -2,7 +2,9 @@
  * of an invalid packet (docs/queue-worker.md "Result"; config/result.schema.json).
  *
  * Result: {id, status: succeeded|failed, model, output {text, token_ids,
- * finish_reason[, logprobs]}, usage {prompt_tokens, completion_tokens, total_tokens}, timing
+ * finish_reason[, logprobs][, choices [{index, text, token_ids, finish_reason,
+ * completion_tokens[, logprobs]}] when the task asked for n > 1 answers: text... are
+ * choice 0's]}, usage {prompt_tokens, completion_tokens, total_tokens}, timing
  * {queue_ms, prefill_ms, decode_ms, total_ms}, experts {hits, misses, bytes_loaded},
  * summary {chunks, levels} (succeeded summarize tasks; summarize.h), worker, metadata,
  * error {code, message,
@@ -22,6 +24,17 @@
 
 #include "task_error.h"
 
+/* One answer of a task with n > 1 (worker/serve/choices.h): the result's choices[i].
+ * Owned by the v4_run_output that holds it (v4_run_output_free), borrowed here. */
+typedef struct v4_result_choice {
+    char *text;
+    size_t text_len;
+    int32_t *tokens;
+    int n_tokens;
+    const char *finish_reason;
+    json_t *logprobs;               /* logprobs: true: this choice's content array; NULL otherwise */
+} v4_result_choice;
+
 typedef struct v4_result_info {
     const char *id;                 /* may be NULL (invalid packet) */
     const char *model;
@@ -34,6 +47,10 @@ typedef struct v4_result_info {
     int n_tokens;
     const char *finish_reason;
     int prompt_tokens;
+    /* n > 1: every answer (choice 0 = the fields above); NULL / 0: one answer.  With
+     * choices, usage.completion_tokens is their sum and output.choices lists them. */
+    const v4_result_choice *choices;
+    int n_choices;
     /* timing, milliseconds */
     double queue_ms, prefill_ms, decode_ms, total_ms;
     /* the run's experts figures (v4_run_output, task_run.h): activations = hits + misses
@@ -52,6 +69,8 @@ typedef struct v4_result_info {
 
 /* NULL on allocation failure. */
 char *v4_result_json(const v4_result_info *r);
+/* The completion tokens of r: the sum over its choices, else n_tokens. */
+int v4_result_completion_tokens(const v4_result_info *r);
 /* Error record for tasks.invalid; body/len is the original packet. */
 char *v4_invalid_record_json(const v4_task_error *e, const char *id, const char *worker, const char *body,
                              size_t len);

@@ -1,5 +1,6 @@
 /* task_exec.h - run any task kind: the one entry point the worker and the batch
- * executors call.  Generation tasks go to v4_runner_run (task_run.h); summarize tasks
+ * executors call.  Generation tasks go to v4_runner_run (task_run.h), those with n > 1
+ * through choices.h (several answers from one prefill); summarize tasks
  * to the summarizer (several generations: chunks, then summaries of summaries).
  *
  * Ownership and thread: as v4_runner_run (out owned by the caller, one thread at a

@@ -31,7 +31,6 @@ static const unserved UNSERVED[] = {
     {"guided_whitespace_pattern", V4_FIELD_UNSERVED, "a whitespace pattern is not served (JSON constraints allow "
                                                      "runs of at most 8 whitespace bytes, or none with "
                                                      "structured_outputs.disable_any_whitespace)"},
-    {"n", V4_FIELD_UNSERVED_SAMPLING, "one answer per task is served (only 1 is accepted)"},
 };
 
 static const char *const CONSTRAINT_FIELDS[] = {"response_format", "guided_json", "guided_regex", "guided_choice",
@@ -86,8 +85,6 @@ static int noop_value(const char *k, json_t *v)
         return json_is_false(v);
     if (!strcmp(k, "modalities"))
         return json_is_array(v) && json_array_size(v) == 1 && is_str(json_array_get(v, 0), "text");
-    if (!strcmp(k, "n"))
-        return json_is_number(v) && json_number_value(v) == 1;
     return 0;
 }
 

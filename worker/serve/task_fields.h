@@ -25,9 +25,10 @@
  * unsupported_field naming the field, unless their value asks for nothing (the value
  * in brackets): tools ([]), tool_choice ("none"), functions ([]), function_call ("none"),
  * parallel_tool_calls (any boolean: it only qualifies tools), stream (false), audio,
- * modalities (["text"]), prediction, n (1).  The sampling fields logit_bias, the
- * penalties, min_p, logprobs and top_logprobs are served: task_sampling.h reads them
- * (V4_FIELD_SAMPLING).  Fields that change nothing are accepted: user, store,
+ * modalities (["text"]), prediction.  The sampling fields logit_bias, the penalties,
+ * min_p, logprobs and top_logprobs are served: task_sampling.h reads them
+ * (V4_FIELD_SAMPLING); n (1..V4_MAX_N answers) is task_packet.c's.  Fields that change
+ * nothing are accepted: user, store,
  * service_tier, guided_decoding_backend (and metadata, echoed by task packets).
  *
  * Ownership: a v4_task_constraint owns its text (v4_task_constraint_free).
@@ -58,8 +59,6 @@ typedef enum v4_field_kind {
     V4_FIELD_OTHER = 0,             /* not one of this file's */
     V4_FIELD_CONSTRAINT,            /* read by v4_task_constraint_parse */
     V4_FIELD_UNSERVED,              /* changes the answer, not served (v4_task_field_check) */
-    V4_FIELD_UNSERVED_SAMPLING,     /* n (only 1 is served): as V4_FIELD_UNSERVED, in task
-                                     * packets and OpenAI lines alike */
     V4_FIELD_SAMPLING,              /* served sampling fields: logit_bias, the penalties, min_p,
                                      * logprobs, top_logprobs (task_sampling.h) */
     V4_FIELD_NOOP                   /* changes nothing: accepted */

@@ -182,6 +182,12 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
         t->seed = (uint64_t)x;
         return 0;
     }
+    if (!strcmp(k, "n")) {
+        if (get_int(v, k, 1, V4_TASK_MAX_N, &x, e))
+            return -1;
+        t->n = (int)x;
+        return 0;
+    }
     if (!strcmp(k, "stop"))
         return parse_stop(v, t, e);
     if (!strcmp(k, "thinking")) {
@@ -211,7 +217,6 @@ static int parse_field(const char *k, json_t *v, v4_task *t, v4_task_error *e)
     case V4_FIELD_NOOP:
         return 0;
     case V4_FIELD_UNSERVED:
-    case V4_FIELD_UNSERVED_SAMPLING:
         return v4_task_field_check(k, v, e);
     case V4_FIELD_SAMPLING:
         return v4_task_sampling_parse(k, v, &t->sampling, e);
@@ -246,6 +251,7 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
     t->max_tokens = 64;
     t->temperature = 1.0;
     t->top_p = 1.0;
+    t->n = 1;
     if (len > max_len)
         return v4_task_fail(e, V4_TASK_INVALID_JSON, "body", "body of %zu bytes exceeds the limit of %zu bytes", len, max_len);
     json_error_t je;
@@ -296,6 +302,9 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
     if (t->constraint.on && t->ignore_eos)
         return FIELD(e, "ignore_eos", "cannot be combined with a constraint (%s): a constrained answer ends at its "
                      "end token", t->constraint.field);
+    if (t->n > 1 && t->kind == V4_TASK_KIND_SUMMARIZE)
+        return v4_task_fail(e, V4_TASK_UNSUPPORTED_FIELD, "n", "several answers are served on generations only, "
+                            "not on \"summarize\" tasks (only 1 is accepted)");
     if (t->kind == V4_TASK_KIND_SUMMARIZE)
         return check_summarize(t, e);
     if (t->document)

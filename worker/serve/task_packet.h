@@ -15,7 +15,8 @@
  *   A field of the other type (messages/prompt/input_ids/max_tokens on a summarize
  *   task, document/instructions/max_summary_tokens on a generate task) is
  *   invalid_field.  Both types: temperature (>= 0,
- *   default 1), top_p ((0,1], default 1), top_k (>= 0), seed (>= 0), stop (string or
+ *   default 1), top_p ((0,1], default 1), top_k (>= 0), seed (>= 0), n (answers from one
+ *   prompt, 1..V4_TASK_MAX_N, default 1; generate tasks only: worker/serve/choices.h), stop (string or
  *   array of <= 16 strings), thinking (bool), ignore_eos (bool: run to max_tokens, the
  *   deadline or a stop string even past the end-of-sequence token), deadline_ms (1..86400000), metadata (any
  *   JSON value, echoed back).  The output constraint (response_format, guided_json,
@@ -48,6 +49,7 @@
 #define V4_TASK_MAX_STOPS 16
 #define V4_TASK_MAX_MESSAGES 256
 #define V4_TASK_MAX_UNKNOWN 16
+#define V4_TASK_MAX_N 16                /* most answers (n) one task may ask for */
 #define V4_TASK_DEFAULT_SUMMARY_TOKENS 256
 
 typedef struct v4_task_msg {
@@ -80,6 +82,7 @@ typedef struct v4_task {
     double temperature, top_p;
     long top_k;
     uint64_t seed;
+    int n;                          /* answers from one prefill (1..V4_TASK_MAX_N, default 1; choices.h) */
     const char *stops[V4_TASK_MAX_STOPS];
     int n_stops;
     int thinking;

@@ -97,6 +97,20 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     v4_chat_markers_init(&cm, r->tok);
     r->end_think = cm.end_think_id;
     r->grammar_compact = ex ? ex->grammar_compact : 0;
+    r->prefill_each = getenv("V4_N_PREFILL_EACH") && !strcmp(getenv("V4_N_PREFILL_EACH"), "1");
+    r->max_n = ex && ex->max_n > 0 ? ex->max_n : 0;
+    if (!r->max_n && getenv("V4_MAX_N") && *getenv("V4_MAX_N")) {
+        char *end;
+        const long n = strtol(getenv("V4_MAX_N"), &end, 10);
+        if (*end || n < 1 || n > V4_TASK_MAX_N) {
+            v4_err_set(&err, V4_ERR_INVALID, "V4_MAX_N", "must be an integer in 1..%d (got \"%s\")", V4_TASK_MAX_N,
+                       getenv("V4_MAX_N"));
+            goto fail;
+        }
+        r->max_n = (int)n;
+    }
+    if (r->max_n < 1 || r->max_n > V4_TASK_MAX_N)
+        r->max_n = V4_TASK_MAX_N;
     if (!(r->gcache = v4g_cache_new(ex && ex->grammar_cache_bytes > 0 ? (size_t)ex->grammar_cache_bytes
                                                                        : (size_t)V4_GRAMMAR_CACHE_DEFAULT))) {
         v4_err_set(&err, V4_ERR_NOMEM, "runner", "out of memory");
@@ -431,6 +445,13 @@ static int attach_constraint(v4_runner *r, const v4_task *t, v4_run_job *j, v4_t
 int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
                       v4_run_job *j, v4_run_output *out, v4_task_error *e)
 {
+    return v4_runner_prepare_choice(r, t, 0, NULL, NULL, deadline_ms, abort_fn, abort_ud, j, out, e);
+}
+
+int v4_runner_prepare_choice(v4_runner *r, const v4_task *t, int choice, const v4_seq *from, const float *logits,
+                             double deadline_ms, int (*abort_fn)(void *), void *abort_ud, v4_run_job *j,
+                             v4_run_output *out, v4_task_error *e)
+{
     memset(out, 0, sizeof *out);
     memset(j, 0, sizeof *j);
     j->r = r;
@@ -454,6 +475,12 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
     v4_sampling_params sp = {.temperature = t->temperature, .top_p = t->top_p, .top_k = (int)t->top_k,
                              .seed = t->seed};
     v4_task_sampling_apply(&t->sampling, &sp);
+    sp.seed = v4_choice_seed(t->seed, choice);   /* n > 1: choices.h */
+    if (t->n > r->max_n) {
+        v4_task_fail(e, V4_TASK_INVALID_FIELD, "n", "this worker serves at most %d answers per task (V4_MAX_N), not %d",
+                     r->max_n, t->n);
+        goto fail;
+    }
     if (v4_sampling_validate(&sp, &err)) {
         v4_task_fail(e, V4_TASK_INVALID_FIELD, err.where, "%s", err.msg);
         goto fail;
@@ -466,7 +493,7 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
         }
     if (t->constraint.on && attach_constraint(r, t, j, e))
         goto fail;
-    if (!(j->seq = v4_seq_create(&r->m.w, (int)total, &err))) {
+    if (!(j->seq = from ? v4_seq_fork(from, &err) : v4_seq_create(&r->m.w, (int)total, &err))) {
         from_v4(e, &err);
         goto fail;
     }
@@ -482,8 +509,13 @@ int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*
     j->guard = (v4_run_guard){deadline_ms, abort_fn, abort_ud, 0};
     j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
                               t->n_stops, guard_cancel, &j->guard, out->expert_counts, r->chunk};
-    if (!(j->gen = v4_gen_begin(mc, j->seq, r->tok, &j->req, emit_buf, &j->buf, &err))) {
-        from_v4(e, &err);
+    if (from ? !(j->gen = v4_gen_begin_forked(mc, j->seq, r->tok, &j->req, j->cons, logits, emit_buf, &j->buf, &err))
+             : !(j->gen = v4_gen_begin(mc, j->seq, r->tok, &j->req, emit_buf, &j->buf, &err))) {
+        j->guard.why = 0;
+        if (j->cfield && err.code == V4_ERR_INVALID && !strcmp(err.where, "constraint"))
+            v4_task_fail(e, V4_TASK_INVALID_FIELD, j->cfield, "%s", err.msg);
+        else
+            from_v4(e, &err);
         goto fail;
     }
     v4_gen_set_constraint(j->gen, j->cons);
@@ -580,24 +612,54 @@ out:
     return rc;
 }
 
-int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
-                  v4_run_output *out, v4_task_error *e)
+int v4_runner_run_job(v4_runner *r, v4_run_job *j, void (*at_prompt_end)(void *, const v4_run_job *, const float *),
+                      void *ud, v4_run_output *out, v4_task_error *e)
 {
-    v4_run_job j;
-    if (v4_runner_prepare(r, t, deadline_ms, abort_fn, abort_ud, &j, out, e))
-        return -1;
     const v4_config *cfg = &r->m.cfg;
-    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * (size_t)v4_gen_capacity(j.gen));
+    float *logits = malloc(sizeof(float) * (size_t)cfg->vocab_size * (size_t)v4_gen_capacity(j->gen));
     v4_error err = {0};
     int failed = 0;
     if (!logits) {
         v4_err_set(&err, V4_ERR_NOMEM, "generate", "out of memory");
         failed = 1;
     }
-    while (!failed && !v4_gen_done(j.gen))   /* the one-sequence loop (as v4_generate) */
-        failed = v4_gen_poll_cancel(j.gen, &err) || v4_gen_step_alone(j.gen, r->ctx, r->step_rows, logits, &err);
+    while (!failed && !v4_gen_done(j->gen)) {   /* the one-sequence loop (as v4_generate) */
+        const int before = v4_gen_forwarded(j->gen), np = j->req.n_prompt;
+        failed = v4_gen_poll_cancel(j->gen, &err) || v4_gen_step_alone(j->gen, r->ctx, r->step_rows, logits, &err);
+        if (!failed && at_prompt_end && before < np && v4_gen_forwarded(j->gen) >= np)   /* the step held its end */
+            at_prompt_end(ud, j, logits + (size_t)(np - 1 - before) * (size_t)cfg->vocab_size);
+    }
     free(logits);
-    return v4_runner_finish(&j, failed, &err, out, e);
+    return v4_runner_finish(j, failed, &err, out, e);
+}
+
+int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
+                  v4_run_output *out, v4_task_error *e)
+{
+    v4_run_job j;
+    if (v4_runner_prepare(r, t, deadline_ms, abort_fn, abort_ud, &j, out, e))
+        return -1;
+    return v4_runner_run_job(r, &j, NULL, NULL, out, e);
+}
+
+uint64_t v4_choice_seed(uint64_t seed, int i)
+{
+    if (i == 0)
+        return seed;
+    uint64_t z = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;   /* splitmix64 */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFFull;   /* a seed a task may carry (0..2^63-1) */
+}
+
+int v4_run_output_completion(const v4_run_output *o)
+{
+    if (!o->choices || o->n_choices < 1)
+        return o->n_tokens;
+    int n = 0;
+    for (int i = 0; i < o->n_choices; i++)
+        n += o->choices[i].n_tokens;
+    return n;
 }
 
 void v4_run_output_free(v4_run_output *o)
@@ -606,5 +668,11 @@ void v4_run_output_free(v4_run_output *o)
     free(o->text);
     free(o->tokens);
     json_decref(o->logprobs);
+    for (int i = 0; o->choices && i < o->n_choices; i++) {
+        free(o->choices[i].text);
+        free(o->choices[i].tokens);
+        json_decref(o->choices[i].logprobs);
+    }
+    free(o->choices);
     memset(o, 0, sizeof *o);
 }

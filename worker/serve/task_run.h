@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "result_packet.h"
 #include "task_error.h"
 #include "task_packet.h"
 #include "worker/grammar/grammar.h"
@@ -59,7 +60,15 @@ typedef struct v4_run_output {
     /* logprobs: true: the OpenAI chat logprobs content array (token_logprobs.h), one
      * entry per generated token less a final end-of-sequence token; NULL otherwise. */
     json_t *logprobs;
+    /* A task with n > 1 (choices.h): every answer, index order (choice 0 repeats text,
+     * tokens, finish_reason above); owned (v4_run_output_free).  NULL / 0 for n = 1.
+     * n_tokens stays choice 0's; v4_run_output_completion sums the choices. */
+    v4_result_choice *choices;
+    int n_choices;
 } v4_run_output;
+
+/* Completion tokens of o: the sum over its choices, else n_tokens. */
+int v4_run_output_completion(const v4_run_output *o);
 
 /* Engine options of a runner.  Routed experts: all resident (host_cache_bytes 0, the
  * mapped checkpoint), or paged through a host cache of host_cache_bytes filled from
@@ -94,6 +103,10 @@ typedef struct v4_runner_opts {
      * whitespace between tokens for every task (V4_GRAMMAR_COMPACT). */
     long long grammar_cache_bytes;
     int grammar_compact;
+    /* The most answers one task may ask for (its n, choices.h): 1..V4_TASK_MAX_N; 0: the
+     * V4_MAX_N environment variable, else V4_TASK_MAX_N.  A task over it fails with
+     * invalid_field naming n. */
+    int max_n;
 } v4_runner_opts;
 
 #define V4_GRAMMAR_CACHE_DEFAULT (64ll << 20)
@@ -153,7 +166,9 @@ void v4_runner_describe_threads(const v4_runner *r, char *out, size_t n);
 /* The runner's host expert cache (cache/expert_provider.h; the runner owns it), NULL
  * when every expert is resident.  Its users (warm-up) run on the runner's thread. */
 struct v4_xprov *v4_runner_experts(v4_runner *r);
-/* deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.
+/* One answer: a task's n (> 1: several answers) is served by v4_task_execute
+ * (task_exec.h, choices.h); here it is only checked against the worker's limit.
+ * deadline_ms: absolute CLOCK_MONOTONIC milliseconds the task must finish by.
  * abort (may be NULL): non-zero = stop now without a result.
  * Returns 0 (out filled), -1 (e filled: the task failed), -2 (aborted). */
 int v4_runner_run(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,

@@ -39,6 +39,8 @@ struct v4_runner {
     v4g_cache *gcache;
     v4g_vocab *gvocab;
     int grammar_compact;        /* 1: JSON constraints without whitespace, for every task */
+    int prefill_each;           /* 1: choices never fork (V4_N_PREFILL_EACH=1: the device path's way, for tests) */
+    int max_n;                  /* most answers per task (n): v4_runner_opts.max_n, V4_MAX_N, else V4_TASK_MAX_N */
     int32_t eos;                /* the end token: the tokenizer's, else the model's */
     int32_t end_think;          /* </think>'s id (thinking mode: the answer starts after it); -1 none */
 };
@@ -86,6 +88,22 @@ typedef struct v4_run_job {
  * on such a failure; j holds nothing). */
 int v4_runner_prepare(v4_runner *r, const v4_task *t, double deadline_ms, int (*abort_fn)(void *), void *abort_ud,
                       v4_run_job *j, v4_run_output *out, v4_task_error *e);
+/* The seed of choice i of a task whose seed is seed (choice 0: seed itself; choices.h). */
+uint64_t v4_choice_seed(uint64_t seed, int i);
+/* v4_runner_prepare for choice i of a task with n > 1 (choices.h): its seed is
+ * v4_choice_seed(t->seed, i); with from (a sequence at the prompt's end) and logits
+ * (the prompt's last position's) its sequence is a fork of from and its first token is
+ * sampled at once (v4_gen_begin_forked: j->gen may be done already), else it prefills
+ * the prompt itself.  v4_runner_prepare is choice 0 without from. */
+int v4_runner_prepare_choice(v4_runner *r, const v4_task *t, int i, const v4_seq *from, const float *logits,
+                             double deadline_ms, int (*abort_fn)(void *), void *abort_ud, v4_run_job *j,
+                             v4_run_output *out, v4_task_error *e);
+/* Step a prepared job alone to its end (v4_gen_step_alone on r->ctx), then
+ * v4_runner_finish it into out; as v4_runner_run returns.  at_prompt_end (may be NULL)
+ * is called once, after the step that forwarded the prompt's last position, with that
+ * position's logits (choices.h takes its snapshot there). */
+int v4_runner_run_job(v4_runner *r, v4_run_job *j, void (*at_prompt_end)(void *, const v4_run_job *, const float *),
+                      void *ud, v4_run_output *out, v4_task_error *e);
 /* Batched paged runs: charge this job with one step's loads for one of its rows
  * (v4_runner_charge_row). */
 void v4_runner_job_charge(v4_run_job *j, long long misses, long long prefetched);

@@ -134,7 +134,7 @@ static int map_openai(v4_batch_item *it, json_t *root, json_t **task_out, v4_tas
                 return -1;
             }
         } else if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "seed") ||
-                   !strcmp(k, "stop") || !strcmp(k, "top_k") || !strcmp(k, "ignore_eos")) {
+                   !strcmp(k, "stop") || !strcmp(k, "top_k") || !strcmp(k, "ignore_eos") || !strcmp(k, "n")) {
             if (!json_is_null(v))   /* OpenAI clients send null for "unset" */
                 json_object_set(task, k, v);
         } else if (!strcmp(k, "max_tokens") || !strcmp(k, "max_completion_tokens")) {
@@ -142,9 +142,9 @@ static int map_openai(v4_batch_item *it, json_t *root, json_t **task_out, v4_tas
             if (!json_is_null(v) && (!strcmp(k, "max_completion_tokens") || !json_object_get(body, "max_completion_tokens")))
                 json_object_set(task, "max_tokens", v);
         } else if (v4_task_field_kind(k) == V4_FIELD_CONSTRAINT || v4_task_field_kind(k) == V4_FIELD_UNSERVED ||
-                   v4_task_field_kind(k) == V4_FIELD_UNSERVED_SAMPLING || v4_task_field_kind(k) == V4_FIELD_SAMPLING) {
+                   v4_task_field_kind(k) == V4_FIELD_SAMPLING) {
             /* the output constraint, the sampling fields (logit_bias, penalties, min_p,
-             * logprobs) and the fields not served (n > 1, ...): v4_task_parse answers them */
+             * logprobs) and the fields not served (tools, ...): v4_task_parse answers them */
             if (!json_is_null(v))
                 json_object_set(task, k, v);
         } else if (v4_task_field_kind(k) == V4_FIELD_NOOP) {

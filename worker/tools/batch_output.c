@@ -204,6 +204,40 @@ static json_t *openai_record(const v4_batch_item *it)
     return json_pack("{s:s, s:o}", "id", id, "custom_id", it->id ? json_string(it->id) : json_null());
 }
 
+/* One OpenAI choice: {index, message {role, content}, finish_reason} (NULL: not JSON,
+ * e.g. text that is not valid UTF-8). */
+/* One choice; OpenAI's logprobs: {content: [...]} when asked (lp), else null. */
+static json_t *openai_choice(int index, const char *text, size_t len, const char *finish, json_t *lp)
+{
+    return json_pack("{s:i, s:{s:s, s:s%}, s:s, s:o}", "index", index, "message", "role", "assistant", "content",
+                     text ? text : "", text ? len : 0, "finish_reason", finish ? finish : "stop", "logprobs",
+                     lp ? json_pack("{s:O}", "content", lp) : json_null());
+}
+
+/* body.choices: the one answer, or every choice of a task with n > 1 (NULL: one could
+ * not be encoded; json_pack's "o" then fails the body). */
+static json_t *openai_choices(const v4_result_info *ri)
+{
+    json_t *a = json_array();
+    if (!ri->choices || ri->n_choices < 1) {
+        json_t *c = openai_choice(0, ri->text, ri->text_len, ri->finish_reason, ri->logprobs);
+        if (!a || !c || json_array_append_new(a, c)) {
+            json_decref(a);
+            return NULL;
+        }
+        return a;
+    }
+    for (int i = 0; a && i < ri->n_choices; i++) {
+        const v4_result_choice *rc = &ri->choices[i];
+        json_t *c = openai_choice(i, rc->text, rc->text_len, rc->finish_reason, rc->logprobs);
+        if (!c || json_array_append_new(a, c)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
 char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, long long created)
 {
     const int failed = ri->error && ri->error->code != V4_TASK_OK;
@@ -225,19 +259,15 @@ char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, lo
     char cid[48], rid[48];
     snprintf(cid, sizeof cid, "chatcmpl-%ld", it->line);
     snprintf(rid, sizeof rid, "req_%ld", it->line);
-    json_t *body = json_pack(
-        "{s:s, s:s, s:I, s:s, s:[{s:i, s:{s:s, s:s%}, s:s}], s:{s:i, s:i, s:i}}", "id", cid, "object",
-        "chat.completion", "created", (json_int_t)created, "model", ri->model ? ri->model : "", "choices", "index", 0,
-        "message", "role", "assistant", "content", ri->text ? ri->text : "", ri->text ? ri->text_len : 0,
-        "finish_reason", ri->finish_reason ? ri->finish_reason : "stop", "usage", "prompt_tokens", ri->prompt_tokens,
-        "completion_tokens", ri->n_tokens, "total_tokens", ri->prompt_tokens + ri->n_tokens);
+    const int completion = v4_result_completion_tokens(ri);
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i}}", "id", cid, "object", "chat.completion",
+                             "created", (json_int_t)created, "model", ri->model ? ri->model : "", "choices",
+                             openai_choices(ri), "usage", "prompt_tokens", ri->prompt_tokens, "completion_tokens",
+                             completion, "total_tokens", ri->prompt_tokens + completion);
     if (!body) {   /* e.g. text that is not valid UTF-8 (random weights can cut a character) */
         json_decref(o);
         return NULL;
     }
-    /* OpenAI's choices[0].logprobs: {content: [...]} when asked, else null */
-    json_t *choice = json_array_get(json_object_get(body, "choices"), 0);
-    json_object_set_new(choice, "logprobs", ri->logprobs ? json_pack("{s:O}", "content", ri->logprobs) : json_null());
     json_object_set_new(o, "response", json_pack("{s:i, s:s, s:o}", "status_code", 200, "request_id", rid, "body", body));
     json_object_set_new(o, "error", json_null());
     return dump(o);

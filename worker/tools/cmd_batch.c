@@ -399,7 +399,8 @@ static int finish_job(batch_run *b, v4_job *j)
     v4_result_info ri = {
         .id = t->id, .model = v4_runner_model_name(b->runner), .worker = b->worker, .metadata = t->metadata,
         .text = o->text, .text_len = o->text_len, .token_ids = o->tokens, .n_tokens = o->n_tokens,
-        .finish_reason = o->finish_reason, .prompt_tokens = o->prompt_tokens, .queue_ms = 0,
+        .finish_reason = o->finish_reason, .prompt_tokens = o->prompt_tokens, .choices = o->choices,
+        .n_choices = o->n_choices, .queue_ms = 0,
         .prefill_ms = o->prefill_ms, .decode_ms = o->decode_ms, .total_ms = j->end_ms - j->start_ms,
         .expert_hits = o->expert_hits, .expert_misses = o->expert_misses,
         .expert_prefetched = o->expert_prefetched,
@@ -413,7 +414,7 @@ static int finish_job(batch_run *b, v4_job *j)
         failed = 1;
         line = v4_batch_result_line(it, &ri, (long long)time(NULL));
     }
-    return emit(b, line, failed, failed ? 0 : o->n_tokens);
+    return emit(b, line, failed, failed ? 0 : v4_run_output_completion(o));
 }
 
 /* One executor step; writes the lines of the jobs it finished.  Returns rc updated
