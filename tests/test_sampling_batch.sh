@@ -16,7 +16,7 @@
 #  - penalties and min_p run and are deterministic (the same line twice gives the same
 #    tokens), repetition_penalty changes the greedy answer of a line that repeats;
 #  - bad values: invalid_field naming the field (body.top_logprobs, body.min_p,
-#    logit_bias outside the vocabulary), n: 2 unsupported_field; nothing is "ignored";
+#    logit_bias outside the vocabulary), n: 17 invalid_field; nothing is "ignored";
 #  - --concurrency 3 gives the same lines (logprobs included) as the serial run.
 set -u
 bin=${V4_BIN:?V4_BIN not set}
@@ -80,7 +80,7 @@ lines.append({"id": "rep", "input_ids": [0] + [300] * 40, "temperature": 0, "max
              "logit_bias": {"300": 3}, "repetition_penalty": 2.0})
 openai("bad-top", {"max_tokens": 4, "logprobs": True, "top_logprobs": 25})
 openai("bad-minp", {"max_tokens": 4, "min_p": 2})
-openai("bad-n", {"max_tokens": 4, "n": 2})
+openai("bad-n", {"max_tokens": 4, "n": 17})   # n is served (1..16): test_batch_n.sh
 task("bad-vocab", {"max_tokens": 4, "logit_bias": {"99999999": 1}})
 with open(sys.argv[2], "w") as f:
     for l in lines:
@@ -203,7 +203,7 @@ def err(k):
     r = recs[k]
     return r.get("error") or {}
 for k, code, where in (("bad-top", "invalid_field", "body.top_logprobs"), ("bad-minp", "invalid_field", "body.min_p"),
-                       ("bad-n", "unsupported_field", "body.n"), ("bad-vocab", "invalid_field", "logit_bias")):
+                       ("bad-n", "invalid_field", "body.n"), ("bad-vocab", "invalid_field", "logit_bias")):
     e = err(k)
     if e.get("code") != code or e.get("where") != where:
         fails.append("%s: error %r, want %s at %s" % (k, e, code, where))

@@ -223,7 +223,8 @@ void v4w_complete(worker *w, v4w_job *j)
         .expert_hits = out->expert_hits, .expert_misses = out->expert_misses,
         .expert_prefetched = out->expert_prefetched,
         .expert_bytes_loaded = out->expert_bytes_loaded, .chunks = out->chunks, .levels = out->levels,
-        .error = rc ? e : NULL, .numerics = v4_runner_numerics(w->runner), .logprobs = out->logprobs};
+        .error = rc ? e : NULL, .numerics = v4_runner_numerics(w->runner), .logprobs = out->logprobs,
+        .reasoning = out->reasoning, .reasoning_len = out->reasoning_len};
     char *json = v4_result_json(&ri);
     if (!json) {
         v4w_log(w, 0, t->id, "task %s: out of memory building the result; requeueing", t->id);

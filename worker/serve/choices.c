@@ -97,6 +97,9 @@ int v4_choices_accept(v4_choices *c, int rc, v4_run_output *o, v4_run_output *ou
             a->n_tokens = o->n_tokens;
             a->finish_reason = o->finish_reason;
             a->logprobs = o->logprobs;
+            a->reasoning = o->reasoning;
+            a->reasoning_len = o->reasoning_len;
+            o->reasoning = NULL;
             o->text = NULL;
             o->tokens = NULL;
             o->logprobs = NULL;
@@ -119,6 +122,12 @@ int v4_choices_accept(v4_choices *c, int rc, v4_run_output *o, v4_run_output *ou
     a->n_tokens = out->n_tokens;
     a->finish_reason = out->finish_reason;
     a->logprobs = out->logprobs ? json_incref(out->logprobs) : NULL;
+    if (out->reasoning) {
+        if (!(a->reasoning = malloc(out->reasoning_len + 1)))
+            return v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+        memcpy(a->reasoning, out->reasoning, out->reasoning_len + 1);
+        a->reasoning_len = out->reasoning_len;
+    }
     return 0;
 }
 
@@ -135,6 +144,7 @@ int v4_choices_end(v4_choices *c, int rc, v4_run_output *out)
         free(c->ans[i].text);
         free(c->ans[i].tokens);
         json_decref(c->ans[i].logprobs);
+        free(c->ans[i].reasoning);
     }
     free(c->ans);
     v4_seq_free(c->snap);

@@ -49,6 +49,8 @@ static json_t *choices_array(const v4_result_info *r)
                                 c->finish_reason ? c->finish_reason : "stop", "completion_tokens", c->n_tokens);
         if (one && c->logprobs)
             json_object_set(one, "logprobs", c->logprobs);
+        if (one && c->reasoning)
+            json_object_set_new(one, "reasoning_content", json_stringn(c->reasoning, c->reasoning_len));
         json_array_append_new(a, one);
     }
     return a;
@@ -76,6 +78,8 @@ json_t *v4_result_object(const v4_result_info *r)
             json_decref(ch);
         if (output && r->logprobs)
             json_object_set(output, "logprobs", r->logprobs);
+        if (output && r->reasoning)
+            json_object_set_new(output, "reasoning_content", json_stringn(r->reasoning, r->reasoning_len));
         json_object_set_new(o, "output", output);
         const int completion = v4_result_completion_tokens(r);
         json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->prompt_tokens,

@@ -33,6 +33,8 @@ typedef struct v4_result_choice {
     int n_tokens;
     const char *finish_reason;
     json_t *logprobs;               /* logprobs: true: this choice's content array; NULL otherwise */
+    char *reasoning;                /* thinking tasks: the reasoning (text is the answer); else NULL */
+    size_t reasoning_len;
 } v4_result_choice;
 
 typedef struct v4_result_info {
@@ -47,6 +49,10 @@ typedef struct v4_result_info {
     int n_tokens;
     const char *finish_reason;
     int prompt_tokens;
+    /* thinking tasks: the reasoning before </think> (output.reasoning_content; text is the
+     * answer); NULL: left out */
+    const char *reasoning;
+    size_t reasoning_len;
     /* n > 1: every answer (choice 0 = the fields above); NULL / 0: one answer.  With
      * choices, usage.completion_tokens is their sum and output.choices lists them. */
     const v4_result_choice *choices;

@@ -455,6 +455,7 @@ int v4_runner_prepare_choice(v4_runner *r, const v4_task *t, int choice, const v
     memset(out, 0, sizeof *out);
     memset(j, 0, sizeof *j);
     j->r = r;
+    j->thinking = t->thinking;
     if (t->model && !serves(r, t->model))
         return v4_task_fail(e, V4_TASK_MODEL_NOT_AVAILABLE, "model", "this worker serves %s, not \"%s\"",
                             r->served_list, t->model);
@@ -559,6 +560,32 @@ void v4_runner_charge_row(v4_runner *r, unsigned char *outcomes, const v4_trace 
         }
 }
 
+/* A thinking task's text -> reasoning (before the first </think>) and answer (after it,
+ * in out->text); without </think> (the reasoning used the budget, or ended on EOS) all of
+ * it is reasoning and the answer is empty.  0, or -1 on out of memory. */
+static int split_reasoning(v4_run_output *out)
+{
+    static const char END[] = "</think>";
+    const size_t el = sizeof END - 1;
+    const char *at = NULL;
+    for (size_t i = 0; !at && i + el <= out->text_len; i++)
+        if (out->text[i] == '<' && !memcmp(out->text + i, END, el))
+            at = out->text + i;
+    const size_t rl = at ? (size_t)(at - out->text) : out->text_len;
+    char *r = malloc(rl + 1);
+    if (!r)
+        return -1;
+    memcpy(r, out->text, rl);
+    r[rl] = 0;
+    const size_t skip = at ? rl + el : out->text_len;
+    memmove(out->text, out->text + skip, out->text_len - skip);
+    out->text_len -= skip;
+    out->text[out->text_len] = 0;
+    out->reasoning = r;
+    out->reasoning_len = rl;
+    return 0;
+}
+
 int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e)
 {
     int rc = -1;
@@ -589,6 +616,10 @@ int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_outp
     out->text = j->buf.p ? j->buf.p : calloc(1, 1);
     j->buf.p = NULL;
     out->text_len = j->buf.n;
+    if (out->text && j->thinking && split_reasoning(out)) {
+        rc = v4_task_fail(e, V4_TASK_INTERNAL, "output", "out of memory");
+        goto out;
+    }
     out->tokens = res.tokens;
     res.tokens = NULL;
     out->n_tokens = res.n_tokens;
@@ -668,10 +699,12 @@ void v4_run_output_free(v4_run_output *o)
     free(o->text);
     free(o->tokens);
     json_decref(o->logprobs);
+    free(o->reasoning);
     for (int i = 0; o->choices && i < o->n_choices; i++) {
         free(o->choices[i].text);
         free(o->choices[i].tokens);
         json_decref(o->choices[i].logprobs);
+        free(o->choices[i].reasoning);
     }
     free(o->choices);
     memset(o, 0, sizeof *o);

@@ -57,6 +57,11 @@ typedef struct v4_run_output {
     long long expert_hits, expert_misses, expert_prefetched, expert_bytes_loaded;
     /* Summarize tasks: chunks summarized and summary levels (0, 0 otherwise). */
     int chunks, levels;
+    /* Thinking tasks: the reasoning (the text before the first </think>; all of it when
+     * the answer never began), malloc'd; text is then the answer after </think> only
+     * (DeepSeek's reasoning_content / content).  NULL for other tasks. */
+    char *reasoning;
+    size_t reasoning_len;
     /* logprobs: true: the OpenAI chat logprobs content array (token_logprobs.h), one
      * entry per generated token less a final end-of-sequence token; NULL otherwise. */
     json_t *logprobs;

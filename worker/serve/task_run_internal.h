@@ -81,6 +81,7 @@ typedef struct v4_run_job {
      * executor's per-row state lives here, in its slot's job); NULL: free text. */
     v4_constrain *cons;
     const char *cfield;         /* the request field it came from (the task's) */
+    int thinking;               /* the task's thinking: the text splits at </think> (finish) */
 } v4_run_job;
 
 /* Validate t, build the prompt, create the sequence and the generation state.

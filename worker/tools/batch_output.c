@@ -206,12 +206,20 @@ static json_t *openai_record(const v4_batch_item *it)
 
 /* One OpenAI choice: {index, message {role, content}, finish_reason} (NULL: not JSON,
  * e.g. text that is not valid UTF-8). */
-/* One choice; OpenAI's logprobs: {content: [...]} when asked (lp), else null. */
-static json_t *openai_choice(int index, const char *text, size_t len, const char *finish, json_t *lp)
+/* One choice; OpenAI's logprobs: {content: [...]} when asked (lp), else null; a thinking
+ * task's reasoning as message.reasoning_content (DeepSeek's API). */
+static json_t *openai_choice(int index, const char *text, size_t len, const char *finish, json_t *lp,
+                             const char *reasoning, size_t reasoning_len)
 {
-    return json_pack("{s:i, s:{s:s, s:s%}, s:s, s:o}", "index", index, "message", "role", "assistant", "content",
-                     text ? text : "", text ? len : 0, "finish_reason", finish ? finish : "stop", "logprobs",
-                     lp ? json_pack("{s:O}", "content", lp) : json_null());
+    json_t *c = json_pack("{s:i, s:{s:s, s:s%}, s:s, s:o}", "index", index, "message", "role", "assistant", "content",
+                          text ? text : "", text ? len : 0, "finish_reason", finish ? finish : "stop", "logprobs",
+                          lp ? json_pack("{s:O}", "content", lp) : json_null());
+    json_t *r = c && reasoning ? json_stringn(reasoning, reasoning_len) : NULL;
+    if (c && reasoning && (!r || json_object_set_new(json_object_get(c, "message"), "reasoning_content", r))) {
+        json_decref(c);   /* not valid UTF-8 (random weights): the line fails as for content */
+        return NULL;
+    }
+    return c;
 }
 
 /* body.choices: the one answer, or every choice of a task with n > 1 (NULL: one could
@@ -220,7 +228,8 @@ static json_t *openai_choices(const v4_result_info *ri)
 {
     json_t *a = json_array();
     if (!ri->choices || ri->n_choices < 1) {
-        json_t *c = openai_choice(0, ri->text, ri->text_len, ri->finish_reason, ri->logprobs);
+        json_t *c = openai_choice(0, ri->text, ri->text_len, ri->finish_reason, ri->logprobs, ri->reasoning,
+                                  ri->reasoning_len);
         if (!a || !c || json_array_append_new(a, c)) {
             json_decref(a);
             return NULL;
@@ -229,7 +238,8 @@ static json_t *openai_choices(const v4_result_info *ri)
     }
     for (int i = 0; a && i < ri->n_choices; i++) {
         const v4_result_choice *rc = &ri->choices[i];
-        json_t *c = openai_choice(i, rc->text, rc->text_len, rc->finish_reason, rc->logprobs);
+        json_t *c = openai_choice(i, rc->text, rc->text_len, rc->finish_reason, rc->logprobs, rc->reasoning,
+                                  rc->reasoning_len);
         if (!c || json_array_append_new(a, c)) {
             json_decref(a);
             return NULL;

@@ -405,7 +405,8 @@ static int finish_job(batch_run *b, v4_job *j)
         .expert_hits = o->expert_hits, .expert_misses = o->expert_misses,
         .expert_prefetched = o->expert_prefetched,
         .expert_bytes_loaded = o->expert_bytes_loaded, .chunks = o->chunks, .levels = o->levels,
-        .error = j->rc ? &j->err : NULL, .numerics = v4_runner_numerics(b->runner), .logprobs = o->logprobs};
+        .error = j->rc ? &j->err : NULL, .numerics = v4_runner_numerics(b->runner), .logprobs = o->logprobs,
+        .reasoning = o->reasoning, .reasoning_len = o->reasoning_len};
     char *line = v4_batch_result_line(it, &ri, (long long)time(NULL));
     int failed = j->rc != 0;
     if (!line && !j->rc) {   /* e.g. output text jansson refuses */
