@@ -88,14 +88,20 @@ assert "line 1" in d["error"]["message"], d
 m = by["L7"]   # every error line says its input line
 assert m["id"] == "t-model" and m["status"] == "failed" and m["error"]["code"] == "model_not_available", m
 om = by["L8"]
-assert om["custom_id"] == "o-model" and om["response"] is None and om["error"]["code"] == "model_not_available", om
-assert "gpt-4o" in om["error"]["message"], om
+def oerr(r):   # OpenAI's failed request: response.status_code 4xx/5xx, body.error, top-level error null
+    assert r["error"] is None and r["response"]["status_code"] >= 400 and r["response"]["request_id"], r
+    e = r["response"]["body"]["error"]
+    assert set(e) == {"message", "type", "param", "code"}, e
+    assert e["type"] == ("server_error" if r["response"]["status_code"] >= 500 else "invalid_request_error"), r
+    return e
+assert om["custom_id"] == "o-model" and oerr(om)["code"] == "model_not_available", om
+assert om["response"]["status_code"] == 404 and "gpt-4o" in oerr(om)["message"], om
 u = by["L9"]
-assert u["custom_id"] == "o-url" and u["response"] is None and u["error"]["where"] == "url", u
+assert u["custom_id"] == "o-url" and oerr(u)["param"] == "url" and u["response"]["status_code"] == 400, u
 f = by["L10"]
 assert f["id"] == "t-field" and f["error"]["code"] == "invalid_field" and f["error"]["where"] == "temperature", f
 of = by["L11"]
-assert of["custom_id"] == "o-field" and of["error"]["where"] == "body.messages[0].role", of
+assert of["custom_id"] == "o-field" and oerr(of)["param"] == "body.messages[0].role", of
 print("shapes ok")
 EOF
 $py "$work/check_mixed.py" "$work/out.jsonl" && ok "one line per input line, right shapes" || bad "output shapes"
@@ -115,10 +121,14 @@ assert len(recs) == 4, recs
 by = {r.get("line", r["custom_id"]): r for r in recs}
 for r in recs:   # OpenAI's batch output shape on every line
     assert {"id", "custom_id", "response", "error"} <= set(r) and r["id"].startswith("batch_req_"), r
+def oerr(r):   # OpenAI's failed request: response.status_code 4xx, body.error {message, type, param, code}
+    assert r["error"] is None and r["response"]["status_code"] >= 400, r
+    return r["response"]["body"]["error"]
 assert by["a-1"]["error"] is None and by["a-1"]["response"]["status_code"] == 200, by["a-1"]
-assert by[2]["custom_id"] is None and by[2]["response"] is None and by[2]["error"]["code"] == "invalid_json", by[2]
-assert by[3]["custom_id"] is None and by[3]["error"]["code"] in ("invalid_json", "invalid_field"), by[3]
-assert by[4]["custom_id"] == "a-4" and by[4]["error"]["code"] == "model_not_available", by[4]
+# a cut line keeps the custom_id that can still be read in it
+assert by[2]["custom_id"] == "a-2" and oerr(by[2])["code"] == "invalid_json", by[2]
+assert by[3]["custom_id"] is None and oerr(by[3])["code"] in ("invalid_json", "invalid_field"), by[3]
+assert by[4]["custom_id"] == "a-4" and oerr(by[4])["code"] == "model_not_available", by[4]
 EOF
 [ "$rc" -eq 3 ] && $py "$work/check_oa.py" "$work/oa.out" && ok "OpenAI file: every line in OpenAI's shape, with its line" \
     || bad "OpenAI file (exit $rc): $(cat "$work/oa.out") $(cat "$work/erroa")"
@@ -170,6 +180,8 @@ for k in a:   # greedy tasks give the same tokens; error lines the same error
             assert a[k]["output"]["token_ids"] == b[k]["output"]["token_ids"], k
     if "error" in a[k] and a[k]["error"]:
         assert a[k]["error"]["code"] == b[k]["error"]["code"], k
+    if (a[k].get("response") or {}).get("status_code", 200) >= 400:
+        assert a[k]["response"]["body"] == b[k]["response"]["body"], k
 print("same keys", len(a))
 EOF
 $py "$work/check_same.py" "$work/full.jsonl" "$work/out.jsonl" && ok "resume: every id / line exactly once, same results" \

@@ -92,7 +92,7 @@ result_schema = json.load(open(sys.argv[3]))
 fails = []
 def body(k):
     r = recs[k]
-    assert r["error"] is None, (k, r["error"])
+    assert r["error"] is None and r["response"]["status_code"] == 200, (k, r)
     return r["response"]["body"]
 for seed in (1, 2, 3):
     b3, b1 = body("free%d-n3" % seed), body("free%d-n1" % seed)
@@ -153,8 +153,18 @@ for c in lc:
         fails.append("logprobs of choice %d: %r" % (c["index"], c))
 if len({json.dumps(c["logprobs"]) for c in lc}) != 3:
     fails.append("the three choices have the same logprobs")
+def norm_err(r):   # a failed line's error: task records' "error", OpenAI's response.body.error
+    if r.get("custom_id") is not None or "custom_id" in r:
+        if r.get("error"):
+            return r["error"]
+        resp = r.get("response") or {}
+        if resp.get("status_code", 200) >= 400:
+            e = resp["body"]["error"]
+            return {"code": e["code"], "where": e["param"], "message": e["message"]}
+        return None
+    return r.get("error")
 for k in ("bad0-n0", "bad1-n17", "bad2-nstr"):
-    e = recs[k]["error"]
+    e = norm_err(recs[k])
     if not (e and e["code"] == "invalid_field" and e["where"] == "body.n"):
         fails.append("%s: %s" % (k, e))
 for f in fails:

@@ -99,10 +99,20 @@ for l in open(sys.argv[1], encoding="utf-8"):
     recs[r.get("custom_id") or r.get("id")] = r
 first = {json.loads(l)["id"]: json.loads(l)["output"]["token_ids"][0] for l in open(sys.argv[2])}
 fails = []
+def norm_err(r):   # a failed line's error: task records' "error", OpenAI's response.body.error
+    if r.get("custom_id") is not None or "custom_id" in r:
+        if r.get("error"):
+            return r["error"]
+        resp = r.get("response") or {}
+        if resp.get("status_code", 200) >= 400:
+            e = resp["body"]["error"]
+            return {"code": e["code"], "where": e["param"], "message": e["message"]}
+        return None
+    return r.get("error")
 def body(k):
     r = recs[k]
-    if r.get("error"):
-        fails.append("%s failed: %s" % (k, r["error"]))
+    if norm_err(r):
+        fails.append("%s failed: %s" % (k, norm_err(r)))
         return None
     return r["response"]["body"]
 def out(k):
@@ -200,8 +210,7 @@ if r0 and r1:
     if 300 in r1["token_ids"]:
         fails.append("rep: repetition_penalty 2 should stop the repeat: %r" % r1["token_ids"])
 def err(k):
-    r = recs[k]
-    return r.get("error") or {}
+    return norm_err(recs[k]) or {}
 for k, code, where in (("bad-top", "invalid_field", "body.top_logprobs"), ("bad-minp", "invalid_field", "body.min_p"),
                        ("bad-n", "invalid_field", "body.n"), ("bad-vocab", "invalid_field", "logit_bias")):
     e = err(k)
@@ -225,7 +234,7 @@ def load(p):
         k = r.get("custom_id") or r.get("id")
         if "custom_id" in r:
             b = r["response"]["body"] if r["response"] else None
-            d[k] = (b["choices"][0], b["usage"]) if b else r["error"]
+            d[k] = (b["choices"][0], b["usage"]) if b and "choices" in b else (r["error"] or b)
         else:
             d[k] = r.get("output") or r["error"]
     return d

@@ -119,10 +119,20 @@ for l in open(out, encoding="utf-8"):
     key = r.get("custom_id") or r.get("id")
     assert key not in recs, "two lines for %s" % key
     recs[key] = r
+def norm_err(r):   # a failed line's error: task records' "error", OpenAI's response.body.error
+    if r.get("custom_id") is not None or "custom_id" in r:
+        if r.get("error"):
+            return r["error"]
+        resp = r.get("response") or {}
+        if resp.get("status_code", 200) >= 400:
+            e = resp["body"]["error"]
+            return {"code": e["code"], "where": e["param"], "message": e["message"]}
+        return None
+    return r.get("error")
 def answer(r):
     if "custom_id" in r:
-        if r["error"]:
-            return None, None, r["error"]
+        if norm_err(r):
+            return None, None, norm_err(r)
         c = r["response"]["body"]["choices"][0]
         return c["message"]["content"], c["finish_reason"], None
     if r["status"] != "succeeded":
@@ -168,8 +178,7 @@ for k in ("stop-choice", "greedy-schema", "schema-1", "schema-2", "schema-3", "s
     if answer(recs[k])[1] != "stop":
         fails.append("%s: a bounded constraint did not end with stop" % k)
 def error(key):
-    r = recs[key]
-    return r["error"]
+    return norm_err(recs[key])
 e = error("bad-schema")
 if not (e and e["code"] == "invalid_field" and e["where"] == "response_format" and "uniqueItems" in e["message"]
         and "/properties/tags/uniqueItems" in e["message"]):
@@ -206,7 +215,7 @@ def load(p):
         if "custom_id" in r:
             b = r["response"]["body"] if r["response"] else None
             d[key] = (b["choices"][0]["message"]["content"], b["choices"][0]["finish_reason"],
-                      b["usage"]["completion_tokens"]) if b else r["error"]
+                      b["usage"]["completion_tokens"]) if b and "choices" in b else (r["error"] or b)
         else:
             d[key] = (r["output"]["text"], r["output"]["finish_reason"], r["output"]["token_ids"]) \
                 if r["status"] == "succeeded" else r["error"]

@@ -191,10 +191,60 @@ static char *dump(json_t *o)
     return s;
 }
 
-static json_t *openai_error(const v4_task_error *e)
+/* The HTTP status an OpenAI endpoint would have answered the failed request with. */
+static int http_status(int code)
 {
-    return json_pack("{s:s, s:s, s:s}", "code", v4_task_errcode_name(e->code), "message", e->message, "where",
-                     e->where);
+    switch (code) {
+    case V4_TASK_MODEL_NOT_AVAILABLE:
+        return 404;
+    case V4_TASK_DEADLINE_EXCEEDED:
+        return 408;
+    case V4_TASK_INTERNAL:
+    case V4_TASK_EXPERT_CORRUPT:
+        return 500;
+    default:   /* invalid_json, invalid_field, unsupported_field, context_length_exceeded */
+        return 400;
+    }
+}
+
+/* OpenAI's answer to a failed request: {status_code, request_id, body: {error: {message,
+ * type, param, code}}} (param: the field at fault, our `where`; code: our error code). */
+static json_t *openai_failed(const v4_batch_item *it, const v4_task_error *e)
+{
+    char rid[48];
+    snprintf(rid, sizeof rid, "req_%ld", it->line);
+    const int st = http_status(e->code);
+    return json_pack("{s:i, s:s, s:{s:{s:s, s:s, s:o, s:s}}}", "status_code", st, "request_id", rid, "body", "error",
+                     "message", e->message, "type", st >= 500 ? "server_error" : "invalid_request_error", "param",
+                     e->where[0] ? json_string(e->where) : json_null(), "code", v4_task_errcode_name(e->code));
+}
+
+/* The custom_id of a line that is not valid JSON, when it can still be read there (a
+ * string value after the first "custom_id" key, no escapes): malloc'd, or NULL. */
+static char *salvage_custom_id(const char *raw, size_t len)
+{
+    static const char KEY[] = "\"custom_id\"";
+    const size_t kl = sizeof KEY - 1;
+    for (size_t i = 0; raw && i + kl <= len; i++) {
+        if (memcmp(raw + i, KEY, kl))
+            continue;
+        size_t j = i + kl;
+        while (j < len && (raw[j] == ' ' || raw[j] == '\t'))
+            j++;
+        if (j >= len || raw[j++] != ':')
+            return NULL;
+        while (j < len && (raw[j] == ' ' || raw[j] == '\t'))
+            j++;
+        if (j >= len || raw[j++] != '"')
+            return NULL;
+        size_t k = j;
+        while (k < len && raw[k] != '"' && raw[k] != '\\' && (unsigned char)raw[k] >= 0x20 && k - j <= V4_TASK_MAX_ID)
+            k++;
+        if (k >= len || raw[k] != '"' || k == j || k - j > V4_TASK_MAX_ID)
+            return NULL;
+        return strndup(raw + j, k - j);
+    }
+    return NULL;
 }
 
 static json_t *openai_record(const v4_batch_item *it)
@@ -205,8 +255,7 @@ static json_t *openai_record(const v4_batch_item *it)
 }
 
 /* One OpenAI choice: {index, message {role, content}, finish_reason} (NULL: not JSON,
- * e.g. text that is not valid UTF-8). */
-/* One choice; OpenAI's logprobs: {content: [...]} when asked (lp), else null; a thinking
+ * e.g. text that is not valid UTF-8); OpenAI's logprobs: {content: [...]} when asked (lp), else null; a thinking
  * task's reasoning as message.reasoning_content (DeepSeek's API). */
 static json_t *openai_choice(int index, const char *text, size_t len, const char *finish, json_t *lp,
                              const char *reasoning, size_t reasoning_len)
@@ -260,9 +309,9 @@ char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, lo
     json_t *o = openai_record(it);
     if (!o)
         return NULL;
-    if (failed) {
-        json_object_set_new(o, "response", json_null());
-        json_object_set_new(o, "error", openai_error(ri->error));
+    if (failed) {   /* OpenAI's shape: an HTTP error answer, error null (that is for lost requests) */
+        json_object_set_new(o, "response", openai_failed(it, ri->error));
+        json_object_set_new(o, "error", json_null());
         json_object_set_new(o, "line", json_integer(it->line));
         return dump(o);
     }
@@ -293,9 +342,13 @@ char *v4_batch_error_line(const v4_batch_item *it, const v4_task_error *e, const
         o = v4_invalid_record_object(e, it->id, worker, raw, len);
     } else {
         o = openai_record(it);
+        char *cid = it->id ? NULL : salvage_custom_id(raw, len);
+        if (o && cid)   /* the line is not JSON, but its custom_id can be read */
+            json_object_set_new(o, "custom_id", json_string(cid));
+        free(cid);
         if (o) {
-            json_object_set_new(o, "response", json_null());
-            json_object_set_new(o, "error", openai_error(e));
+            json_object_set_new(o, "response", openai_failed(it, e));
+            json_object_set_new(o, "error", json_null());
         }
     }
     if (o)

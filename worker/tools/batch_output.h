@@ -18,8 +18,11 @@
  *   task packet, error  the queue's invalid record (v4_invalid_record_json) + "line";
  *   OpenAI, ran         {"id":"batch_req_<line>", "custom_id", "response": {"status_code":
  *                       200, "request_id", "body": {chat.completion}}, "error": null};
- *   OpenAI, failed      the same with "response": null, "error": {code, message, where}
- *                       (+ "line" when the line itself was invalid).
+ *   OpenAI, failed      OpenAI's failed request: "response": {"status_code": 400 (invalid
+ *                       input), 404 (model), 408 (deadline) or 500, "request_id", "body":
+ *                       {"error": {message, type, param (the field at fault), code (our
+ *                       error code)}}}, "error": null, + "line"; a line that is not JSON
+ *                       keeps its custom_id when it can still be read there.
  *
  * Ownership: the writer owns its descriptor; returned strings are malloc'd (free()).
  * Thread: one thread per writer.
