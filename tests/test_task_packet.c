@@ -42,6 +42,14 @@ static const bad_case BAD[] = {
     {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[1]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":[\"\"]}", V4_TASK_INVALID_FIELD, "stop[0]", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"stop\":\"\"}", V4_TASK_INVALID_FIELD, "stop", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
+     V4_TASK_UNSUPPORTED_FIELD, "messages[0].content[0]", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":5}]}]}",
+     V4_TASK_INVALID_FIELD, "messages[0].content[0].text", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":[7]}]}", V4_TASK_INVALID_FIELD,
+     "messages[0].content[0]", 0, 0},
+    {"{\"id\":\"a\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", V4_TASK_INVALID_FIELD,
+     "messages[0].role", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"thinking\":1}", V4_TASK_INVALID_FIELD, "thinking", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"ignore_eos\":\"yes\"}", V4_TASK_INVALID_FIELD, "ignore_eos", 0, 0},
     {"{\"id\":\"a\",\"prompt\":\"x\",\"deadline_ms\":0}", V4_TASK_INVALID_FIELD, "deadline_ms", 0, 0},
@@ -163,6 +171,14 @@ static void test_good(void)
     CHECK(v4_task_parse(b4, strlen(b4), 4096, &t, &e) == 0 && t.max_summary_tokens == V4_TASK_DEFAULT_SUMMARY_TOKENS &&
               t.max_tokens == V4_TASK_DEFAULT_SUMMARY_TOKENS && !t.instructions,
           "summarize defaults");
+    v4_task_free(&t);
+    /* OpenAI's message dialect: developer = system, content as text parts (joined) */
+    const char *b6 = "{\"id\":\"d\",\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+                     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello, \"},"
+                     "{\"type\":\"text\",\"text\":\"world\"}]}]}";
+    CHECK(v4_task_parse(b6, strlen(b6), 4096, &t, &e) == 0 && t.n_messages == 2 && !strcmp(t.messages[0].role, "system") &&
+              !strcmp(t.messages[0].content, "Be brief.") && !strcmp(t.messages[1].content, "Hello, world"),
+          "developer role and text parts: %s: %s", e.where, e.message);
     v4_task_free(&t);
     const char *b5 = "{\"id\":\"g\",\"type\":\"generate\",\"prompt\":\"x\"}";
     CHECK(v4_task_parse(b5, strlen(b5), 4096, &t, &e) == 0 && t.kind == V4_TASK_KIND_GENERATE, "explicit generate");

@@ -1,5 +1,6 @@
 /* task_packet.c - strict task packet parser (see task_packet.h; the constraint and the
  * fields not served: task_fields.c).  Thread: any. */
+#include "config/strbuf.h"
 #include "task_packet.h"
 
 #include <stdarg.h>
@@ -43,6 +44,42 @@ static int get_num(json_t *v, const char *name, double *out, v4_task_error *e)
     return 0;
 }
 
+/* content: a string, or an array of {"type": "text", "text": STRING} parts (OpenAI's
+ * form), joined into one string that replaces the array in m (the task owns root). */
+static int parse_content(json_t *m, json_t *content, size_t i, const char **out, v4_task_error *e)
+{
+    char where[64];
+    snprintf(where, sizeof where, "messages[%zu].content", i);
+    if (!json_is_array(content))
+        return get_string(content, where, out, 0, e);
+    v4_strbuf sb = {0};
+    for (size_t k = 0; k < json_array_size(content); k++) {
+        json_t *p = json_array_get(content, k), *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
+        snprintf(where, sizeof where, "messages[%zu].content[%zu]", i, k);
+        if (!json_is_object(p) || !json_is_string(type)) {
+            free(sb.p);
+            return FIELD(e, where, "must be a part {\"type\": \"text\", \"text\": STRING}");
+        }
+        if (strcmp(json_string_value(type), "text")) {
+            free(sb.p);
+            return v4_task_fail(e, V4_TASK_UNSUPPORTED_FIELD, where, "\"%s\" parts are not served (only \"text\")",
+                                json_string_value(type));
+        }
+        if (!json_is_string(text) || memchr(json_string_value(text), 0, json_string_length(text))) {
+            free(sb.p);
+            snprintf(where, sizeof where, "messages[%zu].content[%zu].text", i, k);
+            return FIELD(e, where, "must be a string without NUL");
+        }
+        v4_sb_putn(&sb, json_string_value(text), json_string_length(text));
+    }
+    json_t *joined = sb.oom ? NULL : json_stringn(sb.p ? sb.p : "", sb.n);
+    free(sb.p);
+    if (!joined || json_object_set_new(m, "content", joined))
+        return v4_task_fail(e, V4_TASK_INTERNAL, where, "out of memory");
+    *out = json_string_value(json_object_get(m, "content"));
+    return 0;
+}
+
 static int parse_messages(json_t *v, v4_task *t, v4_task_error *e)
 {
     if (!json_is_array(v))
@@ -62,13 +99,15 @@ static int parse_messages(json_t *v, v4_task *t, v4_task_error *e)
             return FIELD(e, where, "is required");
         if (get_string(role, where, &t->messages[i].role, 0, e))
             return -1;
+        if (!strcmp(t->messages[i].role, "developer"))   /* OpenAI's newer name of the system role */
+            t->messages[i].role = "system";
         if (strcmp(t->messages[i].role, "system") && strcmp(t->messages[i].role, "user") &&
             strcmp(t->messages[i].role, "assistant"))
-            return FIELD(e, where, "must be \"system\", \"user\" or \"assistant\"");
+            return FIELD(e, where, "must be \"system\", \"developer\", \"user\" or \"assistant\"");
         snprintf(where, sizeof where, "messages[%zu].content", i);
         if (!content)
             return FIELD(e, where, "is required");
-        if (get_string(content, where, &t->messages[i].content, 0, e))
+        if (parse_content(m, content, i, &t->messages[i].content, e))
             return -1;
     }
     t->n_messages = (int)n;

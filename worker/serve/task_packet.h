@@ -6,7 +6,9 @@
  * integers, numbers may be integers or reals, strings must not contain NUL.  Fields:
  *   id (string, 1..128 bytes, required), type ("generate", the default, or
  *   "summarize"), model (string).
- *   generate:  exactly one of messages [{role: system|user|assistant, content: string}]
+ *   generate:  exactly one of messages [{role: system|developer|user|assistant, content:
+ *              string or [{type: "text", text}] parts, joined; other part types are
+ *              unsupported_field}] (OpenAI's dialect; developer = system)
  *              | prompt (string) | input_ids [int >= 0], max_tokens (1..1048576,
  *              default 64).
  *   summarize: document (non-empty string, required), instructions (string, optional),

@@ -51,59 +51,6 @@ void v4_batch_reader_close(v4_batch_reader *r)
 
 #define FIELD(e, where, ...) v4_task_fail(e, V4_TASK_INVALID_FIELD, where, __VA_ARGS__)
 
-/* content: a string, or an array of {type: "text", text} parts (joined). */
-static int map_content(json_t *c, size_t i, json_t **out, v4_task_error *e)
-{
-    char where[64];
-    snprintf(where, sizeof where, "body.messages[%zu].content", i);
-    if (!json_is_array(c)) {
-        *out = json_incref(c);   /* strings (and wrong types, which v4_task_parse reports) */
-        return 0;
-    }
-    v4_strbuf sb = {0};
-    for (size_t k = 0; k < json_array_size(c); k++) {
-        json_t *p = json_array_get(c, k), *type = json_object_get(p, "type"), *text = json_object_get(p, "text");
-        if (!json_is_object(p) || !json_is_string(type) || strcmp(json_string_value(type), "text") ||
-            !json_is_string(text)) {
-            free(sb.p);
-            return FIELD(e, where, "part %zu: only {\"type\": \"text\", \"text\": STRING} parts are supported", k);
-        }
-        v4_sb_putn(&sb, json_string_value(text), json_string_length(text));
-    }
-    *out = sb.oom ? NULL : json_stringn(sb.p ? sb.p : "", sb.n);
-    free(sb.p);
-    return *out ? 0 : v4_task_fail(e, V4_TASK_INTERNAL, where, "out of memory (or content not UTF-8)");
-}
-
-static int map_messages(json_t *msgs, json_t *task, v4_task_error *e)
-{
-    if (!json_is_array(msgs)) {
-        json_object_set(task, "messages", msgs);   /* v4_task_parse says what is wrong */
-        return 0;
-    }
-    json_t *arr = json_array();
-    json_object_set_new(task, "messages", arr);
-    for (size_t i = 0; i < json_array_size(msgs); i++) {
-        json_t *m = json_array_get(msgs, i);
-        if (!json_is_object(m)) {
-            json_array_append(arr, m);
-            continue;
-        }
-        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content"), *mapped = NULL;
-        json_t *o = json_object();
-        json_array_append_new(arr, o);
-        if (role)
-            json_object_set_new(o, "role", json_is_string(role) && !strcmp(json_string_value(role), "developer")
-                                               ? json_string("system") : json_incref(role));
-        if (content) {
-            if (map_content(content, i, &mapped, e))
-                return -1;
-            json_object_set_new(o, "content", mapped);
-        }
-    }
-    return 0;
-}
-
 /* Build the task JSON of an OpenAI line; 0 or -1 with e (where = the input's field). */
 static int map_openai(v4_batch_item *it, json_t *root, json_t **task_out, v4_task_error *e)
 {
@@ -129,10 +76,8 @@ static int map_openai(v4_batch_item *it, json_t *root, json_t **task_out, v4_tas
     json_t *v;
     json_object_foreach(body, k, v) {
         if (!strcmp(k, "messages")) {
-            if (map_messages(v, task, e)) {
-                json_decref(task);
-                return -1;
-            }
+            /* as given: the task parser reads OpenAI's dialect (developer, text parts) */
+            json_object_set(task, k, v);
         } else if (!strcmp(k, "model") || !strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "seed") ||
                    !strcmp(k, "stop") || !strcmp(k, "top_k") || !strcmp(k, "ignore_eos") || !strcmp(k, "n")) {
             if (!json_is_null(v))   /* OpenAI clients send null for "unset" */
