@@ -157,7 +157,7 @@ static int check_model_names(v4_worker_config *c, v4_error *err)
 /* Every setting name (also accepted with the _FILE suffix), for config-file checking. */
 static const char *const KNOWN[] = {
     "V4_AMQP_URL", "V4_AMQP_CACERT", "V4_AMQP_CERT", "V4_AMQP_KEY", "V4_REDIS_URL", "V4_MODEL_DIR", "V4_MODEL_NAME", "V4_TASK_QUEUE", "V4_DEAD_QUEUE",
-    "V4_DLX_EXCHANGE", "V4_INVALID_QUEUE", "V4_RESULTS_EXCHANGE", "V4_RESULTS_ROUTING_KEY", "V4_RESULTS_QUEUE",
+    "V4_DLX_EXCHANGE", "V4_INVALID_QUEUE", "V4_UNROUTABLE_QUEUE", "V4_RESULTS_EXCHANGE", "V4_RESULTS_ROUTING_KEY", "V4_RESULTS_QUEUE",
     "V4_WORKER_ID", "V4_PREFETCH", "V4_HEARTBEAT_S", "V4_DELIVERY_LIMIT", "V4_DEADLINE_MS", "V4_MAX_CONTEXT", "V4_PREFILL_CHUNK", "V4_CONCURRENCY",
     "V4_WARMUP_TOKENS", "V4_WARMUP_EXPERTS", "V4_MODEL_WATCH_S",
     "V4_CONFIRM_TIMEOUT_MS", "V4_MAX_BODY_BYTES", "V4_GRACE_MS", "V4_LOG_LEVEL", "V4_REDIS_PREFIX",
@@ -211,6 +211,8 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_str(src, "V4_DEAD_QUEUE", "tasks.dead", c->dead_queue, sizeof c->dead_queue, err) ||
         get_str(src, "V4_DLX_EXCHANGE", "tasks.dlx", c->dlx_exchange, sizeof c->dlx_exchange, err) ||
         get_str(src, "V4_INVALID_QUEUE", "tasks.invalid", c->invalid_queue, sizeof c->invalid_queue, err) ||
+        get_str(src, "V4_UNROUTABLE_QUEUE", "results.unroutable", c->unroutable_queue, sizeof c->unroutable_queue,
+                err) ||
         get_str(src, "V4_RESULTS_EXCHANGE", "results", c->results_exchange, sizeof c->results_exchange, err) ||
         get_str(src, "V4_RESULTS_ROUTING_KEY", "results", c->results_routing_key, sizeof c->results_routing_key,
                 err) ||
@@ -281,6 +283,7 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
     if (check_name("V4_TASK_QUEUE", c->task_queue, err) || check_name("V4_DEAD_QUEUE", c->dead_queue, err) ||
         check_name("V4_DLX_EXCHANGE", c->dlx_exchange, err) ||
         check_name("V4_INVALID_QUEUE", c->invalid_queue, err) ||
+        check_name("V4_UNROUTABLE_QUEUE", c->unroutable_queue, err) ||
         check_name("V4_RESULTS_EXCHANGE", c->results_exchange, err) ||
         check_name("V4_REDIS_PREFIX", c->redis_prefix, err))
         return -1;

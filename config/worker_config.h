@@ -9,7 +9,7 @@
  * V4_AMQP_CERT, V4_AMQP_KEY (amqps:// CA file, client certificate and key), V4_REDIS_URL ("off" = no
  * counters), V4_MODEL_DIR, V4_MODEL_NAME (comma-separated: the name, then aliases
  * tasks may also use), V4_TASK_QUEUE, V4_DEAD_QUEUE,
- * V4_DLX_EXCHANGE, V4_INVALID_QUEUE, V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY,
+ * V4_DLX_EXCHANGE, V4_INVALID_QUEUE, V4_UNROUTABLE_QUEUE, V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY,
  * V4_RESULTS_QUEUE, V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
  * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
  * V4_REDIS_PREFIX, V4_REDIS_BUCKET_S, V4_REDIS_BUCKET_TTL_S, V4_REDIS_DONE_TTL_S,
@@ -52,6 +52,7 @@ typedef struct v4_worker_config {
     char model_name[128];           /* the model name this worker serves (results, Redis keys) */
     char model_names[V4_CFG_STR];   /* V4_MODEL_NAME as given: "name[,alias...]" - tasks may use any */
     char task_queue[128], dead_queue[128], dlx_exchange[128], invalid_queue[128];
+    char unroutable_queue[128];     /* results the broker returned (reply_to queue gone), with why */
     char results_exchange[128], results_routing_key[128], results_queue[128];
     char worker_id[128];
     int prefetch;                   /* unacked deliveries = task slots (1..64) */

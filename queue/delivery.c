@@ -1,5 +1,6 @@
 /* delivery.c - copy a received AMQP envelope into a v4q_delivery (body, reply_to,
- * correlation_id, message_id, timestamp, x-delivery-count header), and free one.
+ * correlation_id, message_id, timestamp, expiration, x-delivery-count and x-deadline-at
+ * headers), and free one.
  *
  * The copy owns malloc'd NUL-terminated strings so the envelope can be destroyed at
  * once and the delivery handed to an inference thread.
@@ -33,7 +34,24 @@ static char *dup_bytes(amqp_bytes_t b)
     return p;
 }
 
-static long long header_int(const amqp_basic_properties_t *p, const char *key)
+/* A decimal count of at most 18 digits -> its value; -1 if b is not one. */
+static long long decimal(amqp_bytes_t b)
+{
+    if (!b.len || b.len > 18)
+        return -1;
+    long long v = 0;
+    for (size_t i = 0; i < b.len; i++) {
+        char c = ((const char *)b.bytes)[i];
+        if (c < '0' || c > '9')
+            return -1;
+        v = v * 10 + (c - '0');
+    }
+    return v;
+}
+
+/* The integer header key (any integer kind; strings of digits when digits is set):
+ * its value, 0 if absent, bad if present but not an integer. */
+static long long header_int(const amqp_basic_properties_t *p, const char *key, int digits, long long bad)
 {
     if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
         return 0;
@@ -41,6 +59,10 @@ static long long header_int(const amqp_basic_properties_t *p, const char *key)
         const amqp_table_entry_t *e = &p->headers.entries[i];
         if (e->key.len != strlen(key) || memcmp(e->key.bytes, key, e->key.len))
             continue;
+        if (digits && (e->value.kind == AMQP_FIELD_KIND_UTF8 || e->value.kind == AMQP_FIELD_KIND_BYTES)) {
+            long long v = decimal(e->value.value.bytes);
+            return v < 0 ? bad : v;
+        }
         switch (e->value.kind) {
         case AMQP_FIELD_KIND_I8: return e->value.value.i8;
         case AMQP_FIELD_KIND_U8: return e->value.value.u8;
@@ -50,7 +72,7 @@ static long long header_int(const amqp_basic_properties_t *p, const char *key)
         case AMQP_FIELD_KIND_U32: return e->value.value.u32;
         case AMQP_FIELD_KIND_I64: return e->value.value.i64;
         case AMQP_FIELD_KIND_U64: return (long long)e->value.value.u64;
-        default: return 0;
+        default: return bad;
         }
     }
     return 0;
@@ -75,7 +97,11 @@ v4q_delivery *v4q_delivery_from(const amqp_envelope_t *env, uint64_t gen)
         d->message_id = dup_bytes(p->message_id);
     if (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG)
         d->timestamp_s = (long long)p->timestamp;
-    d->delivery_count = header_int(p, "x-delivery-count");
+    d->delivery_count = header_int(p, "x-delivery-count", 0, 0);
+    d->deadline_at_ms = header_int(p, "x-deadline-at", 1, -1);
+    if (d->deadline_at_ms < 0)
+        d->deadline_at_ms = -1;   /* a negative integer is no epoch time either */
+    d->expiration_ms = (p->_flags & AMQP_BASIC_EXPIRATION_FLAG) ? decimal(p->expiration) : -1;
     if (!d->body || ((p->_flags & AMQP_BASIC_REPLY_TO_FLAG) && !d->reply_to) ||
         ((p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) && !d->correlation_id) ||
         ((p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && !d->message_id)) {

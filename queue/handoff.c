@@ -56,13 +56,25 @@ static int submit(v4q_service *s, v4q_request *q)
     return q->rc;
 }
 
-int v4q_finish(v4q_service *s, const v4q_delivery *d, const v4q_message *m, v4_error *err)
+int v4q_finish_all(v4q_service *s, const v4q_delivery *d, const v4q_message *m, int n, unsigned *diverted,
+                   v4_error *err)
 {
-    v4q_request q = {.kind = V4Q_REQ_FINISH, .d = d, .m = m};
+    if (diverted)
+        *diverted = 0;
+    if (n < 1 || n > 32)
+        return v4_err_set(err, V4_ERR_INVALID, "amqp", "%d messages for one delivery (1..32)", n);
+    v4q_request q = {.kind = V4Q_REQ_FINISH, .d = d, .m = m, .n = n};
     int rc = submit(s, &q);
+    if (diverted)
+        *diverted = q.diverted;
     if (rc && err)
         *err = q.err;
     return rc;
+}
+
+int v4q_finish(v4q_service *s, const v4q_delivery *d, const v4q_message *m, v4_error *err)
+{
+    return v4q_finish_all(s, d, m, 1, NULL, err);
 }
 
 void v4q_requeue(v4q_service *s, const v4q_delivery *d)

@@ -1,6 +1,7 @@
 /* publisher.c - the publisher link: publish one message (persistent, mandatory,
- * message_id / correlation_id) and wait for the broker's confirm; service the link
- * between requests (heartbeats, dead-peer detection).
+ * message_id / correlation_id) and wait for the broker's confirm; republish a returned
+ * (unroutable) one to the unroutable queue with headers saying why (service.h); service
+ * the link between requests (heartbeats, dead-peer detection).
  *
  * The publisher socket is polled right before each publish so that a peer that went
  * silent is detected before amqp_basic_publish() (rabbitmq-c 0.11 #780 hangs there,
@@ -22,6 +23,8 @@
  * broker's consumer_timeout on the unacked delivery (a channel.close that ends it).
  * Thread: the AMQP thread.
  */
+#include <stdio.h>
+
 #include "service_internal.h"
 
 /* A method frame outside a confirm: close / cancel / blocked (see amqp_link.h); logs
@@ -60,14 +63,20 @@ void v4q_poll_publisher(v4q_service *s)
         v4q_disconnect(s, &err);
 }
 
-/* Publish + wait for the confirm.  0 confirmed, 1 returned or nacked, -1 link failure. */
-int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
+/* Publish m's body and properties to exchange / routing key with the given headers
+ * (NULL: none) + wait for the confirm.  0 confirmed, 1 nacked, 2 returned, -1 link failure. */
+static int publish_to(v4q_service *s, const v4q_message *m, const char *exchange, const char *routing_key,
+                      const amqp_table_t *headers, v4_error *err)
 {
     v4q_poll_publisher(s);   /* #780 guard: detect a dead peer before publishing */
     if (!s->connected)
         return v4_err_set(err, V4_ERR_IO, "amqp publish", "not connected");
     amqp_basic_properties_t p = {0};
     p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
+    if (headers) {
+        p._flags |= AMQP_BASIC_HEADERS_FLAG;
+        p.headers = *headers;
+    }
     p.content_type = amqp_cstring_bytes("application/json");
     p.delivery_mode = 2;
     if (m->message_id) {
@@ -79,8 +88,8 @@ int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
         p.correlation_id = amqp_cstring_bytes(m->correlation_id);
     }
     amqp_bytes_t body = {m->len, (void *)m->body};
-    int st = amqp_basic_publish(s->pub.conn, V4Q_CHANNEL, amqp_cstring_bytes(m->exchange),
-                                amqp_cstring_bytes(m->routing_key), 1, 0, &p, body);
+    int st = amqp_basic_publish(s->pub.conn, V4Q_CHANNEL, amqp_cstring_bytes(exchange),
+                                amqp_cstring_bytes(routing_key), 1, 0, &p, body);
     if (st != AMQP_STATUS_OK) {
         v4_err_set(err, V4_ERR_IO, "amqp publish", "%s", amqp_error_string2(st));
         v4q_disconnect(s, err);
@@ -124,18 +133,18 @@ int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
             if (tag == seq || (multiple && tag >= seq)) {
                 if (id == AMQP_BASIC_NACK_METHOD)
                     return v4_err_set(err, V4_ERR_IO, "amqp confirm", "the broker nacked the message"), 1;
-                if (returned)
-                    return 1;
-                return 0;
+                return returned ? 2 : 0;
             }
             continue;
         }
         if (id == AMQP_BASIC_RETURN_METHOD) {
             amqp_basic_return_t *r = f.payload.method.decoded;
             v4_err_set(err, V4_ERR_IO, "amqp publish", "unroutable: %u %.*s (exchange '%s', routing key '%s')",
-                       r->reply_code, (int)r->reply_text.len, (const char *)r->reply_text.bytes, m->exchange,
-                       m->routing_key);
-            v4q_logf(s, 0, "amqp: result returned by the broker: %s", err->msg);
+                       r->reply_code, (int)r->reply_text.len, (const char *)r->reply_text.bytes, exchange,
+                       routing_key);
+            snprintf(s->last_return, sizeof s->last_return, "%u %.*s", r->reply_code, (int)r->reply_text.len,
+                     (const char *)r->reply_text.bytes);
+            v4q_logf(s, 2, "amqp: message returned by the broker: %s", err->msg);
             returned = 1;
             amqp_message_t msg;
             amqp_rpc_reply_t rr = amqp_read_message(s->pub.conn, V4Q_CHANNEL, &msg, 0);
@@ -157,4 +166,40 @@ int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
     s->pub.dead = 1;   /* no close handshake with a broker that does not answer */
     v4q_disconnect(s, err);
     return -1;
+}
+
+int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err)
+{
+    return publish_to(s, m, m->exchange, m->routing_key, NULL, err);
+}
+
+static amqp_table_entry_t str_entry(const char *key, const char *value)
+{
+    amqp_table_entry_t e;
+    e.key = amqp_cstring_bytes(key);
+    e.value.kind = AMQP_FIELD_KIND_UTF8;
+    e.value.value.bytes = amqp_cstring_bytes(value ? value : "");
+    return e;
+}
+
+int v4q_publish_unroutable(v4q_service *s, const v4q_message *m, v4_error *err)
+{
+    const char *why = s->last_return;
+    char reason[1024];
+    if (m->reply_to)
+        snprintf(reason, sizeof reason, "reply_to queue '%s' not found (the broker returned the result: %s)", m->reply_to, why);
+    else
+        snprintf(reason, sizeof reason, "no route from exchange '%s' with routing key '%s' (the broker returned the message: %s)", m->exchange,
+                 m->routing_key, why);
+    amqp_table_entry_t e[5];
+    int n = 0;
+    e[n++] = str_entry("x-unroutable-reason", reason);
+    e[n++] = str_entry("x-original-exchange", m->exchange);
+    e[n++] = str_entry("x-original-routing-key", m->routing_key);
+    if (m->reply_to)
+        e[n++] = str_entry("x-original-reply-to", m->reply_to);
+    if (m->correlation_id)
+        e[n++] = str_entry("x-original-correlation-id", m->correlation_id);
+    amqp_table_t h = {n, e};
+    return publish_to(s, m, "", s->cfg.unroutable_queue, &h, err);
 }

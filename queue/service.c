@@ -34,14 +34,33 @@ static void run_request(v4q_service *s, v4q_request *q)
         q->rc = v4q_send_nack(s, q->d, 1);
         return;
     }
-    int pr = v4q_publish_confirmed(s, q->m, &q->err);
-    if (pr == 1) {
-        v4q_send_nack(s, q->d, 1);
-        return;
+    int fault_exit = 0;
+    for (int i = 0; i < q->n; i++) {   /* every message confirmed (or diverted) before the one ack */
+        const v4q_message *m = &q->m[i];
+        int pr = v4q_publish_confirmed(s, m, &q->err);
+        if (pr == 2 && m->divert_unroutable) {
+            v4_error returned = q->err;
+            pr = v4q_publish_unroutable(s, m, &q->err);
+            if (pr == 0) {
+                q->diverted |= 1u << i;
+                v4q_logf(s, 2, "amqp: %s; republished to '%s'", returned.msg, s->cfg.unroutable_queue);
+                continue;
+            }
+            if (pr > 0)
+                v4q_logf(s, 0, "amqp: %s, and so was its copy to '%s' (%s): the task is requeued", returned.msg,
+                         s->cfg.unroutable_queue, q->err.msg);
+        } else if (pr == 2) {
+            v4q_logf(s, 0, "amqp: message returned by the broker: %s: the task is requeued", q->err.msg);
+        }
+        if (pr > 0) {
+            v4q_send_nack(s, q->d, 1);
+            return;
+        }
+        if (pr < 0)
+            return;
+        fault_exit |= m->fault_exit_before_ack;
     }
-    if (pr < 0)
-        return;
-    if (q->m->fault_exit_before_ack) {   /* test hook, see service.h (R13) */
+    if (fault_exit) {   /* test hook, see service.h (R13) */
         v4q_logf(s, 0, "amqp: fault_exit_before_ack: result confirmed, exiting with status 86 before the ack");
         _exit(86);
     }

@@ -11,8 +11,18 @@
  *   v4q_next()      takes the next delivery (a mailbox filled by the AMQP thread);
  *   v4q_finish()    publishes one message (persistent, mandatory, message_id,
  *                   correlation_id), waits for the broker's confirm, and only then acks
- *                   the delivery.  A returned (unroutable) or nacked message: the
- *                   delivery is nacked with requeue (counts towards x-delivery-limit).
+ *                   the delivery.  A nacked message, or a returned (unroutable) one not
+ *                   marked divert_unroutable: the delivery is nacked with requeue
+ *                   (counts towards x-delivery-limit).  A returned message marked
+ *                   divert_unroutable (a result whose reply_to queue is gone) is
+ *                   republished to cfg.unroutable_queue with headers saying why
+ *                   (x-unroutable-reason, x-original-exchange, x-original-routing-key,
+ *                   x-original-reply-to, x-original-correlation-id; same body,
+ *                   message_id, correlation_id), confirmed, and the delivery acked: a
+ *                   vanished reply queue is no reason to run the task again.
+ *   v4q_finish_all() the same for n messages published (and confirmed) in order
+ *                   before the one ack; *diverted gets bit i for each message i that
+ *                   went to the unroutable queue.
  *                   No confirm in time, or a connection loss: the links are dropped and
  *                   the broker requeues the delivery.  While the broker blocks the
  *                   publisher (connection.blocked: memory/disk alarm) the confirm timeout
@@ -49,6 +59,11 @@ typedef struct v4q_delivery {
     int redelivered;
     long long delivery_count;                       /* x-delivery-count, 0 if absent */
     long long timestamp_s;                          /* AMQP timestamp, 0 if absent */
+    long long expiration_ms;                        /* AMQP expiration (per-message TTL), -1 if absent
+                                                     * or not a decimal count */
+    long long deadline_at_ms;                       /* header x-deadline-at: Unix epoch milliseconds
+                                                     * (an integer, or a string of digits); 0 if
+                                                     * absent, -1 if present but not that */
 } v4q_delivery;
 
 typedef struct v4q_message {
@@ -61,6 +76,11 @@ typedef struct v4q_message {
      * delivery is acked, so the task is redelivered and its result published twice
      * with the same message_id.  Never set it in production; 0 = normal. */
     int fault_exit_before_ack;
+    /* 1: when the broker returns it (no route), republish it to cfg.unroutable_queue
+     * and ack the delivery (see v4q_finish); 0: a return requeues the delivery. */
+    int divert_unroutable;
+    const char *reply_to;           /* the task's reply_to when routing_key is it (the unroutable
+                                     * record's reason and x-original-reply-to); may be NULL */
 } v4q_message;
 
 typedef struct v4q_service v4q_service;
@@ -72,6 +92,10 @@ v4q_service *v4q_service_start(const v4_worker_config *cfg, v4q_log_fn log, void
 /* 1: *out set; 0: timeout; -1: stopped and nothing left. */
 int v4q_next(v4q_service *s, v4q_delivery **out, int timeout_ms);
 int v4q_finish(v4q_service *s, const v4q_delivery *d, const v4q_message *m, v4_error *err);
+/* n in 1..32; diverted may be NULL.  Returns 0 only when every message was confirmed
+ * (to its destination or diverted) and the delivery acked. */
+int v4q_finish_all(v4q_service *s, const v4q_delivery *d, const v4q_message *m, int n, unsigned *diverted,
+                   v4_error *err);
 void v4q_requeue(v4q_service *s, const v4q_delivery *d);
 void v4q_stop_consuming(v4q_service *s);
 /* Generation of the current connection (0 before the first); for tests and logs. */

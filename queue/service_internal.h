@@ -33,6 +33,8 @@ typedef struct v4q_request {
     enum v4q_req_kind kind;
     const v4q_delivery *d;
     const v4q_message *m;
+    int n;                          /* messages at m (FINISH) */
+    unsigned diverted;              /* bit i: m[i] went to the unroutable queue */
     int done, rc;
     v4_error err;
 } v4q_request;
@@ -56,6 +58,7 @@ struct v4q_service {
     uint64_t pub_seq;
     unsigned rnd;
     char consumer_tag[160];
+    char last_return[160];          /* "312 NO_ROUTE": the broker's last basic.return */
 };
 
 /* qlog.c: one log line through the owner's callback (at or below cfg.log_level), and
@@ -77,8 +80,12 @@ int v4q_send_nack(v4q_service *s, const v4q_delivery *d, int requeue);
 int v4q_send_ack(v4q_service *s, const v4q_delivery *d);
 void v4q_cancel_consumer(v4q_service *s, v4q_request *q);
 
-/* publisher.c (AMQP thread): 0 confirmed, 1 returned or nacked, -1 link failure. */
+/* publisher.c (AMQP thread): 0 confirmed, 1 nacked, 2 returned (unroutable; the
+ * broker's reply code and text in err->msg), -1 link failure.  v4q_publish_unroutable
+ * republishes m to cfg.unroutable_queue with the headers of service.h (the reason from
+ * last_return, the broker's last return); the same return values. */
 void v4q_poll_publisher(v4q_service *s);
 int v4q_publish_confirmed(v4q_service *s, const v4q_message *m, v4_error *err);
+int v4q_publish_unroutable(v4q_service *s, const v4q_message *m, v4_error *err);
 
 #endif

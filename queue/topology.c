@@ -39,7 +39,8 @@ int v4q_declare_topology(v4q_link *l, const v4_worker_config *c, v4_error *err)
     amqp_table_t qargs = {3, e};
     if (exchange(l, c->dlx_exchange, "fanout", err) || queue(l, c->dead_queue, amqp_empty_table, err) ||
         bind(l, c->dead_queue, c->dlx_exchange, "", err) || queue(l, c->task_queue, qargs, err) ||
-        queue(l, c->invalid_queue, amqp_empty_table, err) || exchange(l, c->results_exchange, "direct", err))
+        queue(l, c->invalid_queue, amqp_empty_table, err) || queue(l, c->unroutable_queue, amqp_empty_table, err) ||
+        exchange(l, c->results_exchange, "direct", err))
         return -1;
     if (c->results_queue[0] && (queue(l, c->results_queue, amqp_empty_table, err) ||
                                 bind(l, c->results_queue, c->results_exchange, c->results_routing_key, err)))

@@ -3,8 +3,10 @@
  * Declared (names from v4_worker_config): fanout exchange DLX -> durable queue DEAD;
  * quorum queue TASKS with x-delivery-limit and x-dead-letter-exchange = DLX; durable
  * queue INVALID (error records of malformed packets, published through the default
- * exchange); direct exchange RESULTS and, when a results queue name is set, a durable
- * queue bound to it with the results routing key.  Re-declaring with the same
+ * exchange); durable queue UNROUTABLE (results the broker returned because their
+ * reply_to queue was gone, republished there with headers saying why); direct
+ * exchange RESULTS and, when a results queue name is set, a durable queue bound to it
+ * with the results routing key.  Re-declaring with the same
  * arguments is a no-op for the broker; different arguments on an existing queue make
  * the broker close the channel (406), reported with the queue name.
  *

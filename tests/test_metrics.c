@@ -324,10 +324,13 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 35, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
+    CHECK(fams == 36, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
                                                * expert_activations_total, memory_bytes, memory_waits_total,
                                                * fast_selftest, grammar_cache_{hits,misses}_total,
-                                               * grammar_cache_{bytes,entries} */
+                                               * grammar_cache_{bytes,entries}, results_unroutable_total */
+    CHECK(t && strstr(t, "# TYPE v4fleet:results_unroutable_total counter\n") &&
+              strstr(t, "v4fleet:results_unroutable_total 0\n"),
+          "the unroutable results counter, zero from the start");
     CHECK(t && strstr(t, "# TYPE v4fleet:memory_bytes gauge\n"), "the memory split family");
     CHECK(t && strstr(t, "# TYPE v4fleet:memory_waits_total counter\n") &&
               strstr(t, "v4fleet:memory_waits_total{kind=\"stall\"} 0\n"),

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test_queue_faults.sh - reliability rows of the checklist (shared spec queue-reliability.md §8)
 # against a real RabbitMQ (tests/lib/brokers.sh) with the tiny model:
-#   R22+R12  a task whose result is unroutable (reply_to names no queue) is never acked:
-#            basic.return -> nack(requeue), x-delivery-count grows, and past the delivery
-#            limit the task ends in the dead-letter queue; the worker keeps serving.
+#   R22+R12  a task whose result is unroutable (the results queue's binding deleted) is
+#            never acked: basic.return -> nack(requeue), x-delivery-count grows, and past
+#            the delivery limit the task ends in the dead-letter queue; the worker keeps
+#            serving.  (A reply_to queue that is gone is another case: the result goes to
+#            the unroutable queue and the task is acked; tests/test_queue_contract.sh.)
 #   R8       `rabbitmqctl close_all_connections` (CONNECTION_FORCED): the worker reconnects
 #            and keeps processing.
 #   R10      the task queue is deleted under the worker: basic.cancel (consumer_cancel_notify)
@@ -45,9 +47,11 @@ start_worker 1
 wait_queue "$P.tasks" || fail "the worker did not declare $P.tasks"
 
 echo "--- R22+R12: unroutable result -> requeue -> dead-letter after the delivery limit"
-qclient publish "$P.tasks" 1 4 poison "no.such.queue.$P"
-qclient publish "$P.tasks" 3 4 ok
+qclient unbind "$P.results" "$P.results" "$P.results"
+qclient publish "$P.tasks" 1 4 poison
 qclient dead "$P.dead" poison000 30 || fail "poison task not dead-lettered"
+qclient bind "$P.results" "$P.results" "$P.results"
+qclient publish "$P.tasks" 3 4 ok
 qclient collect "$P.results" 3 30 || fail "tasks after the poison one were not served"
 grep -q "unroutable" "$WORK/worker1.log" || fail "no log line for the returned result"
 

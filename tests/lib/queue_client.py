@@ -20,6 +20,8 @@
       (TIMEOUT_S: the same progress bound as collect)
   queue_client.py URL dead QUEUE ID TIMEOUT_S
       wait for the task ID in QUEUE (a dead-letter queue); print its x-death reason/count
+  queue_client.py URL unbind|bind QUEUE EXCHANGE ROUTING_KEY
+      remove / add the binding of QUEUE to EXCHANGE
 """
 import json
 import sys
@@ -131,4 +133,6 @@ elif cmd == "dead":
             sys.exit(0)
     print("no %s in %s" % (tid, queue), file=sys.stderr)
     sys.exit(1)
+elif cmd in ("unbind", "bind"):
+    (ch.queue_unbind if cmd == "unbind" else ch.queue_bind)(sys.argv[3], sys.argv[4], routing_key=sys.argv[5])
 conn.close()

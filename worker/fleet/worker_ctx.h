@@ -57,7 +57,7 @@ typedef struct worker {
     char model_real[4096];      /* realpath of V4_MODEL_DIR when loaded (V4_MODEL_WATCH_S) */
     double next_watch_ms;
     char reload_why[4200];      /* a reload is due (no new task is admitted); "" = none */
-    long done, failed, invalid, requeued, unconfirmed, abandoned;
+    long done, failed, invalid, requeued, unconfirmed, unroutable, abandoned;
     int stopping;               /* the consumer was cancelled after a signal */
     double stop_at_ms;          /* when the signal was first seen */
 } worker;

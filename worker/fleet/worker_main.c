@@ -278,8 +278,9 @@ int v4_cmd_worker(int argc, char **argv)
         }
     }
     v4w_log(&w, 1, NULL, "exiting: %ld succeeded, %ld failed, %ld invalid, %ld requeued, %ld results unconfirmed "
-                         "(redelivered), %ld abandoned (their delivering connection gone)",
-            w.done, w.failed, w.invalid, w.requeued, w.unconfirmed, w.abandoned);
+                         "(redelivered), %ld unroutable (kept in %s), %ld abandoned (their delivering connection gone)",
+            w.done, w.failed, w.invalid, w.requeued, w.unconfirmed, w.unroutable, w.cfg.unroutable_queue,
+            w.abandoned);
     v4w_set_phase(&w, PHASE_DRAINING, NULL, NULL);   /* the HTTP thread stops using them */
     v4q_service_free(w.svc);
     if (w.util) {

@@ -48,6 +48,10 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     m->unconfirmed = v4m_family_new(r, V4M_COUNTER, "v4fleet:results_unconfirmed_total",
                                     "Results the broker did not confirm: the task is redelivered and counted then.",
                                     NULL, NULL, 0);
+    m->unroutable = v4m_family_new(r, V4M_COUNTER, "v4fleet:results_unroutable_total",
+                                   "Results (and error answers) the broker returned as unroutable (reply_to queue "
+                                   "gone), republished to the unroutable queue; the task was acked, not run again.",
+                                   NULL, NULL, 0);
     m->abandoned = v4m_family_new(r, V4M_COUNTER, "v4fleet:tasks_abandoned_total",
                                   "Tasks stopped without a result because the broker connection that delivered "
                                   "them was lost (the broker requeued them).",
@@ -123,7 +127,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
                                   "task sat out while its sequence could not grow).  Tasks wait, they do not fail.",
                                   kind_l, NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
-        !m->requeued || !m->unconfirmed || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
+        !m->requeued || !m->unconfirmed || !m->unroutable || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
         !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics ||
         !m->memory || !m->mem_waits || !m->fast_selftest || !m->ghits || !m->gmisses || !m->gbytes || !m->gentries) {
@@ -139,6 +143,7 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     v4m_fadd(m->invalid, 0);
     v4m_fadd(m->requeued, 0);
     v4m_fadd(m->unconfirmed, 0);
+    v4m_fadd(m->unroutable, 0);
     v4m_fadd(m->abandoned, 0);
     const char *const outcomes[3] = {"hit", "miss", "prefetched"};
     for (int i = 0; i < 3; i++)

@@ -15,6 +15,9 @@
  *   v4fleet:requests_requeued_total       counter    tasks requeued without a result (shutdown)
  *   v4fleet:results_unconfirmed_total     counter    results the broker did not confirm (the task is
  *                                                    redelivered; not counted as success or failure)
+ *   v4fleet:results_unroutable_total      counter    results / error answers the broker returned (their
+ *                                                    reply_to queue gone), republished to the unroutable
+ *                                                    queue (V4_UNROUTABLE_QUEUE); the task was acked
  *   v4fleet:tasks_abandoned_total         counter    tasks stopped without a result because the
  *                                                    connection that delivered them was lost
  *   v4fleet:prompt_tokens_total, v4fleet:generation_tokens_total   counters
@@ -70,7 +73,7 @@
 
 typedef struct v4_wmetrics {
     v4m_registry *reg;
-    v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *abandoned,
+    v4m_family *ttft, *itl, *e2e, *queue_wait, *success, *failure, *invalid, *requeued, *unconfirmed, *unroutable, *abandoned,
         *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
         *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory, *mem_waits,

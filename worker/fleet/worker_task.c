@@ -1,7 +1,11 @@
 /* worker_task.c - one task of the queue worker: take a delivery (parse, validate,
- * answer invalid packets, submit valid tasks to the executor), complete what the
- * executor hands back (Redis counters, result, metrics, one log line).  See
- * worker_ctx.h and worker_main.c.
+ * answer invalid packets on the invalid queue and on reply_to, fix the deadline from the
+ * sender's clock, answer a task already past it without running it, submit the others to
+ * the executor), complete what the executor hands back (Redis counters, result, metrics,
+ * one log line).  Results and answers to a reply_to queue that the broker returns as
+ * unroutable (the queue is gone) go to the unroutable queue and the task is acked
+ * (queue/service.h); a returned result for the results exchange is requeued (R22).  The contract:
+ * docs/queue-worker.md "Contract".  See worker_ctx.h and worker_main.c.
  *
  * Expert utilization: each run's per-(layer, expert) routing counts go to the Redis
  * counter thread (telemetry/util_redis.h) before the result is published; that never
@@ -53,35 +57,107 @@ static double queue_ms_of(const v4q_delivery *d)
     return ms > 0 ? ms : 0;
 }
 
-/* 0 when the broker confirmed m and the task was acked; -1 (logged) when not: the
- * broker redelivers the task, so nothing of this attempt may be counted as done. */
-static int publish(worker *w, const v4q_delivery *d, const v4q_message *m, const char *id, const char *what)
+/* 0 when the broker confirmed the n messages (each to its destination, or a returned
+ * one marked divert_unroutable to the unroutable queue: counted and logged once here)
+ * and the task was acked; -1 (logged) when not: the broker redelivers the task, so
+ * nothing of this attempt may be counted as done. */
+static int publish(worker *w, const v4q_delivery *d, const v4q_message *m, int n, const char *id, const char *what)
 {
     v4_error err = {0};
-    if (!v4q_finish(w->svc, d, m, &err))
+    unsigned diverted = 0;
+    int rc = v4q_finish_all(w->svc, d, m, n, &diverted, &err);
+    for (int i = 0; i < n; i++) {
+        if (!(diverted & (1u << i)))
+            continue;
+        w->unroutable++;
+        v4m_fadd(w->m.unroutable, 1);
+        if (m[i].reply_to)
+            v4w_log(w, 1, id, "task %s: %s unroutable: reply_to queue '%s' not found (the broker returned it); kept in "
+                    "'%s' with the reason, task acked, not run again", id ? id : "?", what, m[i].reply_to,
+                    w->cfg.unroutable_queue);
+        else
+            v4w_log(w, 1, id, "task %s: %s unroutable: no route from exchange '%s' with routing key '%s'; kept in "
+                    "'%s' with the reason, task acked, not run again", id ? id : "?", what, m[i].exchange,
+                    m[i].routing_key, w->cfg.unroutable_queue);
+    }
+    if (!rc)
         return 0;
     v4w_log(w, 0, id, "task %s: %s not confirmed, task not acked (will be redelivered): %s: %s", id ? id : "?", what,
             err.where, err.msg);
     return -1;
 }
 
+/* An invalid packet: its error record to the invalid queue and, when the sender gave a
+ * reply_to, the same error as a failed result there (with its correlation_id), both
+ * confirmed before the ack. */
 static void handle_invalid(worker *w, const v4q_delivery *d, const v4_task *t, const v4_task_error *e)
 {
     const char *id = t->id ? t->id : d->message_id;
-    char *rec = v4_invalid_record_json(e, id, w->cfg.worker_id, d->body, d->len);
+    char *rec = v4_invalid_record_json(e, id, w->cfg.worker_id, d->body, d->len), *ans = NULL;
+    if (d->reply_to) {
+        v4_result_info ri = {.id = id, .model = v4_runner_model_name(w->runner), .worker = w->cfg.worker_id,
+                             .error = e, .numerics = v4_runner_numerics(w->runner)};
+        ans = v4_result_json(&ri);
+    }
     v4w_log(w, 1, id, "task %s: invalid packet: %s: %s: %s", id ? id : "(no id)", v4_task_errcode_name(e->code), e->where,
          e->message);
     w->invalid++;
     v4m_fadd(w->m.invalid, 1);
-    if (!rec) {
+    if (!rec || (d->reply_to && !ans)) {
         v4w_log(w, 0, id, "out of memory building an error record; requeueing");
         v4q_requeue(w->svc, d);
+        free(rec);
+        free(ans);
         return;
     }
-    v4q_message m = {.exchange = "", .routing_key = w->cfg.invalid_queue, .body = rec, .len = strlen(rec),
-                     .message_id = id, .correlation_id = d->correlation_id};
-    publish(w, d, &m, id, "error record");
+    v4q_message m[2] = {{.exchange = "", .routing_key = w->cfg.invalid_queue, .body = rec, .len = strlen(rec),
+                         .message_id = id, .correlation_id = d->correlation_id},
+                        {.exchange = "", .routing_key = d->reply_to, .body = ans, .len = ans ? strlen(ans) : 0,
+                         .message_id = id, .correlation_id = d->correlation_id, .divert_unroutable = 1,
+                         .reply_to = d->reply_to}};
+    publish(w, d, m, d->reply_to ? 2 : 1, id, "error record");
     free(rec);
+    free(ans);
+}
+
+static double epoch_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return tv.tv_sec * 1e3 + tv.tv_usec / 1e3;
+}
+
+/* The task's deadline on the CLOCK_MONOTONIC scale of t0 (taken), from the sender's
+ * clock (docs/queue-worker.md "Deadlines"): the earliest of deadline_ms (else, unless an
+ * x-deadline-at is given, V4_DEADLINE_MS) counted from the AMQP timestamp (seconds; from
+ * receipt without one, or when it lies in the future), the x-deadline-at header (Unix epoch
+ * ms) and timestamp + the AMQP expiration.  *where and how name the earliest. */
+static double deadline_of(const worker *w, const v4q_delivery *d, const v4_task *t, double t0, const char **where,
+                          char *how, size_t n)
+{
+    double now = epoch_ms();
+    int ts = d->timestamp_s > 0;
+    double anchor = ts && d->timestamp_s * 1e3 < now ? d->timestamp_s * 1e3 : now;
+    double best = 1e300;
+    long budget = t->deadline_ms ? t->deadline_ms : d->deadline_at_ms > 0 ? 0 : w->cfg.deadline_ms;
+    *where = "deadline_ms";
+    how[0] = 0;
+    if (budget) {
+        best = anchor + (double)budget;
+        snprintf(how, n, "%s %ld ms from %s", t->deadline_ms ? "deadline_ms" : "V4_DEADLINE_MS", budget,
+                 ts ? "the AMQP timestamp" : "receipt");
+    }
+    if (d->deadline_at_ms > 0 && (double)d->deadline_at_ms < best) {
+        best = (double)d->deadline_at_ms;
+        *where = "x-deadline-at";
+        snprintf(how, n, "x-deadline-at %lld", d->deadline_at_ms);
+    }
+    if (ts && d->expiration_ms >= 0 && d->timestamp_s * 1e3 + (double)d->expiration_ms < best) {
+        best = d->timestamp_s * 1e3 + (double)d->expiration_ms;
+        *where = "expiration";
+        snprintf(how, n, "expiration %lld ms from the AMQP timestamp", d->expiration_ms);
+    }
+    return best >= 1e300 ? 1e300 : t0 + (best - now);
 }
 
 /* The task's figures into the metrics and its one "finished" log line. */
@@ -115,6 +191,20 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
     if (fields && rc)
         json_object_set_new(fields, "code", json_string(v4_task_errcode_name(e->code)));
     v4_log_emit(&w->log, 1, NULL, t->id, fields, msg);
+}
+
+/* {"text": the partial text} (a cut multi-byte character at its end dropped). */
+static json_t *partial_output(const char *text, size_t len)
+{
+    json_t *s = NULL;
+    for (size_t cut = 0; !s && cut < 4 && cut <= len; cut++)
+        s = json_stringn(text, len - cut);
+    json_t *o = json_object();
+    if (o)
+        json_object_set_new(o, "text", s ? s : json_string(""));
+    else
+        json_decref(s);
+    return o;
 }
 
 static void running_gauge(worker *w)
@@ -159,15 +249,34 @@ void v4w_take(worker *w, v4q_delivery *d)
         free(j);
         return;
     }
+    if (d->deadline_at_ms < 0) {
+        v4_task_fail(&e, V4_TASK_INVALID_FIELD, "x-deadline-at",
+                     "the AMQP header x-deadline-at must be Unix epoch milliseconds (an integer or a string of digits)");
+        handle_invalid(w, d, t, &e);
+        v4_task_free(t);
+        v4q_delivery_free(d);
+        free(j);
+        return;
+    }
     for (int i = 0; i < t->n_unknown; i++)
         v4w_log(w, 2, t->id, "task %s: unknown field '%s' ignored", t->id, t->unknown[i]);
     j->job.release = release_job;
     j->job.abort_job = delivery_lost;
     j->svc = w->svc;
-    j->job.deadline_ms = t0 + (double)(t->deadline_ms ? t->deadline_ms : w->cfg.deadline_ms);
+    const char *dl_where;
+    char dl_how[160];
+    j->job.deadline_ms = deadline_of(w, d, t, t0, &dl_where, dl_how, sizeof dl_how);
     j->d = d;
     j->t0 = t0;
     j->queue_ms = queue_ms_of(d);
+    if (j->job.deadline_ms <= t0) {   /* past its deadline when taken: answered, acked, not run */
+        j->job.rc = v4_task_fail(&j->job.err, V4_TASK_DEADLINE_EXCEEDED, dl_where,
+                                 "the deadline (%s) passed %.0f ms before the task was taken; not run", dl_how,
+                                 t0 - j->job.deadline_ms);
+        w->in_flight++;
+        v4w_complete(w, j);
+        return;
+    }
     if (w->x->ops->submit(w->x, &j->job)) {   /* the loop admits only while a slot is free */
         v4w_log(w, 0, t->id, "task %s: no free slot (internal); requeueing it", t->id);
         v4q_requeue(w->svc, d);
@@ -225,7 +334,11 @@ void v4w_complete(worker *w, v4w_job *j)
         .expert_bytes_loaded = out->expert_bytes_loaded, .chunks = out->chunks, .levels = out->levels,
         .error = rc ? e : NULL, .numerics = v4_runner_numerics(w->runner), .logprobs = out->logprobs,
         .reasoning = out->reasoning, .reasoning_len = out->reasoning_len};
-    char *json = v4_result_json(&ri);
+    json_t *ro = v4_result_object(&ri);
+    if (ro && rc && e->code == V4_TASK_DEADLINE_EXCEEDED && out->text)   /* the text generated before the overrun */
+        json_object_set_new(ro, "output", partial_output(out->text, out->text_len));
+    char *json = ro ? json_dumps(ro, JSON_COMPACT) : NULL;
+    json_decref(ro);
     if (!json) {
         v4w_log(w, 0, t->id, "task %s: out of memory building the result; requeueing", t->id);
         v4q_requeue(w->svc, d);
@@ -233,10 +346,14 @@ void v4w_complete(worker *w, v4w_job *j)
         v4q_message m = {.exchange = d->reply_to ? "" : w->cfg.results_exchange,
                          .routing_key = d->reply_to ? d->reply_to : w->cfg.results_routing_key, .body = json,
                          .len = strlen(json), .message_id = t->id, .correlation_id = d->correlation_id,
-                         .fault_exit_before_ack = w->cfg.fault_exit_before_ack};
+                         .fault_exit_before_ack = w->cfg.fault_exit_before_ack,
+                         .divert_unroutable = d->reply_to != NULL, .reply_to = d->reply_to};
+        /* a vanished reply_to queue is no reason to run the task again (-> the unroutable
+         * queue); an unbound results exchange is the operator's to fix (checklist R22: not
+         * acked, requeued, dead-lettered past the delivery limit) */
         /* counted (metrics, the finished line, the exit summary) only once the broker
          * has the result: an unconfirmed one is redelivered and counted then */
-        if (publish(w, d, &m, t->id, "result") == 0) {
+        if (publish(w, d, &m, 1, t->id, "result") == 0) {
             observe(w, t, out, rc, e, j->queue_ms, d->timestamp_s != 0, j->t0,
                     j->job.start_ms > 0 ? j->job.start_ms : j->t0);
             rc ? w->failed++ : w->done++;

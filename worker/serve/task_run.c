@@ -586,6 +586,16 @@ static int split_reasoning(v4_run_output *out)
     return 0;
 }
 
+/* A deadline overrun keeps the text generated so far (out->text; no token ids). */
+static void keep_partial(v4_run_job *j, v4_run_output *out)
+{
+    if (j->buf.oom || !j->buf.p)
+        return;
+    out->text = j->buf.p;
+    out->text_len = j->buf.n;
+    j->buf.p = NULL;
+}
+
 int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e)
 {
     int rc = -1;
@@ -596,6 +606,7 @@ int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_outp
             rc = -2;
         } else if (j->guard.why == 1) {
             v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err->msg);
+            keep_partial(j, out);
         } else if (j->cfield && err->code == V4_ERR_INVALID && !strcmp(err->where, "constraint")) {
             /* the constraint reached a point the vocabulary cannot continue */
             v4_task_fail(e, V4_TASK_INVALID_FIELD, j->cfield, "%s", err->msg);
@@ -611,6 +622,7 @@ int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_outp
     }
     if (v4_now_ms() > j->guard.deadline_ms) {
         v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline");
+        keep_partial(j, out);
         goto out;
     }
     out->text = j->buf.p ? j->buf.p : calloc(1, 1);

@@ -13,7 +13,8 @@
  * (model_not_available, context_length_exceeded, deadline_exceeded, invalid_field,
  * internal), never a process exit.  The deadline is checked before the run and before
  * every forward step (the generation's cancel hook), so an overrunning task stops within
- * one step with deadline_exceeded.  The caller's abort callback (shutdown: the SIGTERM
+ * one step with deadline_exceeded; such a failure keeps the text generated before it in
+ * v4_run_output.text (text_len; no token ids), the others leave the output empty.  The caller's abort callback (shutdown: the SIGTERM
  * grace period ran out) is polled at the same points; an aborted run returns -2 and no
  * result (the caller requeues the task).
  *
