@@ -30,6 +30,11 @@ typedef struct gb_out {
 int gr_gbnf_parse(gr_builder *b, const char *text, size_t len, gb_out *o, v4_error *err);
 /* The sets as lexemes, the productions as rules.  0, or -1 with err. */
 int gr_gbnf_emit(gr_builder *b, gb_out *o, v4_error *err);
+/* Regular rules that a greedy lexer provably splits as the grammar does, as lexemes
+ * (gr_gbnf_merge.c; o gains rules for runs of regular symbols).  *lex_of (malloc'd, the
+ * caller frees it; one entry per nonterminal of b once done): the lexeme of a merged rule,
+ * -1 for the others; NULL when nothing could be analysed.  0, or -1 with err. */
+int gr_gbnf_merge(gr_builder *b, gb_out *o, int32_t **lex_of, v4_error *err);
 void gr_gbnf_out_free(gb_out *o);
 
 /* The whole compile: gr_gbnf_parse then gr_gbnf_emit. */
