@@ -5,6 +5,8 @@
  * Why one code point per lexeme: the lexer (gr_lexer.c, gr_matcher.c) munches greedily and
  * never splits a lexeme again, which is exact only when no lexeme can end where another
  * parse goes on; with single code points the Earley parser decides every split itself.
+ * gr_gbnf_merge.c then makes regular rules single lexemes where that is provably exact
+ * (and fast: the matcher's per-lexer-state caches work inside such lexemes).
  * docs/grammar.md "GBNF" has the notation and the errors.
  * Ownership: a gb_out is the caller's (gr_gbnf_out_free); the builder is the caller's.
  * Thread: any (no state).

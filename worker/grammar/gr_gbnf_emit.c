@@ -7,7 +7,8 @@
  * GB_MAX_OVERLAP lexemes ending together (gr_matcher.c end_lexeme), so when some code point
  * lies in more sets than that, the sets are split into disjoint atoms (the code points
  * that lie in exactly the same sets), each atom a lexeme and each set a nonterminal with
- * one alternative per atom it holds.  docs/grammar.md "GBNF".
+ * one alternative per atom it holds.  Rules that gr_gbnf_merge.c makes lexemes get one
+ * production, N ::= the lexeme, instead of their own.  docs/grammar.md "GBNF".
  */
 #include <stdlib.h>
 #include <string.h>
