@@ -5,7 +5,9 @@
  *     rules, ambiguous terminals ("a" "b" | "ab" "c"), a code point in over 16 classes;
  *   - an oracle: regular grammars against the engine's regex constraint (a different
  *     compile path) on every string up to a length over a small alphabet, refusal offsets
- *     included, and balanced brackets against a counter;
+ *     included, and balanced brackets against a counter; rules merged into one lexeme
+ *     (gr_gbnf_merge.c) inside a right-recursive list against the regex kind, cases that
+ *     an unsound merge would get wrong ([a-z]* "x", "true" | [a-z]+, FOLLOW in the rule);
  *   - the mask against commit-on-a-fork for every token along texts and random walks, the
  *     mask never empty where the text is not finished (no dead end), EOS only where the
  *     text is complete;
@@ -537,6 +539,52 @@ static void test_oracles(void)
     v4g_constraint_unref(c);
 }
 
+/* merged lexemes (gr_gbnf_merge.c): rules in a right-recursive list (not regular to the
+ * merger, so the rule is merged or not under the list's FOLLOW, yet the language is
+ * regular) against the regex kind on every short string: a merge that a greedy lexer
+ * splits wrongly refuses or accepts some string the regex does not */
+static void test_merge(void)
+{
+    static const struct {
+        const char *x, *rx, *alpha;
+        int len;
+    } CASES[] = {
+        {"[a-z]* \"x\"", "[a-z]*x", "ax,", 7},                                  /* merged: x never follows x */
+        {"\"a\"* \"ab\"", "a*ab", "ab,", 7},
+        {"[0-9]+ (\".\" [0-9]+)?", "[0-9]+(\\.[0-9]+)?", "1.,", 7},
+        {"\"true\" | [a-z]+", "true|[a-z]+", "tre,", 7},                          /* a keyword that prefixes */
+        {"\"\\\"\" ([^\"\\\\] | \"\\\\\" [\"\\\\n])* \"\\\"\"", "\"([^\"\\\\]|\\\\[\"\\\\n])*\"", "\"\\n,", 7},
+        {"\"a\" \"b\" | \"ab\" \"c\"", "ab|abc", "abc,", 7},
+        {"[a-c]+ | \"-\" [a-c]*", "[a-c]+|-[a-c]*", "a-,", 7},
+        {"(\"ab\")+ | \"ac\" | \"a\"", "(ab)+|ac|a", "abc,", 7},               /* same first byte: not merged */
+        {"[0-9]+ [,]?", "[0-9]+,?", "1,", 8},                                    /* FOLLOW in EXT: not merged */
+    };
+    char g[512], rx[512];
+    for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++) {
+        snprintf(g, sizeof g, "root ::= x \",\" root | x\nx ::= %s", CASES[k].x);
+        snprintf(rx, sizeof rx, "(%s)(,(%s))*", CASES[k].rx, CASES[k].rx);
+        oracle_regex(g, rx, CASES[k].alpha, CASES[k].len);
+    }
+    /* a list element that ends in the separator's character: "a"+ then "a" */
+    oracle_regex("root ::= x \"a\" root | x\nx ::= \"a\"+ \"b\"?", "(a+b?a)*a+b?", "ab", 8);
+    /* two different lexemes after the same text, and runs ("," ws) shared by two rules */
+    oracle_regex("root ::= \"[\" ws l ws \"]\" | \"{\" ws m ws \"}\"\nl ::= n \",\" ws l | n\nm ::= n \";\" ws m | n\n"
+                 "n ::= [0-9]+\nws ::= \" \"?",
+                 "\\[ ?[0-9]+(, ?[0-9]+)* ?\\]|\\{ ?[0-9]+(; ?[0-9]+)* ?\\}", "[{1,; }]", 6);
+    /* a merged rule and a one-code-point terminal that start alike after the same text
+     * (r is right-recursive: never merged): the greedy lexer would take "ab" as x */
+    oracle_regex("root ::= x \";\" root | x | \"a\" r\nx ::= (\"ab\")+\nr ::= \"b\" \"c\" | \"b\" s\n"
+                 "s ::= \"d\" s | \"d\"",
+                 "((ab)+;)*((ab)+|a(bc|bd+))", "abcd;", 6);
+    /* the masks too, against commit, along random walks */
+    v4g_constraint *c = gbnf("root ::= x \",\" root | x\nx ::= \"true\" | [a-z]+ | [0-9]+ (\".\" [0-9]+)?");
+    expect(c, "true,truex,12.5,ab", -1);
+    expect(c, "12.", 3);
+    expect(c, "12.,", 3);
+    random_walks(c, "merged list", 6, 12);
+    v4g_constraint_unref(c);
+}
+
 /* ------------------------------------------------------------ real tokenizer -- */
 static void test_real_tokenizer(void)
 {
@@ -599,6 +647,7 @@ int main(void)
     test_ambiguity();
     test_overlap();
     test_oracles();
+    test_merge();
     test_real_tokenizer();
     v4g_vocab_free(V);
     for (int i = 0; i < SRC.n; i++)

@@ -246,6 +246,20 @@ int gr_lex_cset(gr_builder *b, const gr_cset *s, v4_error *err)
     return lex_add(b, key, &f, err);
 }
 
+/* a lexeme from a fragment the caller built in b->nfa since the last lexeme (GBNF's merged
+ * rules, gr_gbnf_merge.c); name: unique among the caller's lexemes */
+int gr_lex_frag(gr_builder *b, const char *name, gr_frag *f, v4_error *err)
+{
+    char *key = keyf("frag", name, strlen(name), 0, 0, 0);
+    if (!key)
+        return v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
+    if (seal(b, f, err)) {
+        free(key);
+        return -1;
+    }
+    return lex_add(b, key, f, err);
+}
+
 int gr_lex_json_string(gr_builder *b, int min, int max, v4_error *err)
 {
     char *key = keyf("str", "", 0, min, max, 0);

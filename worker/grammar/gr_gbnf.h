@@ -5,6 +5,8 @@
  * Why one code point per lexeme: the lexer (gr_lexer.c, gr_matcher.c) munches greedily and
  * never splits a lexeme again, which is exact only when no lexeme can end where another
  * parse goes on; with single code points the Earley parser decides every split itself.
+ * gr_gbnf_merge.c then makes regular rules single lexemes where that is provably exact
+ * (and fast: the matcher's per-lexer-state caches work inside such lexemes).
  * docs/grammar.md "GBNF" has the notation and the errors.
  * Ownership: a gb_out is the caller's (gr_gbnf_out_free); the builder is the caller's.
  * Thread: any (no state).
@@ -30,6 +32,11 @@ typedef struct gb_out {
 int gr_gbnf_parse(gr_builder *b, const char *text, size_t len, gb_out *o, v4_error *err);
 /* The sets as lexemes, the productions as rules.  0, or -1 with err. */
 int gr_gbnf_emit(gr_builder *b, gb_out *o, v4_error *err);
+/* Regular rules that a greedy lexer provably splits as the grammar does, as lexemes
+ * (gr_gbnf_merge.c; o gains rules for runs of regular symbols).  *lex_of (malloc'd, the
+ * caller frees it; one entry per nonterminal of b once done): the lexeme of a merged rule,
+ * -1 for the others; NULL when nothing could be analysed.  0, or -1 with err. */
+int gr_gbnf_merge(gr_builder *b, gb_out *o, int32_t **lex_of, v4_error *err);
 void gr_gbnf_out_free(gb_out *o);
 
 /* The whole compile: gr_gbnf_parse then gr_gbnf_emit. */

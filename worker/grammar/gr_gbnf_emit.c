@@ -7,7 +7,8 @@
  * GB_MAX_OVERLAP lexemes ending together (gr_matcher.c end_lexeme), so when some code point
  * lies in more sets than that, the sets are split into disjoint atoms (the code points
  * that lie in exactly the same sets), each atom a lexeme and each set a nonterminal with
- * one alternative per atom it holds.  docs/grammar.md "GBNF".
+ * one alternative per atom it holds.  Rules that gr_gbnf_merge.c makes lexemes get one
+ * production, N ::= the lexeme, instead of their own.  docs/grammar.md "GBNF".
  */
 #include <stdlib.h>
 #include <string.h>
@@ -166,10 +167,17 @@ int gr_gbnf_emit(gr_builder *b, gb_out *o, v4_error *err)
     }
     int rc = most <= GB_MAX_OVERLAP ? direct(b, o, map, err) : atoms(b, o, e, n_ev, map, err);
     free(e);
+    int32_t *lex_of = NULL;   /* merged rules (gr_gbnf_merge.c): N ::= its lexeme */
+    rc = rc || gr_gbnf_merge(b, o, &lex_of, err);
+    for (int32_t n = 0; !rc && lex_of && n < b->n_nt; n++)
+        if (lex_of[n] >= 0)
+            rc = gr_rule(b, GR_NT0 + n, &lex_of[n], 1, err);
     int32_t *tmp = NULL;
     int cap = 0;
     for (int32_t p = 0; !rc && p < o->n_prods; p++) {
         const gr_prod *pr = &o->prods[p];
+        if (lex_of && lex_of[pr->lhs - GR_NT0] >= 0)
+            continue;   /* inside the lexeme */
         if (pr->len > cap) {
             int32_t *q = realloc(tmp, (size_t)pr->len * sizeof *q);
             if (!q) {
@@ -187,5 +195,6 @@ int gr_gbnf_emit(gr_builder *b, gb_out *o, v4_error *err)
     }
     free(tmp);
     free(map);
+    free(lex_of);
     return rc ? -1 : 0;
 }

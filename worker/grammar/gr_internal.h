@@ -147,6 +147,9 @@ int gr_lex_regex(gr_builder *b, const char *src, size_t len, int mode, int json,
 int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err);
 /* One code point of the set s (UTF-8): GBNF's terminals (gr_gbnf_emit.c). */
 int gr_lex_cset(gr_builder *b, const gr_cset *s, v4_error *err);
+/* A lexeme from the fragment f the caller built in b->nfa since the last lexeme was added
+ * (its end gets a fresh accepting state); name: unique among the caller's lexemes. */
+int gr_lex_frag(gr_builder *b, const char *name, gr_frag *f, v4_error *err);
 /* A JSON string (with its quotes) whose content is none of keys[0..n) (canonical encoding). */
 int gr_lex_key_except(gr_builder *b, const char *const *keys, int n, v4_error *err);
 /* A JSON string matching pattern (search mode; NULL: any string) that is none of keys and
