@@ -40,7 +40,7 @@ static const bad_case BAD[] = {
     {P "\"top_logprobs\":2.5,\"logprobs\":true}", V4_TASK_INVALID_FIELD, "top_logprobs", "integer"},
     {P "\"top_logprobs\":3}", V4_TASK_INVALID_FIELD, "top_logprobs", "logprobs"},
     {P "\"top_logprobs\":3,\"logprobs\":false}", V4_TASK_INVALID_FIELD, "top_logprobs", "logprobs"},
-    {P "\"n\":2}", V4_TASK_UNSUPPORTED_FIELD, "n", NULL},
+    {P "\"n\":17}", V4_TASK_INVALID_FIELD, "n", NULL},   /* n is served (1..16): test_task_fields.c */
     {"{\"id\":\"a\",\"type\":\"summarize\",\"document\":\"d\",\"logprobs\":true}", V4_TASK_UNSUPPORTED_FIELD,
      "logprobs", "summarize"},
 };
