@@ -239,7 +239,11 @@ class Client:
         tid = task.id if isinstance(task, Pending) else task
         if not isinstance(tid, str) or not tid:
             raise ValueError("cancel: a task id is a non-empty string, not %r" % (tid,))
-        ch = self._conn.channel()
+        try:
+            ch = self._conn.channel()
+        except pika.exceptions.AMQPError as e:
+            raise ClientError("cancel %r: connection to %s lost (%s)" % (tid, _masked(self.url),
+                                                                       e.__class__.__name__)) from e
         try:
             ch.exchange_declare(self.cancel_exchange, passive=True)
         except pika.exceptions.ChannelClosedByBroker as e:

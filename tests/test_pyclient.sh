@@ -11,7 +11,10 @@
 #    + deadline_ms and a past deadline_at fail deadline_exceeded, not run; a missing
 #    queue / a rejecting queue raise PublishError (unroutable / nacked); urgent=True and
 #    cancel() as the broker allows (this branch's worker has neither the urgent queue
-#    nor the cancel exchange: PublishError naming QUEUE.urgent, cancel() -> False);
+#    nor the cancel exchange: PublishError naming QUEUE.urgent, cancel() -> False), and
+#    on a queue / fanout exchange the test declares: the urgent task with its AMQP
+#    properties (message_id, correlation_id, reply_to, persistent, timestamp) and the
+#    {"cancel": id} message;
 #  - scripts/submit.py, same CLI as before: a file of tasks (one without id) prints one
 #    result line each, as the worker sent it; a queue nobody serves -> exit 1 naming the
 #    ids after --timeout; a missing queue and a line that is not a JSON object -> exit 1

@@ -25,7 +25,9 @@ Checks, in order (one printed line each; an AssertionError = exit 1):
   optional   urgent=True and cancel(): checked against what the broker has (the urgent
              queue and the cancel exchange are declared by workers that support them;
              on a branch without that support: PublishError naming PREFIX.tasks.urgent,
-             cancel() returns False, the client keeps working)
+             cancel() returns False, the client keeps working); then, with a queue
+             PREFIX.idle.urgent and a fanout exchange of the test's own, what lands there:
+             the task with its AMQP properties, and {"cancel": id}
   misuse     a stray answer (unknown correlation_id) is counted, not delivered; bad
              arguments raise TypeError / ValueError; a refused connection raises
              ClientError without the password
@@ -75,7 +77,7 @@ def exists(kind, name):
 # side queues: one nobody consumes (submit.py's timeout) and one that rejects every publish
 admin = pika.BlockingConnection(pika.URLParameters(url))
 ach = admin.channel()
-ach.queue_declare(prefix + ".idle", durable=True)
+ach.queue_declare(prefix + ".idle", arguments={"x-expires": 120000})   # gone 2 min after its last use
 ach.queue_declare(prefix + ".full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"})
 
 with Client(url, task_queue=TASKS, timeout=120) as c:
@@ -178,6 +180,24 @@ with Client(url, task_queue=TASKS, timeout=120) as c:
     assert c.cancel(Pending(c, "nothing-either", "x", None)) is have_cancel
     print("cancel: exchange %s.cancel %s, cancel() -> %s" % (TASKS, "exists" if have_cancel else "absent",
                                                              have_cancel))
+    # both publishing paths on the wire, with a queue and an exchange of our own
+    ach.queue_declare(prefix + ".idle.urgent")
+    ach.exchange_declare(prefix + ".mycancel", "fanout")
+    cq = ach.queue_declare("", exclusive=True).method.queue
+    ach.queue_bind(cq, prefix + ".mycancel")
+    with Client(url, task_queue=prefix + ".idle", cancel_exchange=prefix + ".mycancel") as ic:
+        t0 = int(time.time())
+        hu = ic.submit({"id": "urg2", "prompt": "x"}, urgent=True, deadline_ms=900)
+        assert ic.cancel(hu) is True
+    m, p, b = ach.basic_get(prefix + ".idle.urgent", auto_ack=True)
+    assert m is not None and json.loads(b) == {"id": "urg2", "prompt": "x", "deadline_ms": 900}, b
+    assert (p.message_id, p.correlation_id, p.delivery_mode, p.content_type) == (
+        "urg2", hu.correlation_id, 2, "application/json"), p
+    assert p.reply_to == ic.reply_queue and t0 <= p.timestamp <= time.time() + 1, (p.reply_to, p.timestamp)
+    m, p, b = ach.basic_get(cq, auto_ack=True)
+    assert m is not None and json.loads(b) == {"cancel": "urg2"} and p.delivery_mode == 2, b
+    print("wire: urgent task in %s.idle.urgent with its properties; cancel %s on %s.mycancel" % (prefix, b.decode(),
+                                                                                              prefix))
     r = c.run(dict(SHORT, id="after", max_tokens=2))
     assert r["status"] == "succeeded" and r["id"] == "after", r
 
@@ -197,5 +217,7 @@ with Client(url, task_queue=TASKS, timeout=120) as c:
 e = raises(ClientError, Client, "amqp://guest:s3cret@127.0.0.1:1/")
 assert "s3cret" not in str(e) and "guest:***@" in str(e), str(e)
 print("connect: %s" % e)
-ach.queue_delete(prefix + ".full")
+for q in (".full", ".idle.urgent"):
+    ach.queue_delete(prefix + q)
+ach.exchange_delete(prefix + ".mycancel")
 admin.close()
