@@ -23,6 +23,7 @@ import json
 import os
 import sys
 
+sys.dont_write_bytecode = True   # no scripts/__pycache__ in the work tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from v4client import Client, ClientError, TaskTimeout  # noqa: E402
 

@@ -42,6 +42,7 @@ import time
 import jsonschema
 import pika
 
+sys.dont_write_bytecode = True   # no scripts/__pycache__ in the work tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from v4client import Client, ClientError, Pending, PublishError, TaskError, TaskTimeout  # noqa: E402
 
