@@ -220,6 +220,9 @@ struct gr_grammar {
     uint8_t *nullable;       /* per nonterminal */
     int32_t lex_words;       /* uint64 words of an allowed-lexeme bitset */
     int32_t *gsets;          /* per generic loop head: its lexer set (len, states...) back to back */
+    uint8_t cls[256];        /* byte classes: bytes no NFA edge range tells apart share one, and
+                              * a lexer step answers for the whole class at once */
+    int16_t cls_next[256];   /* the next byte of the same class, -1 ends (classes are ranges) */
     int32_t n_gsets, len_gsets;
     gr_lexer lx;
     pthread_mutex_t mu;

@@ -2,7 +2,8 @@
  * determinized lazily.  A DFA state is the set of NFA states reached (after epsilon
  * closure, keeping only states with byte edges or an accept, and only states from which
  * an accept is still reachable, so every DFA state can still finish a lexeme).  Its 256
- * successors are computed on first use and cached; start states are cached per set of
+ * successors are computed on first use, for a whole byte class at once (bytes that no
+ * edge range of the NFA tells apart), and cached; start states are cached per set of
  * allowed lexemes.  The caches belong to the grammar and grow under its mutex.
  */
 #include <stdlib.h>
@@ -149,6 +150,24 @@ static void closure(gr_grammar *g, int32_t s0, int *n);
 static void new_gen(gr_lexer *lx, int32_t n_st);
 static int cmp_i32(const void *a, const void *b);
 
+/* g->cls: a new class starts at every edge range's lo and just past its hi */
+static void byte_classes(gr_grammar *g)
+{
+    uint8_t cut[257] = {0};
+    for (int32_t e = 0; e < g->nfa.n_ed; e++)
+        if (!g->nfa.ed[e].eps) {
+            cut[g->nfa.ed[e].lo] = 1;
+            cut[g->nfa.ed[e].hi + 1] = 1;
+        }
+    int k = 0;
+    for (int c = 0; c < 256; c++) {
+        k += c > 0 && cut[c];
+        g->cls[c] = (uint8_t)k;   /* at most 256 classes: k < 256 */
+    }
+    for (int c = 0; c < 256; c++)
+        g->cls_next[c] = (int16_t)(c < 255 && !cut[c + 1] ? c + 1 : -1);
+}
+
 /* the lexer set of each generic loop head (gr_dstate.generic), sorted, for intern() */
 static int generic_sets(gr_grammar *g, const gr_builder *b, v4_error *err)
 {
@@ -217,6 +236,7 @@ gr_grammar *gr_grammar_build(gr_builder *b, v4_error *err)
         gr_grammar_free(g);
         return NULL;
     }
+    byte_classes(g);
     if (generic_sets(g, b, err)) {
         gr_grammar_free(g);
         return NULL;
@@ -469,7 +489,12 @@ int32_t gr_lex_step(gr_grammar *g, int32_t s, uint8_t c)
     int32_t d = intern(g, n);   /* may move lx->ds */
     if (d == -3)
         return -3;
-    lx->ds[s].next[c] = d;
+    int32_t *nx = lx->ds[s].next;
+    int b = c;   /* every byte of c's class (a range) goes where c goes */
+    while (b > 0 && g->cls[b - 1] == g->cls[c])
+        b--;
+    for (; b >= 0; b = g->cls_next[b])
+        nx[b] = d;
     return d;
 }
 
