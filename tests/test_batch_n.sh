@@ -13,10 +13,10 @@
 #  - the choices of one request differ (3 seeds x 3 choices of 16 tokens: all distinct),
 #    and another seed gives other choices;
 #  - a stop string ends each choice by itself (finish_reason per choice);
-#  - n with a json_schema constraint (4 lines x n = 4): every choice that ends with
+#  - n with a json_schema constraint (2 lines x n = 4): every choice that ends with
 #    "stop" validates against the schema (python3-jsonschema), at least half do;
 #  - the same output from the serial executor, --concurrency 2, and with
-#    V4_N_PREFILL_EACH=1 (every choice prefills the prompt itself: the CUDA engine's way,
+#    V4_N_PREFILL_EACH=1 at --concurrency 3 (every choice prefills the prompt itself: the CUDA engine's way,
 #    which cannot fork; same answers, only slower);
 #  - errors: n = 0 / 17 / "2" are invalid_field naming body.n; V4_MAX_N=2 refuses n = 3
 #    with invalid_field naming n, and still serves n = 2.
@@ -62,7 +62,7 @@ for seed in (1, 2, 3):
     for i in range(3):   # choice i alone: n = 1 with the derived seed
         task("task%d-alone%d" % (seed, i), dict(s, seed=choice_seed(seed, i)))
 openai("stop-n4", {"temperature": 1, "seed": 9, "max_tokens": 30, "n": 4, "stop": ["e"]})
-for seed in (1, 2, 3, 4):
+for seed in (1, 2):
     openai("schema%d-n4" % seed, {"temperature": 1, "seed": seed, "max_tokens": 200, "n": 4, "response_format": {
         "type": "json_schema", "json_schema": {"name": "p", "strict": True, "schema": PERSON}}})
 openai("lp-n3", {"temperature": 1, "seed": 5, "max_tokens": 8, "n": 3, "logprobs": True, "top_logprobs": 2})
@@ -130,7 +130,7 @@ st = body("stop-n4")["choices"]
 if len(st) != 4 or any("e" in c["message"]["content"] for c in st) or not any(c["finish_reason"] == "stop" for c in st):
     fails.append("stop per choice: %s" % st)
 n = stops = 0
-for seed in (1, 2, 3, 4):
+for seed in (1, 2):
     for c in body("schema%d-n4" % seed)["choices"]:
         n += 1
         if c["finish_reason"] != "stop":
@@ -141,7 +141,7 @@ for seed in (1, 2, 3, 4):
         except (ValueError, jsonschema.ValidationError) as e:
             fails.append("schema%d choice %d: %r: %s" % (seed, c["index"], c["message"]["content"], str(e).splitlines()[0]))
 print("constrained choices: %d, ended with stop: %d" % (n, stops))
-if n != 16 or stops * 2 < n:
+if n != 8 or stops * 2 < n:
     fails.append("only %d of %d constrained choices ended with stop" % (stops, n))
 lc, l1 = body("lp-n3")["choices"], body("lp-n1")["choices"]
 if lc[0] != l1[0]:
@@ -202,8 +202,6 @@ V4_N_PREFILL_EACH=1 "$bin" batch "$work/in.jsonl" -o "$work/out3.jsonl" "${M[@]}
 [ "$rc" -eq 3 ] && ok "prefill each: exit 3" || bad "prefill each: exit $rc: $(tail -5 "$work/err3")"
 same "$work/out1.jsonl" "$work/out3.jsonl" && ok "every choice prefilled again (the device path) equals the fork" \
     || bad "prefill each differs from the fork"
-V4_N_PREFILL_EACH=1 "$bin" batch "$work/in.jsonl" -o "$work/out4.jsonl" "${M[@]}" 2>"$work/err4"
-same "$work/out1.jsonl" "$work/out4.jsonl" && ok "prefill each, serial, equals the fork" || bad "prefill each serial differs"
 
 # ---- the worker's limit ---------------------------------------------------------------
 printf '%s\n' '{"id":"l3","prompt":"x","n":3,"max_tokens":4}' '{"id":"l2","prompt":"x","n":2,"max_tokens":4}' >"$work/lim.jsonl"
