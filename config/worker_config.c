@@ -165,7 +165,7 @@ static const char *const KNOWN[] = {
     "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
     "V4_IO_THREADS", "V4_LOOKAHEAD", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
     "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM", "V4_GPU_SEQ_MEM", "V4_NUMERICS", "V4_THREADS",
-    "V4_GRAMMAR_CACHE_BYTES", "V4_GRAMMAR_COMPACT", "V4_MAX_N",
+    "V4_GRAMMAR_CACHE_BYTES", "V4_GRAMMAR_COMPACT", "V4_MAX_N", "V4_DEFAULT_MAX_TOKENS",
 };
 
 int v4_parse_bytes(const char *v, long long *out)
@@ -258,6 +258,8 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_bytes(src, "V4_GRAMMAR_CACHE_BYTES", &c->grammar_cache_bytes, err) ||
         get_int(src, "V4_GRAMMAR_COMPACT", 0, 0, 1, &c->grammar_compact, err) ||
         get_int(src, "V4_MAX_N", 16, 1, 16, &c->max_n, err) ||   /* V4_TASK_MAX_N (worker/serve/task_packet.h) */
+        /* V4_DEFAULT_MAX_TOKENS_DEFAULT (worker/serve/task_run.h) */
+        get_long(src, "V4_DEFAULT_MAX_TOKENS", 4096, 0, 1L << 20, &c->default_max_tokens, err) ||
         check_gpu(c, err))
         return -1;
     if (v4_parse_numerics(c->numerics, NULL))

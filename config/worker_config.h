@@ -101,6 +101,8 @@ typedef struct v4_worker_config {
     long long grammar_cache_bytes;  /* V4_GRAMMAR_CACHE_BYTES: compiled constraints kept (0 = 64 MiB) */
     int grammar_compact;            /* V4_GRAMMAR_COMPACT: 1 = JSON without whitespace between tokens */
     int max_n;                      /* V4_MAX_N: most answers per task (a task's n), 1..16 (16) */
+    long default_max_tokens;        /* V4_DEFAULT_MAX_TOKENS: a task without max_tokens gets the rest of the
+                                     * context up to this, 0..1048576 (4096; 0 = no bound) */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

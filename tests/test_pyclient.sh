@@ -78,14 +78,14 @@ exit_1_with() {
     fi
 }
 rc=0
-printf '%s\n' '{"id":"i1","prompt":"x"}' '{"id":"i2","prompt":"y"}' |
+printf '%s\n' '{"id":"i1","prompt":"x","max_tokens":4}' '{"id":"i2","prompt":"y","max_tokens":4}' |
     "${SUBMIT[@]}" --queue "$P.idle" --timeout 1 > /dev/null 2> "$WORK/idle.err" || rc=$?
 exit_1_with idle "no result within 1 s for: i1, i2"
 rc=0
-echo '{"id":"m1","prompt":"x"}' | "${SUBMIT[@]}" --queue "$P.nosuch" --timeout 5 > /dev/null 2> "$WORK/nosuch.err" || rc=$?
+echo '{"id":"m1","prompt":"x","max_tokens":4}' | "${SUBMIT[@]}" --queue "$P.nosuch" --timeout 5 > /dev/null 2> "$WORK/nosuch.err" || rc=$?
 exit_1_with nosuch "submit.py: task 'm1' not published: .*'$P.nosuch' does not exist"
 rc=0
-printf '%s\n' '{"id":"ok","prompt":"x"}' '[1,2]' | "${SUBMIT[@]}" --queue "$P.tasks" > /dev/null 2> "$WORK/bad.err" || rc=$?
+printf '%s\n' '{"id":"ok","prompt":"x","max_tokens":4}' '[1,2]' | "${SUBMIT[@]}" --queue "$P.tasks" > /dev/null 2> "$WORK/bad.err" || rc=$?
 exit_1_with bad "submit.py: - line 2: a task is a JSON object"
 
 worker_stop

@@ -151,8 +151,8 @@ static void test_good(void)
     v4_task_free(&t);
     const char *b2 = "{\"id\":\"t2\",\"input_ids\":[0,5,7],\"stop\":\"zz\"}";
     CHECK(v4_task_parse(b2, strlen(b2), 4096, &t, &e) == 0 && t.n_input_ids == 3 && t.input_ids[2] == 7 &&
-              t.n_stops == 1 && t.max_tokens == 64 && t.temperature == 1.0,
-          "input_ids form");
+              t.n_stops == 1 && t.max_tokens == 0 && !t.has_max_tokens && t.temperature == 1.0,
+          "input_ids form (max_tokens absent: 0, the runner's default)");
     CHECK(t.kind == V4_TASK_KIND_GENERATE && !t.document, "default type generate");
     v4_task_free(&t);
     const char *b3 = "{\"id\":\"s1\",\"type\":\"summarize\",\"document\":\"Long text.\\n\\nMore.\","

@@ -36,6 +36,14 @@ int main(void)
     setenv("V4_PREFETCH", "2x", 1);
     CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_PREFETCH"), "bad prefetch 2x");
     unsetenv("V4_PREFETCH");
+    /* a missing max_tokens' bound (task_run.h v4_runner_max_tokens): 4096, 0 = none */
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.default_max_tokens == 4096, "V4_DEFAULT_MAX_TOKENS default");
+    setenv("V4_DEFAULT_MAX_TOKENS", "0", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == 0 && c.default_max_tokens == 0, "V4_DEFAULT_MAX_TOKENS=0: no bound");
+    setenv("V4_DEFAULT_MAX_TOKENS", "1048577", 1);
+    CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_DEFAULT_MAX_TOKENS"),
+          "V4_DEFAULT_MAX_TOKENS over 1048576: %s", err.where);
+    unsetenv("V4_DEFAULT_MAX_TOKENS");
     setenv("V4_AMQP_URL", "http://x", 1);
     CHECK(v4_worker_config_from_env(&c, &err) == -1 && !strcmp(err.where, "V4_AMQP_URL"), "bad url");
     setenv("V4_AMQP_URL", "amqp://u:topsecret@h", 1);

@@ -34,7 +34,8 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
                                .no_lookahead = !c->lookahead,
                                .grammar_cache_bytes = c->grammar_cache_bytes,
                                .grammar_compact = c->grammar_compact,
-                               .max_n = c->max_n};
+                               .max_n = c->max_n,
+                               .default_max_tokens = c->default_max_tokens ? c->default_max_tokens : -1};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -185,6 +186,7 @@ static void reload(worker *w, const char *why)
     w->cfg.grammar_cache_bytes = nc.grammar_cache_bytes;
     w->cfg.grammar_compact = nc.grammar_compact;
     w->cfg.max_n = nc.max_n;
+    w->cfg.default_max_tokens = nc.default_max_tokens;
     w->cfg.prefill_chunk = nc.prefill_chunk;
     w->cfg.deadline_ms = nc.deadline_ms;
     w->cfg.warmup_tokens = nc.warmup_tokens;

@@ -305,6 +305,8 @@ int v4_gen_accept_row(v4_gen_state *g, int k, const float *logits, v4_error *err
     if (g->cons && v4_constrain_commit(g->cons, next, err))
         return -1;
     g->res.tokens[g->res.n_tokens++] = next;
+    if (req->generated)
+        ++*req->generated;
     g->next = next;
     if (next == req->eos_id) {
         g->res.finish_reason = "stop";

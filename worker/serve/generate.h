@@ -79,6 +79,9 @@ typedef struct v4_gen_request {
      * holds per-row buffers for this many rows; callers that step the state
      * themselves may pass a lower limit to v4_gen_rows / v4_gen_step_alone. */
     int max_rows;
+    /* Optional: one more for every token sampled (a live count across generations:
+     * task_run.h v4_runner_generated); NULL = not counted. */
+    long long *generated;
 } v4_gen_request;
 
 /* Log probabilities of the generated tokens (sampling.h: the processed distribution),

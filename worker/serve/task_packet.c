@@ -287,7 +287,7 @@ int v4_task_parse(const char *body, size_t len, size_t max_len, v4_task *t, v4_t
 {
     memset(t, 0, sizeof *t);
     memset(e, 0, sizeof *e);
-    t->max_tokens = 64;
+    t->max_tokens = 0;   /* absent: the runner's default (task_run.h v4_runner_max_tokens) */
     t->temperature = 1.0;
     t->top_p = 1.0;
     t->n = 1;

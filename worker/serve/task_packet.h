@@ -9,8 +9,10 @@
  *   generate:  exactly one of messages [{role: system|developer|user|assistant, content:
  *              string or [{type: "text", text}] parts, joined; other part types are
  *              unsupported_field}] (OpenAI's dialect; developer = system)
- *              | prompt (string) | input_ids [int >= 0], max_tokens (1..1048576,
- *              default 64).
+ *              | prompt (string) | input_ids [int >= 0], max_tokens (1..1048576;
+ *              absent: has_max_tokens 0 and max_tokens 0, the runner decides once the
+ *              prompt is built: the rest of the context, bounded by the worker's
+ *              V4_DEFAULT_MAX_TOKENS - task_run.h v4_runner_max_tokens).
  *   summarize: document (non-empty string, required), instructions (string, optional),
  *              max_summary_tokens (1..1048576, default 256; also stored in max_tokens,
  *              the length of every generation of the summary - summarize.h).
@@ -74,7 +76,7 @@ typedef struct v4_task {
     int32_t *input_ids;             /* malloc'd */
     int n_input_ids;
     int has_messages, has_prompt, has_input_ids;
-    long max_tokens;                /* summarize: = max_summary_tokens */
+    long max_tokens;                /* 0: absent (the runner's default); summarize: = max_summary_tokens */
     /* summarize (kind V4_TASK_KIND_SUMMARIZE) */
     const char *document;           /* NUL-terminated, document_len bytes */
     size_t document_len;

@@ -52,6 +52,23 @@ static void describe_names(v4_runner *r)
     }
 }
 
+/* The bound of a missing max_tokens (v4_runner_opts.default_max_tokens): 0 = none. */
+static int default_max(const v4_runner_opts *ex, long *out, v4_error *err)
+{
+    const long o = ex ? ex->default_max_tokens : 0;
+    const char *v = getenv("V4_DEFAULT_MAX_TOKENS");
+    *out = o > 0 ? o : o < 0 ? 0 : V4_DEFAULT_MAX_TOKENS_DEFAULT;
+    if (o || !v || !*v)
+        return 0;
+    char *end;
+    const long n = strtol(v, &end, 10);
+    if (*end || n < 0 || n > (1L << 20))
+        return v4_err_set(err, V4_ERR_INVALID, "V4_DEFAULT_MAX_TOKENS",
+                          "must be an integer in 0..%ld (0: the rest of the context; got \"%s\")", 1L << 20, v);
+    *out = n;
+    return 0;
+}
+
 v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e)
 {
@@ -111,6 +128,8 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     }
     if (r->max_n < 1 || r->max_n > V4_TASK_MAX_N)
         r->max_n = V4_TASK_MAX_N;
+    if (default_max(ex, &r->default_max, &err))
+        goto fail;
     if (!(r->gcache = v4g_cache_new(ex && ex->grammar_cache_bytes > 0 ? (size_t)ex->grammar_cache_bytes
                                                                        : (size_t)V4_GRAMMAR_CACHE_DEFAULT))) {
         v4_err_set(&err, V4_ERR_NOMEM, "runner", "out of memory");
@@ -252,6 +271,24 @@ const char *v4_runner_model_name(const v4_runner *r)
 long v4_runner_context(const v4_runner *r)
 {
     return r->context;
+}
+
+long v4_runner_max_tokens(const v4_runner *r, const v4_task *t, long n_prompt)
+{
+    if (t->has_max_tokens || t->max_tokens > 0)
+        return t->max_tokens;
+    const long rest = r->context - n_prompt;
+    return r->default_max > 0 && r->default_max < rest ? r->default_max : rest;
+}
+
+long v4_runner_default_max_tokens(const v4_runner *r)
+{
+    return r->default_max;
+}
+
+long long v4_runner_generated(const v4_runner *r)
+{
+    return r->generated;
 }
 
 const v4_config *v4_runner_config(const v4_runner *r)
@@ -466,10 +503,17 @@ int v4_runner_prepare_choice(v4_runner *r, const v4_task *t, int choice, const v
         v4_xprov_stats(r->xp, &j->before);
     if (build_prompt(r, t, &j->ids, e))
         goto fail;
-    long long total = (long long)j->ids.n + t->max_tokens;
+    const long max_tokens = v4_runner_max_tokens(r, t, (long)j->ids.n);
+    if (max_tokens <= 0) {   /* max_tokens left out, the prompt fills the context */
+        v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "prompt",
+                     "prompt (%zu tokens) leaves no room to generate in the context of %ld tokens", j->ids.n,
+                     r->context);
+        goto fail;
+    }
+    long long total = (long long)j->ids.n + max_tokens;
     if (total > r->context) {
         v4_task_fail(e, V4_TASK_CONTEXT_LENGTH_EXCEEDED, "max_tokens",
-             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %ld tokens", j->ids.n, t->max_tokens,
+             "prompt (%zu tokens) + max_tokens (%ld) exceed the context of %ld tokens", j->ids.n, max_tokens,
              r->context);
         goto fail;
     }
@@ -508,8 +552,8 @@ int v4_runner_prepare_choice(v4_runner *r, const v4_task *t, int choice, const v
     out->expert_n = mc->n_routed_experts;
     out->expert_k = mc->n_act_experts;
     j->guard = (v4_run_guard){deadline_ms, abort_fn, abort_ud, 0};
-    j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)t->max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
-                              t->n_stops, guard_cancel, &j->guard, out->expert_counts, r->chunk};
+    j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
+                              t->n_stops, guard_cancel, &j->guard, out->expert_counts, r->chunk, &r->generated};
     if (from ? !(j->gen = v4_gen_begin_forked(mc, j->seq, r->tok, &j->req, j->cons, logits, emit_buf, &j->buf, &err))
              : !(j->gen = v4_gen_begin(mc, j->seq, r->tok, &j->req, emit_buf, &j->buf, &err))) {
         j->guard.why = 0;

@@ -113,7 +113,18 @@ typedef struct v4_runner_opts {
      * V4_MAX_N environment variable, else V4_TASK_MAX_N.  A task over it fails with
      * invalid_field naming n. */
     int max_n;
+    /* max_tokens of a generation task that leaves it out (v4_runner_max_tokens): the rest
+     * of the context, bounded by this many tokens: > 0 that bound, < 0 no bound (the
+     * whole rest of the context); 0: the V4_DEFAULT_MAX_TOKENS environment variable
+     * (0 there = no bound), else V4_DEFAULT_MAX_TOKENS_DEFAULT. */
+    long default_max_tokens;
 } v4_runner_opts;
+
+/* The bound of a missing max_tokens: long enough for a summary or a long answer, short
+ * enough that a generation which never samples the end token (random weights, a loop)
+ * stops and frees its slot, and that a sequence on a 1M-token context reserves at most
+ * this many positions past its prompt (docs/queue-worker.md "max_tokens"). */
+#define V4_DEFAULT_MAX_TOKENS_DEFAULT 4096
 
 #define V4_GRAMMAR_CACHE_DEFAULT (64ll << 20)
 
@@ -157,6 +168,18 @@ void v4_runner_describe_memory(const v4_runner *r, char *out, size_t n);
 /* The context a task may use (prompt + max_tokens): max_context, capped by the model's
  * max_position_embeddings. */
 long v4_runner_context(const v4_runner *r);
+/* The max_tokens of task t once its prompt has n_prompt tokens: t's own when the packet
+ * had one (or t->max_tokens > 0: tasks built in code, summary passes), else the rest of
+ * the context (v4_runner_context - n_prompt) bounded by the runner's default
+ * (v4_runner_opts.default_max_tokens); <= 0 when the prompt leaves no room. */
+long v4_runner_max_tokens(const v4_runner *r, const v4_task *t, long n_prompt);
+/* The bound above (0: none, the rest of the context). */
+long v4_runner_default_max_tokens(const v4_runner *r);
+/* Tokens generated on this runner so far, by every generation (tasks that fail later,
+ * each choice of n > 1, each pass of a summary); it grows one by one as they are
+ * sampled, so a caller polled before each forward step (the executor's abort_fn: batch
+ * progress) sees tasks advance.  Thread: the runner's. */
+long long v4_runner_generated(const v4_runner *r);
 /* The served model's shape (layers, routed experts, experts per token, ...). */
 const struct v4_config *v4_runner_config(const v4_runner *r);
 /* The compile cache of output constraints: bytes, entries, hits, misses (thread-safe). */

@@ -27,6 +27,8 @@ struct v4_runner {
     char name[128];             /* the served name (first of names) */
     char names[512];            /* "name[,alias...]" */
     long context;               /* prompt + max_tokens limit (v4_runner_context) */
+    long default_max;           /* a missing max_tokens' bound (0: none; v4_runner_max_tokens) */
+    long long generated;        /* tokens sampled by every generation (v4_runner_generated) */
     int max_batch;              /* sequences r->ctx may step at once */
     int threads;                /* CPU threads asked for (0: the default, cpu_budget.h) */
     int chunk;                  /* the prefill chunk: prompt positions of one task per step (step_rows.h) */

@@ -30,10 +30,21 @@ static void fmt_dur(char *out, size_t n, double s)
         snprintf(out, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
-static void figures(const v4_batch_progress *p, double *el_s, double *tps, char *eta, size_t n)
+void v4_bp_generated(v4_batch_progress *p, long long generated)
+{
+    p->generated = generated;
+}
+
+/* The tokens a progress line shows: generated so far (answered lines' at least). */
+static long long live_tokens(const v4_batch_progress *p)
+{
+    return p->generated > p->tokens ? p->generated : p->tokens;
+}
+
+static void figures(const v4_batch_progress *p, long long tokens, double *el_s, double *tps, char *eta, size_t n)
 {
     *el_s = (v4_now_ms() - p->t0_ms) / 1e3;
-    *tps = *el_s > 0 ? (double)p->tokens / *el_s : 0;
+    *tps = *el_s > 0 ? (double)tokens / *el_s : 0;
     fmt_dur(eta, n, p->done ? *el_s / (double)p->done * (double)(p->total - p->done) : -1);
 }
 
@@ -41,7 +52,8 @@ static void draw(v4_batch_progress *p)
 {
     double el, tps;
     char eta[32];
-    figures(p, &el, &tps, eta, sizeof eta);
+    const long long tokens = live_tokens(p);
+    figures(p, tokens, &el, &tps, eta, sizeof eta);
     if (p->tty) {
         char bar[25];
         int fill = p->total ? (int)(24 * p->done / p->total) : 24;
@@ -55,7 +67,7 @@ static void draw(v4_batch_progress *p)
         fprintf(p->f,
                 "v4fleet batch: %ld/%ld done, %d running, %ld failed, %lld tokens, %.1f tokens/s, elapsed %.1f s, "
                 "ETA %s\n",
-                p->done, p->total, p->running, p->failed, p->tokens, tps, el, eta);
+                p->done, p->total, p->running, p->failed, tokens, tps, el, eta);
     }
     fflush(p->f);
 }
@@ -100,7 +112,7 @@ void v4_bp_finish(v4_batch_progress *p, const char *how)
     }
     double el, tps;
     char eta[32];
-    figures(p, &el, &tps, eta, sizeof eta);
+    figures(p, p->tokens, &el, &tps, eta, sizeof eta);
     fprintf(p->f, "v4fleet batch: %s: %ld tasks, %ld failed, %ld skipped, %lld tokens, %.2f s, %.1f tokens/s\n", how,
             p->done, p->failed, p->skipped, p->tokens, el, tps);
     fflush(p->f);

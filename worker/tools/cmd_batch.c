@@ -81,6 +81,7 @@ typedef struct batch_run {
     int stopping;
     double stop_at_ms;
     long max_context;               /* --max-context: prompt + max_tokens per task (0 = the model's) */
+    long default_max_tokens;        /* --default-max-tokens (runner opts: 0 = V4_DEFAULT_MAX_TOKENS, < 0 no bound) */
     int concurrency;                /* --concurrency: tasks decoded together (1 = serial executor) */
     long long grammar_cache_bytes;  /* --grammar-cache-bytes (else V4_GRAMMAR_CACHE_BYTES; 0 = 64 MiB) */
     int grammar_compact;            /* --grammar-compact (else V4_GRAMMAR_COMPACT=1) */
@@ -94,7 +95,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: v4fleet batch INPUT.jsonl -o OUTPUT.jsonl [--model DIR] [--model-name NAME[,alias...]]\n"
                "         [--deadline-ms N] [--grace-ms N] [--max-line-bytes N] [--progress-interval-ms N]\n"
-               "         [--progress bar|lines] [--max-context N] [--concurrency N] [--threads N]\n"
+               "         [--progress bar|lines] [--max-context N] [--default-max-tokens N] [--concurrency N]\n"
+               "         [--threads N]\n"
                "         [--isa auto|scalar|avx2|avx512|avx512vnni] [--grammar-cache-bytes B] [--grammar-compact]\n"
                "         [--retry-failed] [--summary FILE]\n"
                V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
@@ -113,6 +115,8 @@ static void usage(FILE *f)
                "docs/structured-outputs.md) compile once per schema into a cache of --grammar-cache-bytes\n"
                "(64M; V4_GRAMMAR_CACHE_BYTES); --grammar-compact (V4_GRAMMAR_COMPACT=1): JSON without\n"
                "whitespace between tokens.\n"
+               "A line without max_tokens (max_completion_tokens) generates up to the rest of the context\n"
+               "(--max-context), at most --default-max-tokens N (V4_DEFAULT_MAX_TOKENS, else 4096; 0: no bound).\n"
                "defaults: --model models/tiny, --model-name = the model folder's name, no deadline,\n"
                "          --grace-ms 3000 (after SIGINT/SIGTERM), --max-line-bytes 64M, --concurrency 1\n"
                "          (one task at a time; on CPU 8 gives several times the throughput; with\n"
@@ -191,6 +195,10 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
         } else if (!strcmp(a, "--prefill-chunk")) {
             if (v4_opt_prefill_chunk(&b->eo, v, PROG))
                 return 2;
+        } else if (!strcmp(a, "--default-max-tokens")) {
+            if (num_arg(a, v, 0, 1 << 20, &x))
+                return 2;
+            b->default_max_tokens = x ? (long)x : -1;
         } else if (!strcmp(a, "--max-context")) {
             if (num_arg(a, v, 0, 1ll << 30, &x))
                 return 2;
@@ -283,6 +291,8 @@ static int abort_check(void *ud)
 {
     batch_run *b = ud;
     notice_signal(b);
+    if (b->runner)   /* tokens as they are generated: the progress moves within long tasks */
+        v4_bp_generated(&b->prog, v4_runner_generated(b->runner));
     v4_bp_tick(&b->prog);
     return b->stopping && (g_nsig > 1 || v4_now_ms() - b->stop_at_ms > (double)b->grace_ms);
 }
@@ -364,6 +374,8 @@ static int emit(batch_run *b, char *json, int failed, long long tokens)
         fprintf(stderr, "v4fleet %s: %s: write failed: %s\n", PROG, b->out, strerror(errno));
         return -1;
     }
+    if (b->runner)
+        v4_bp_generated(&b->prog, v4_runner_generated(b->runner));
     v4_bp_line(&b->prog, failed, tokens);
     return 0;
 }
@@ -626,6 +638,7 @@ int v4_cmd_batch(int argc, char **argv)
                                    .isa = b.eo.isa,
                                    .max_batch = b.concurrency,
                                    .max_context = b.max_context,
+                                   .default_max_tokens = b.default_max_tokens,
                                    .device = b.eo.device,
                                    .cuda_mode = b.eo.cuda_mode,
                                    .gpu_expert_mem = b.eo.gpu_expert_mem,
