@@ -43,7 +43,7 @@ started="$(nlines "start of task ")"
 waiting=$(($(nlines "delivery tag") - started))
 [ "$waiting" -ge 2 ] || fail "only $waiting normal deliveries wait in the mailbox; the test needs 2 (tasks too short?)"
 t_pub="$(now_ms)"
-lc send u1 "tokens=$TOK" urgent || fail "cannot publish to $P.tasks.urgent (no urgent queue?)"
+lc send u1 "tokens=$TOK" urgent || { fail "cannot publish to $P.tasks.urgent (no urgent queue?)"; worker_finish; }
 started2="$(nlines "start of task n")"   # normal tasks started by the time the publish returned
 lc collect "$WORK/a.json" 7 300 > /dev/null || fail "not every task answered"
 for id in n1 n2 n3 n4 n5 n6 u1; do lc check "$WORK/a.json" "$SCHEMA" "$id" succeeded || fail "$id"; done
