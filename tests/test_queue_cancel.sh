@@ -11,7 +11,10 @@
 #     log, no prefill, no expert activation);
 #  3. /metrics counts them (v4fleet:tasks_cancelled_total{stage}, cancel_messages_total,
 #     request_failure_total{code="cancelled"}); the task and dead queues end empty (each
-#     task acked once, none redelivered).
+#     task acked once, none redelivered);
+#  4. the same with continuous batching (a second worker, V4_CONCURRENCY=3): of three
+#     tasks decoded together, the cancelled one answers `cancelled` with its text, the
+#     others go on (one succeeds, the other is cancelled later).
 # No broker = FAIL (not skip).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -89,4 +92,23 @@ counts_settle "$P.dead" || fail "$P.dead not empty: $(queue_counts "$P.dead")"
 [ "$(nlines 'not confirmed')" -eq 0 ] || fail "a result was not confirmed (redelivered)"
 worker_stop
 grep -q "(3 of them cancelled)" "$WORK/worker.log" || fail "exit line without the cancelled count"
+
+echo "--- 4. continuous batching: one of three running tasks cancelled"
+mv "$WORK/worker.log" "$WORK/worker1.log"
+V4_CONCURRENCY=3 "$V4_BIN" worker > "$WORK/worker.log" 2>&1 &
+WPID=$!
+wait_lines "amqp: connected" 1 30 || fail "the second worker did not connect"
+lc send c1 long
+lc send c2 long
+lc send c3 tokens=300
+wait_lines "start of task c3 " 1 30 || fail "c3 did not start"
+lc cancel c1
+lc collect "$WORK/a3.json" 2 60 || fail "answers of c1, c3"
+lc check "$WORK/a3.json" "$SCHEMA" c1 running-cancelled || fail "c1"
+lc check "$WORK/a3.json" "$SCHEMA" c3 succeeded || fail "c3 (batched with the cancelled c1)"
+lc cancel c2
+lc collect "$WORK/a4.json" 1 60 || fail "answer of c2"
+lc check "$WORK/a4.json" "$SCHEMA" c2 running-cancelled || fail "c2"
+worker_stop
+grep -q "(2 of them cancelled)" "$WORK/worker.log" || fail "second worker: exit line without 2 cancelled"
 worker_finish 40
