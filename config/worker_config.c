@@ -165,7 +165,8 @@ static const char *const KNOWN[] = {
     "V4_REDIS_BACKLOG", "V4_FAULT_EXIT_BEFORE_ACK", "V4_EXPERT_PACK", "V4_HOST_CACHE_BYTES", "V4_CACHE_POLICY",
     "V4_IO_THREADS", "V4_LOOKAHEAD", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
     "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM", "V4_GPU_SEQ_MEM", "V4_NUMERICS", "V4_THREADS",
-    "V4_GRAMMAR_CACHE_BYTES", "V4_GRAMMAR_COMPACT", "V4_MAX_N", "V4_DEFAULT_MAX_TOKENS",
+    "V4_GRAMMAR_CACHE_BYTES", "V4_GRAMMAR_COMPACT", "V4_MAX_N", "V4_DEFAULT_MAX_TOKENS", "V4_URGENT_QUEUE",
+    "V4_CANCEL_EXCHANGE", "V4_CANCEL_TTL_S", "V4_CANCEL_MAX",
 };
 
 int v4_parse_bytes(const char *v, long long *out)
@@ -260,8 +261,26 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_int(src, "V4_MAX_N", 16, 1, 16, &c->max_n, err) ||   /* V4_TASK_MAX_N (worker/serve/task_packet.h) */
         /* V4_DEFAULT_MAX_TOKENS_DEFAULT (worker/serve/task_run.h) */
         get_long(src, "V4_DEFAULT_MAX_TOKENS", 4096, 0, 1L << 20, &c->default_max_tokens, err) ||
+        get_long(src, "V4_CANCEL_TTL_S", 3600, 1, 604800, &c->cancel_ttl_s, err) ||
+        get_int(src, "V4_CANCEL_MAX", 10000, 1, 1000000, &c->cancel_max, err) ||
         check_gpu(c, err))
         return -1;
+    /* the urgent lane and the cancel fanout are named after the task queue unless given;
+     * "off" turns either off */
+    char dflt[160];
+    snprintf(dflt, sizeof dflt, "%s.urgent", c->task_queue);
+    if (get_str(src, "V4_URGENT_QUEUE", dflt, c->urgent_queue, sizeof c->urgent_queue, err))
+        return -1;
+    snprintf(dflt, sizeof dflt, "%s.cancel", c->task_queue);
+    if (get_str(src, "V4_CANCEL_EXCHANGE", dflt, c->cancel_exchange, sizeof c->cancel_exchange, err))
+        return -1;
+    if (!strcmp(c->urgent_queue, "off"))
+        c->urgent_queue[0] = 0;
+    if (!strcmp(c->cancel_exchange, "off"))
+        c->cancel_exchange[0] = 0;
+    if (c->urgent_queue[0] && !strcmp(c->urgent_queue, c->task_queue))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_URGENT_QUEUE", "'%s' is the task queue (V4_TASK_QUEUE) itself",
+                          c->urgent_queue);
     if (v4_parse_numerics(c->numerics, NULL))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_NUMERICS", "'%s' is not exact or fast", c->numerics);
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru") &&

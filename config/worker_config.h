@@ -10,7 +10,10 @@
  * counters), V4_MODEL_DIR, V4_MODEL_NAME (comma-separated: the name, then aliases
  * tasks may also use), V4_TASK_QUEUE, V4_DEAD_QUEUE,
  * V4_DLX_EXCHANGE, V4_INVALID_QUEUE, V4_UNROUTABLE_QUEUE, V4_RESULTS_EXCHANGE, V4_RESULTS_ROUTING_KEY,
- * V4_RESULTS_QUEUE, V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
+ * V4_RESULTS_QUEUE, V4_URGENT_QUEUE (the urgent lane, default "<V4_TASK_QUEUE>.urgent", "off" =
+ * none), V4_CANCEL_EXCHANGE (fanout of cancel messages, default "<V4_TASK_QUEUE>.cancel", "off" =
+ * none), V4_CANCEL_TTL_S and V4_CANCEL_MAX (how long and how many cancelled ids are
+ * remembered), V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
  * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
  * V4_REDIS_PREFIX, V4_REDIS_BUCKET_S, V4_REDIS_BUCKET_TTL_S, V4_REDIS_DONE_TTL_S,
  * V4_REDIS_TIMEOUT_MS, V4_REDIS_BACKLOG, V4_EXPERT_PACK, V4_HOST_CACHE_BYTES (a byte
@@ -54,6 +57,10 @@ typedef struct v4_worker_config {
     char task_queue[128], dead_queue[128], dlx_exchange[128], invalid_queue[128];
     char unroutable_queue[128];     /* results the broker returned (reply_to queue gone), with why */
     char results_exchange[128], results_routing_key[128], results_queue[128];
+    char urgent_queue[160];         /* V4_URGENT_QUEUE: taken before the task queue; "" = none ("off") */
+    char cancel_exchange[160];      /* V4_CANCEL_EXCHANGE: fanout of {"cancel": id}; "" = none ("off") */
+    long cancel_ttl_s;              /* V4_CANCEL_TTL_S: a cancelled id is remembered this long (1..604800) */
+    int cancel_max;                 /* V4_CANCEL_MAX: at most this many ids remembered (1..1000000) */
     char worker_id[128];
     int prefetch;                   /* unacked deliveries = task slots (1..64) */
     int heartbeat_s;                /* AMQP heartbeat (0 = off, 1..600) */

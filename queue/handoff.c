@@ -1,5 +1,6 @@
 /* handoff.c - the public calls of inference threads: take a delivery from the mailbox
- * (v4q_next) and hand one request at a time to the AMQP thread (v4q_finish,
+ * (v4q_next: the oldest urgent one first), ask whether a task was cancelled
+ * (v4q_cancelled) and hand one request at a time to the AMQP thread (v4q_finish,
  * v4q_requeue, v4q_stop_consuming), waiting on the condition variable for its answer.
  *
  * A request lives on the caller's stack; the caller posts it under mu, writes one byte
@@ -25,9 +26,15 @@ int v4q_next(v4q_service *s, v4q_delivery **out, int timeout_ms)
     while (!s->box_n && !s->stopped && !s->quit)
         if (pthread_cond_timedwait(&s->cv, &s->mu, &ts))
             break;
-    if (s->box_n) {
-        *out = s->box[0];
-        memmove(s->box, s->box + 1, sizeof s->box[0] * (size_t)--s->box_n);
+    if (s->box_n) {   /* the urgent lane first: the oldest urgent delivery, else the oldest */
+        int k = 0;
+        while (k < s->box_n && !s->box[k]->urgent)
+            k++;
+        if (k == s->box_n)
+            k = 0;
+        *out = s->box[k];
+        s->box_n--;
+        memmove(s->box + k, s->box + k + 1, sizeof s->box[0] * (size_t)(s->box_n - k));
         rc = 1;
     } else if (s->stopped || s->quit) {
         rc = -1;
@@ -92,6 +99,28 @@ void v4q_stop_consuming(v4q_service *s)
         pthread_cond_broadcast(&s->cv);
         pthread_mutex_unlock(&s->mu);
     }
+}
+
+int v4q_cancelled(v4q_service *s, const char *id, uint64_t *seen)
+{
+    if (!id)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    int hit = 0;
+    if (s->cancels && (!seen || *seen != s->cancel_epoch))
+        hit = v4q_cancel_set_has(s->cancels, id, v4q_now_s());
+    if (seen)
+        *seen = s->cancel_epoch;
+    pthread_mutex_unlock(&s->mu);
+    return hit;
+}
+
+uint64_t v4q_cancels_received(v4q_service *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->cancel_epoch;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 uint64_t v4q_generation(v4q_service *s)

@@ -1,5 +1,6 @@
 /* reconnect.c - bring both links up (publisher: topology + confirm mode; consumer:
- * basic.qos + basic.consume), drop them, and the backoff between attempts.
+ * basic.qos + the consumers of the cancel, task and urgent queues), drop them, and the
+ * backoff between attempts.
  *
  * Every successful connect and every disconnect bumps the generation, so deliveries
  * of an older connection are never acked/nacked on a new channel (delivery tags are
@@ -18,6 +19,48 @@
 #include "topology.h"
 
 #define V4Q_BACKOFF_MAX_S 10.0
+
+static int consume(v4q_service *s, const char *queue, int no_ack, char *tag, size_t tag_cap, v4_error *err)
+{
+    amqp_basic_consume_ok_t *ok = amqp_basic_consume(s->cons.conn, V4Q_CHANNEL, amqp_cstring_bytes(queue),
+                                                     amqp_empty_bytes, 0, no_ack, 0, amqp_empty_table);
+    if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), queue, err))
+        return -1;
+    snprintf(tag, tag_cap, "%.*s", (int)ok->consumer_tag.len, (const char *)ok->consumer_tag.bytes);
+    return 0;
+}
+
+/* The consumers of the new consumer link: first the cancel queue (declared and bound
+ * here: exclusive to this connection, so that a cancel published once a task can reach
+ * this worker is not missed), then the task queue and the urgent queue. */
+static int start_consumers(v4q_service *s, v4_error *err)
+{
+    s->consumer_tag[0] = s->urgent_tag[0] = s->cancel_tag[0] = s->cancel_queue[0] = 0;
+    if (s->cfg.cancel_exchange[0]) {
+        /* this connection's own queue on the fanout (gone with the connection; no acks: a
+         * cancel lost with a connection is as if it had come before this one started) */
+        amqp_queue_declare_ok_t *q = amqp_queue_declare(s->cons.conn, V4Q_CHANNEL, amqp_empty_bytes, 0, 0, 1, 1,
+                                                        amqp_empty_table);
+        if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "cancel queue", err))
+            return -1;
+        snprintf(s->cancel_queue, sizeof s->cancel_queue, "%.*s", (int)q->queue.len, (const char *)q->queue.bytes);
+        amqp_queue_bind(s->cons.conn, V4Q_CHANNEL, amqp_cstring_bytes(s->cancel_queue),
+                        amqp_cstring_bytes(s->cfg.cancel_exchange), amqp_empty_bytes, amqp_empty_table);
+        if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), s->cfg.cancel_exchange, err) ||
+            consume(s, s->cancel_queue, 1, s->cancel_tag, sizeof s->cancel_tag, err))
+            return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    int stopped = s->stopped;
+    pthread_mutex_unlock(&s->mu);
+    if (stopped)
+        return 0;
+    return consume(s, s->cfg.task_queue, 0, s->consumer_tag, sizeof s->consumer_tag, err) ||
+                   (s->cfg.urgent_queue[0] &&
+                    consume(s, s->cfg.urgent_queue, 0, s->urgent_tag, sizeof s->urgent_tag, err))
+               ? -1
+               : 0;
+}
 
 /* Drop both links; the broker requeues every unacked delivery. */
 void v4q_disconnect(v4q_service *s, const v4_error *why)
@@ -55,17 +98,8 @@ int v4q_connect_all(v4q_service *s, v4_error *err)
     amqp_basic_qos(s->cons.conn, V4Q_CHANNEL, 0, (uint16_t)s->cfg.prefetch, 0);
     if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "basic.qos", err))
         goto fail;
-    pthread_mutex_lock(&s->mu);
-    int stopped = s->stopped;
-    pthread_mutex_unlock(&s->mu);
-    if (!stopped) {
-        amqp_basic_consume_ok_t *ok = amqp_basic_consume(s->cons.conn, V4Q_CHANNEL, amqp_cstring_bytes(s->cfg.task_queue),
-                                                         amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
-        if (v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "basic.consume", err))
-            goto fail;
-        snprintf(s->consumer_tag, sizeof s->consumer_tag, "%.*s", (int)ok->consumer_tag.len,
-                 (const char *)ok->consumer_tag.bytes);
-    }
+    if (start_consumers(s, err))
+        goto fail;
     pthread_mutex_lock(&s->mu);
     s->generation++;
     pthread_mutex_unlock(&s->mu);

@@ -115,8 +115,11 @@ static void *service_main(void *arg)
         if (!s->connected) {
             v4_error err = {0};
             if (v4q_connect_all(s, &err) == 0) {
-                v4q_logf(s, 1, "amqp: connected to %s (queue '%s', prefetch %d, heartbeat %d s)", masked,
-                         s->cfg.task_queue, s->cfg.prefetch, s->cfg.heartbeat_s);
+                v4q_logf(s, 1, "amqp: connected to %s (queue '%s', urgent queue '%s', cancel exchange '%s', prefetch %d "
+                         "per lane, heartbeat %d s)", masked, s->cfg.task_queue,
+                         s->cfg.urgent_queue[0] ? s->cfg.urgent_queue : "off",
+                         s->cfg.cancel_exchange[0] ? s->cfg.cancel_exchange : "off", s->cfg.prefetch,
+                         s->cfg.heartbeat_s);
             } else {
                 v4q_logf(s, 0, "amqp: cannot connect to %s: %s: %s", masked, err.where, err.msg);
                 if (q) {   /* the delivery is gone with the old connection: answer at once */
@@ -159,7 +162,13 @@ v4q_service *v4q_service_start(const v4_worker_config *cfg, v4q_log_fn log, void
     clock_gettime(CLOCK_REALTIME, &ts);
     s->rnd = (unsigned)(ts.tv_nsec ^ ts.tv_sec);
     s->cons.dead = s->pub.dead = 1;
+    if (cfg->cancel_exchange[0] && !(s->cancels = v4q_cancel_set_new(cfg->cancel_max, (double)cfg->cancel_ttl_s))) {
+        free(s);
+        v4_err_set(err, V4_ERR_NOMEM, "V4_CANCEL_MAX", "out of memory for %d cancelled ids", cfg->cancel_max);
+        return NULL;
+    }
     if (pipe(s->wake)) {
+        v4q_cancel_set_free(s->cancels);
         free(s);
         v4_err_set(err, V4_ERR_IO, "amqp", "cannot create the wake-up pipe");
         return NULL;
@@ -173,6 +182,7 @@ v4q_service *v4q_service_start(const v4_worker_config *cfg, v4q_log_fn log, void
         close(s->wake[1]);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
+        v4q_cancel_set_free(s->cancels);
         free(s);
         v4_err_set(err, V4_ERR_INTERNAL, "amqp", "cannot start the AMQP thread");
         return NULL;
@@ -196,6 +206,7 @@ void v4q_service_free(v4q_service *s)
     close(s->wake[1]);
     for (int i = 0; i < s->box_n; i++)
         v4q_delivery_free(s->box[i]);
+    v4q_cancel_set_free(s->cancels);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

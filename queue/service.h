@@ -7,8 +7,21 @@
  * (rabbitmq-c 0.11 only services heartbeats inside its own calls, spec §2.4), and the
  * publisher socket is polled right before each publish (rabbitmq-c #780 guard).
  *
+ * Two lanes (docs/queue-worker.md "Urgent lane"): the consumer link consumes
+ * cfg.task_queue and, unless off, cfg.urgent_queue (declared like the task queue; each
+ * consumer has its own basic.qos prefetch, so urgent deliveries reach the mailbox even
+ * while the normal lane's prefetch is used up by deliveries waiting there).
+ * Cancellation (docs/queue-worker.md "Cancellation"): unless off, the consumer link binds
+ * an exclusive, auto-delete, server-named queue to the fanout exchange
+ * cfg.cancel_exchange and consumes it without acks; each body {"cancel": "<task id>"}
+ * puts the id into a bounded set (cfg.cancel_max ids, each for cfg.cancel_ttl_s;
+ * cancel_set.h) that v4q_cancelled() answers from.  Malformed cancel messages are
+ * logged and dropped.
+ *
  * Inference threads talk to it through this API only:
- *   v4q_next()      takes the next delivery (a mailbox filled by the AMQP thread);
+ *   v4q_next()      takes the next delivery (a mailbox filled by the AMQP thread): the
+ *                   oldest urgent one when the mailbox holds any, else the oldest;
+ *   v4q_cancelled() whether a cancel message named a task id;
  *   v4q_finish()    publishes one message (persistent, mandatory, message_id,
  *                   correlation_id), waits for the broker's confirm, and only then acks
  *                   the delivery.  A nacked message, or a returned (unroutable) one not
@@ -57,6 +70,7 @@ typedef struct v4q_delivery {
     size_t len;
     char *reply_to, *correlation_id, *message_id;   /* NUL-terminated, or NULL */
     int redelivered;
+    int urgent;                                     /* 1: from cfg.urgent_queue */
     long long delivery_count;                       /* x-delivery-count, 0 if absent */
     long long timestamp_s;                          /* AMQP timestamp, 0 if absent */
     long long expiration_ms;                        /* AMQP expiration (per-message TTL), -1 if absent
@@ -97,6 +111,16 @@ int v4q_finish(v4q_service *s, const v4q_delivery *d, const v4q_message *m, v4_e
 int v4q_finish_all(v4q_service *s, const v4q_delivery *d, const v4q_message *m, int n, unsigned *diverted,
                    v4_error *err);
 void v4q_requeue(v4q_service *s, const v4q_delivery *d);
+/* 1 when a cancel message named id (NUL-terminated) less than cfg.cancel_ttl_s ago (and
+ * fewer than cfg.cancel_max other ids were named since), else 0.  seen: NULL, or the
+ * caller's counter (0 before its first call): when no cancel message has arrived since
+ * the caller's last call with it, the answer is 0 without a lookup (cheap enough to ask
+ * before every forward step). */
+int v4q_cancelled(v4q_service *s, const char *id, uint64_t *seen);
+/* Cancel messages taken (well-formed ones) since the start; for metrics. */
+uint64_t v4q_cancels_received(v4q_service *s);
+/* basic.cancel of both task consumers (the cancel consumer stays) + requeue the
+ * deliveries not yet taken. */
 void v4q_stop_consuming(v4q_service *s);
 /* Generation of the current connection (0 before the first); for tests and logs. */
 uint64_t v4q_generation(v4q_service *s);

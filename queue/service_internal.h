@@ -5,7 +5,7 @@
  * and clock: a leaf every other file calls), handoff.c (the
  * mailbox and the request slot: the public calls made from inference threads),
  * delivery.c (envelope -> v4q_delivery copies), consumer.c (consume, deliveries,
- * nack, basic.cancel), publisher.c (publish + confirm wait), reconnect.c (connect,
+ * nack, basic.cancel, cancel messages), cancel_set.c (the cancelled ids), publisher.c (publish + confirm wait), reconnect.c (connect,
  * topology, disconnect, backoff).
  *
  * Locking: mu guards the mailbox, the request slot, the flags and the generation.  The
@@ -22,9 +22,10 @@
 #include <sys/time.h>
 
 #include "amqp_link.h"
+#include "cancel_set.h"
 #include "service.h"
 
-#define V4Q_MAILBOX 64
+#define V4Q_MAILBOX 128    /* two lanes of up to 64 prefetched deliveries each */
 
 enum v4q_req_kind { V4Q_REQ_FINISH, V4Q_REQ_REQUEUE, V4Q_REQ_STOP };
 
@@ -51,13 +52,18 @@ struct v4q_service {
     v4q_request *req;               /* pending request, NULL if none */
     int quit, stopped;              /* quit: thread exits; stopped: no more consuming */
     uint64_t generation;
+    v4q_cancel_set *cancels;        /* ids named by cancel messages (NULL: cancellation off) */
+    uint64_t cancel_epoch;          /* cancel messages taken (bumped by each) */
     int wake[2];                    /* self-pipe: a request was posted (wakes poll()) */
     /* AMQP-thread-only state */
     v4q_link cons, pub;
     int connected, attempt;
     uint64_t pub_seq;
     unsigned rnd;
-    char consumer_tag[160];
+    char consumer_tag[160];         /* the task queue's consumer ("" when not consuming) */
+    char urgent_tag[160];           /* the urgent queue's ("" when off or not consuming) */
+    char cancel_tag[160];           /* the cancel queue's ("" when off) */
+    char cancel_queue[256];         /* its server-generated name */
     char last_return[160];          /* "312 NO_ROUTE": the broker's last basic.return */
 };
 

@@ -42,6 +42,10 @@ int v4q_declare_topology(v4q_link *l, const v4_worker_config *c, v4_error *err)
         queue(l, c->invalid_queue, amqp_empty_table, err) || queue(l, c->unroutable_queue, amqp_empty_table, err) ||
         exchange(l, c->results_exchange, "direct", err))
         return -1;
+    if (c->urgent_queue[0] && queue(l, c->urgent_queue, qargs, err))
+        return -1;
+    if (c->cancel_exchange[0] && exchange(l, c->cancel_exchange, "fanout", err))
+        return -1;
     if (c->results_queue[0] && (queue(l, c->results_queue, amqp_empty_table, err) ||
                                 bind(l, c->results_queue, c->results_exchange, c->results_routing_key, err)))
         return -1;

@@ -6,7 +6,9 @@
  * exchange); durable queue UNROUTABLE (results the broker returned because their
  * reply_to queue was gone, republished there with headers saying why); direct
  * exchange RESULTS and, when a results queue name is set, a durable queue bound to it
- * with the results routing key.  Re-declaring with the same
+ * with the results routing key; unless off, quorum queue URGENT with the task queue's
+ * arguments (the urgent lane) and fanout exchange CANCEL (cancel messages; each worker
+ * binds a queue of its own to it on its consumer link, consumer.c).  Re-declaring with the same
  * arguments is a no-op for the broker; different arguments on an existing queue make
  * the broker close the channel (406), reported with the queue name.
  *

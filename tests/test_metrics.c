@@ -324,10 +324,17 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 36, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
+    CHECK(fams == 39, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
                                                * expert_activations_total, memory_bytes, memory_waits_total,
                                                * fast_selftest, grammar_cache_{hits,misses}_total,
-                                               * grammar_cache_{bytes,entries}, results_unroutable_total */
+                                               * grammar_cache_{bytes,entries}, results_unroutable_total,
+                                               * tasks_cancelled_total, cancel_messages_total, tasks_taken_total */
+    CHECK(t && strstr(t, "v4fleet:tasks_cancelled_total{stage=\"running\"} 0\n") &&
+              strstr(t, "v4fleet:tasks_cancelled_total{stage=\"queued\"} 0\n") &&
+              strstr(t, "v4fleet:cancel_messages_total 0\n") &&
+              strstr(t, "v4fleet:tasks_taken_total{lane=\"urgent\"} 0\n") &&
+              strstr(t, "v4fleet:request_failure_total{code=\"cancelled\"} 0\n"),
+          "cancellation and lane counters, zero from the start");
     CHECK(t && strstr(t, "# TYPE v4fleet:results_unroutable_total counter\n") &&
               strstr(t, "v4fleet:results_unroutable_total 0\n"),
           "the unroutable results counter, zero from the start");

@@ -40,6 +40,8 @@ typedef struct v4w_job {
     v4q_delivery *d;            /* owned */
     v4q_service *svc;           /* the service that delivered it (its connection generation) */
     double t0, queue_ms;        /* taken (CLOCK_MONOTONIC ms); AMQP timestamp -> taken */
+    uint64_t cancel_seen;       /* v4q_cancelled's counter for this job */
+    int cancelled;              /* 1: a cancel message named it while it ran; 2: before it started */
 } v4w_job;
 
 typedef struct worker {
@@ -57,7 +59,7 @@ typedef struct worker {
     char model_real[4096];      /* realpath of V4_MODEL_DIR when loaded (V4_MODEL_WATCH_S) */
     double next_watch_ms;
     char reload_why[4200];      /* a reload is due (no new task is admitted); "" = none */
-    long done, failed, invalid, requeued, unconfirmed, unroutable, abandoned;
+    long done, failed, invalid, requeued, unconfirmed, unroutable, abandoned, cancelled;
     int stopping;               /* the consumer was cancelled after a signal */
     double stop_at_ms;          /* when the signal was first seen */
 } worker;

@@ -2,7 +2,8 @@
  *
  * Loop (main thread = inference thread; worker_ctx.h, worker_task.c): while one of the
  * executor's slots is free (V4_CONCURRENCY; the AMQP prefetch is at least that), take a
- * delivery from the AMQP thread (queue/service.h) -> parse/validate the task packet ->
+ * delivery from the AMQP thread (queue/service.h; an urgent-lane delivery first when the
+ * mailbox holds one: no running task is pre-empted) -> parse/validate the task packet ->
  * invalid: publish one error record to the invalid queue, wait for its confirm, ack ->
  * valid: submit it to the executor (executor.h); then advance the executor one step
  * and, for each task it hands back, publish the result (to the AMQP reply_to queue with
@@ -72,6 +73,8 @@ static int ready_locked(worker *w, char *why, size_t n)
     uint64_t connects = 0;
     int connected = w->h.svc ? v4q_connected(w->h.svc, &connects) : 0;
     v4_wmetrics_broker(&w->m, connected, connects);
+    if (w->h.svc)
+        v4_wmetrics_cancel_messages(&w->m, v4q_cancels_received(w->h.svc));
     const char *r = w->h.phase == PHASE_LOADING ? "loading the model"
                     : w->h.phase == PHASE_WARMING ? "warming up (pre-loading experts, one short generation)"
                     : w->h.phase == PHASE_RELOADING ? "reloading the model (not taking tasks)"
@@ -277,9 +280,10 @@ int v4_cmd_worker(int argc, char **argv)
             break;
         }
     }
-    v4w_log(&w, 1, NULL, "exiting: %ld succeeded, %ld failed, %ld invalid, %ld requeued, %ld results unconfirmed "
-                         "(redelivered), %ld unroutable (kept in %s), %ld abandoned (their delivering connection gone)",
-            w.done, w.failed, w.invalid, w.requeued, w.unconfirmed, w.unroutable, w.cfg.unroutable_queue,
+    v4w_log(&w, 1, NULL, "exiting: %ld succeeded, %ld failed (%ld of them cancelled), %ld invalid, %ld requeued, "
+                         "%ld results unconfirmed (redelivered), %ld unroutable (kept in %s), %ld abandoned (their "
+                         "delivering connection gone)",
+            w.done, w.failed, w.cancelled, w.invalid, w.requeued, w.unconfirmed, w.unroutable, w.cfg.unroutable_queue,
             w.abandoned);
     v4w_set_phase(&w, PHASE_DRAINING, NULL, NULL);   /* the HTTP thread stops using them */
     v4q_service_free(w.svc);

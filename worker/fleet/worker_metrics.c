@@ -126,11 +126,22 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
                                   "start waited), retry (first steps refused and retried), stall (steps a running "
                                   "task sat out while its sequence could not grow).  Tasks wait, they do not fail.",
                                   kind_l, NULL, 0);
+    static const char *const stage_l[] = {"stage", NULL}, *const lane_l[] = {"lane", NULL};
+    m->cancelled = v4m_family_new(r, V4M_COUNTER, "v4fleet:tasks_cancelled_total",
+                                  "Tasks answered cancelled (a cancel message named them), by stage: running "
+                                  "(stopped at its next step, partial text kept) or queued (not run).",
+                                  stage_l, NULL, 0);
+    m->cancel_msgs = v4m_family_new(r, V4M_COUNTER, "v4fleet:cancel_messages_total",
+                                    "Well-formed cancel messages received on the cancel exchange.", NULL, NULL, 0);
+    m->taken = v4m_family_new(r, V4M_COUNTER, "v4fleet:tasks_taken_total",
+                              "Valid tasks taken, by lane (urgent: from the urgent queue, taken first).", lane_l,
+                              NULL, 0);
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
         !m->requeued || !m->unconfirmed || !m->unroutable || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
         !m->ready || !m->info || !m->warmup_s || !m->warmup_x || !m->reloads || !m->numerics ||
-        !m->memory || !m->mem_waits || !m->fast_selftest || !m->ghits || !m->gmisses || !m->gbytes || !m->gentries) {
+        !m->memory || !m->mem_waits || !m->fast_selftest || !m->ghits || !m->gmisses || !m->gbytes || !m->gentries ||
+        !m->cancelled || !m->cancel_msgs || !m->taken) {
         v4_wmetrics_free(m);
         return -1;
     }
@@ -145,6 +156,12 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     v4m_fadd(m->unconfirmed, 0);
     v4m_fadd(m->unroutable, 0);
     v4m_fadd(m->abandoned, 0);
+    v4m_fadd(m->cancel_msgs, 0);
+    for (int i = 0; i < 2; i++) {
+        const char *st[] = {i ? "queued" : "running"}, *ln[] = {i ? "urgent" : "normal"};
+        v4m_add(v4m_series_of(m->cancelled, st), 0);
+        v4m_add(v4m_series_of(m->taken, ln), 0);
+    }
     const char *const outcomes[3] = {"hit", "miss", "prefetched"};
     for (int i = 0; i < 3; i++)
         v4m_add(v4m_series_of(m->activations, &outcomes[i]), 0);
@@ -272,6 +289,23 @@ void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects)
 {
     v4m_fset(m->connected, connected);
     v4m_fset(m->reconnects, connects > 1 ? (double)(connects - 1) : 0);
+}
+
+void v4_wmetrics_cancel_messages(v4_wmetrics *m, uint64_t received)
+{
+    v4m_fset(m->cancel_msgs, (double)received);
+}
+
+void v4_wmetrics_cancelled(v4_wmetrics *m, int running)
+{
+    const char *v[] = {running ? "running" : "queued"};
+    v4m_add(v4m_series_of(m->cancelled, v), 1);
+}
+
+void v4_wmetrics_taken(v4_wmetrics *m, int urgent)
+{
+    const char *v[] = {urgent ? "urgent" : "normal"};
+    v4m_add(v4m_series_of(m->taken, v), 1);
 }
 
 void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s)

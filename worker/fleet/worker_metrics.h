@@ -20,6 +20,10 @@
  *                                                    queue (V4_UNROUTABLE_QUEUE); the task was acked
  *   v4fleet:tasks_abandoned_total         counter    tasks stopped without a result because the
  *                                                    connection that delivered them was lost
+ *   v4fleet:tasks_cancelled_total{stage="running|queued"}  counter  tasks answered cancelled
+ *                                                    (docs/queue-worker.md "Cancellation")
+ *   v4fleet:cancel_messages_total         counter    well-formed cancel messages received
+ *   v4fleet:tasks_taken_total{lane="normal|urgent"}  counter  valid tasks taken per lane
  *   v4fleet:prompt_tokens_total, v4fleet:generation_tokens_total   counters
  *   v4fleet:expert_activations_total{outcome="hit|miss|prefetched"}  counter  the results'
  *                                         experts figures summed (task_run.h: every routed-expert
@@ -77,7 +81,7 @@ typedef struct v4_wmetrics {
         *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
         *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory, *mem_waits,
-        *fast_selftest, *ghits, *gmisses, *gbytes, *gentries;
+        *fast_selftest, *ghits, *gmisses, *gbytes, *gentries, *cancelled, *cancel_msgs, *taken;
     v4m_series *fast_last;      /* the fast_selftest series set to 1 last (NULL: none) */
 } v4_wmetrics;
 
@@ -112,6 +116,12 @@ void v4_wmetrics_cache(v4_wmetrics *m, const char *tier, const v4_runner_cache_f
 void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r);
 void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects);
 void v4_wmetrics_redis(v4_wmetrics *m, const v4_util_stats *s);
+/* Cancel messages received so far (v4q_cancels_received). */
+void v4_wmetrics_cancel_messages(v4_wmetrics *m, uint64_t received);
+/* One task answered cancelled: running 1 (stopped in the run) or 0 (before it started). */
+void v4_wmetrics_cancelled(v4_wmetrics *m, int running);
+/* One valid task taken from the urgent (1) or the normal (0) lane. */
+void v4_wmetrics_taken(v4_wmetrics *m, int urgent);
 void v4_wmetrics_warmup(v4_wmetrics *m, double seconds, int experts_loaded);
 /* One reload attempt: ok 1 (swapped) or 0 (the old model kept serving). */
 void v4_wmetrics_reload(v4_wmetrics *m, int ok);

@@ -1,11 +1,17 @@
 /* worker_task.c - one task of the queue worker: take a delivery (parse, validate,
  * answer invalid packets on the invalid queue and on reply_to, fix the deadline from the
- * sender's clock, answer a task already past it without running it, submit the others to
- * the executor), complete what the executor hands back (Redis counters, result, metrics,
+ * sender's clock, answer a task already past it or already cancelled without running it,
+ * submit the others to the executor), complete what the executor hands back (Redis counters, result, metrics,
  * one log line).  Results and answers to a reply_to queue that the broker returns as
  * unroutable (the queue is gone) go to the unroutable queue and the task is acked
  * (queue/service.h); a returned result for the results exchange is requeued (R22).  The contract:
  * docs/queue-worker.md "Contract".  See worker_ctx.h and worker_main.c.
+ *
+ * Cancellation (docs/queue-worker.md "Cancellation"): the job's abort hook asks the
+ * service (v4q_cancelled) before every forward step whether a cancel message named the
+ * task; if so the executor stops it (rc -2, the text so far kept) and v4w_complete
+ * answers it `cancelled` with that text, published and acked like any result.  A task
+ * named before it is taken is answered `cancelled` at once, not run.
  *
  * Expert utilization: each run's per-(layer, expert) routing counts go to the Redis
  * counter thread (telemetry/util_redis.h) before the result is published; that never
@@ -230,6 +236,18 @@ static int delivery_lost(const v4_job *job)
     return v4q_generation(j->svc) != j->d->generation;
 }
 
+/* The job's abort hook: its delivery lost (above), or a cancel message named it (noted
+ * in the job: v4w_complete answers it cancelled). */
+static int job_stop(const v4_job *job)
+{
+    v4w_job *j = (v4w_job *)job;   /* the worker's own record (allocated in v4w_take, not const) */
+    if (delivery_lost(job))
+        return 1;
+    if (!j->cancelled && v4q_cancelled(j->svc, job->task.id, &j->cancel_seen))
+        j->cancelled = 1;
+    return j->cancelled != 0;
+}
+
 void v4w_take(worker *w, v4q_delivery *d)
 {
     double t0 = v4_now_ms();
@@ -261,7 +279,7 @@ void v4w_take(worker *w, v4q_delivery *d)
     for (int i = 0; i < t->n_unknown; i++)
         v4w_log(w, 2, t->id, "task %s: unknown field '%s' ignored", t->id, t->unknown[i]);
     j->job.release = release_job;
-    j->job.abort_job = delivery_lost;
+    j->job.abort_job = job_stop;
     j->svc = w->svc;
     const char *dl_where;
     char dl_how[160];
@@ -269,6 +287,15 @@ void v4w_take(worker *w, v4q_delivery *d)
     j->d = d;
     j->t0 = t0;
     j->queue_ms = queue_ms_of(d);
+    if (v4q_cancelled(w->svc, t->id, NULL)) {   /* named by a cancel message before it was taken: not run */
+        j->cancelled = 2;
+        j->job.rc = v4_task_fail(&j->job.err, V4_TASK_CANCELLED, "cancel",
+                                 "a cancel message (exchange '%s') named the task before it started; not run",
+                                 w->cfg.cancel_exchange);
+        w->in_flight++;
+        v4w_complete(w, j);
+        return;
+    }
     if (j->job.deadline_ms <= t0) {   /* past its deadline when taken: answered, acked, not run */
         j->job.rc = v4_task_fail(&j->job.err, V4_TASK_DEADLINE_EXCEEDED, dl_where,
                                  "the deadline (%s) passed %.0f ms before the task was taken; not run", dl_how,
@@ -287,6 +314,9 @@ void v4w_take(worker *w, v4q_delivery *d)
     }
     w->in_flight++;
     running_gauge(w);
+    v4_wmetrics_taken(&w->m, d->urgent);
+    v4w_log(w, 1, t->id, "start of task %s (%s lane, %d running)", t->id, d->urgent ? "urgent" : "normal",
+            w->in_flight);
 }
 
 void v4w_complete(worker *w, v4w_job *j)
@@ -306,6 +336,12 @@ void v4w_complete(worker *w, v4w_job *j)
         w->abandoned++;
         v4m_fadd(w->m.abandoned, 1);
         goto out;
+    }
+    if (rc == -2 && j->cancelled) {   /* stopped by a cancel message: answered with the text so far */
+        rc = j->job.rc = v4_task_fail(e, V4_TASK_CANCELLED, "cancel",
+                                      "a cancel message (exchange '%s') stopped the task while it ran; output.text "
+                                      "holds the %zu bytes of text generated before", w->cfg.cancel_exchange,
+                                      out->text ? out->text_len : (size_t)0);
     }
     if (rc == -2) {
         v4w_log(w, 1, t->id, "task %s: grace period over, requeued without a result", t->id);
@@ -335,7 +371,8 @@ void v4w_complete(worker *w, v4w_job *j)
         .error = rc ? e : NULL, .numerics = v4_runner_numerics(w->runner), .logprobs = out->logprobs,
         .reasoning = out->reasoning, .reasoning_len = out->reasoning_len};
     json_t *ro = v4_result_object(&ri);
-    if (ro && rc && e->code == V4_TASK_DEADLINE_EXCEEDED && out->text)   /* the text generated before the overrun */
+    if (ro && rc && (e->code == V4_TASK_DEADLINE_EXCEEDED || e->code == V4_TASK_CANCELLED) &&
+        out->text)   /* the text generated before the overrun or the cancel */
         json_object_set_new(ro, "output", partial_output(out->text, out->text_len));
     char *json = ro ? json_dumps(ro, JSON_COMPACT) : NULL;
     json_decref(ro);
@@ -357,6 +394,12 @@ void v4w_complete(worker *w, v4w_job *j)
             observe(w, t, out, rc, e, j->queue_ms, d->timestamp_s != 0, j->t0,
                     j->job.start_ms > 0 ? j->job.start_ms : j->t0);
             rc ? w->failed++ : w->done++;
+            if (j->cancelled && rc && e->code == V4_TASK_CANCELLED) {
+                w->cancelled++;
+                v4_wmetrics_cancelled(&w->m, j->cancelled == 1);
+                v4w_log(w, 1, t->id, "task %s: cancelled %s", t->id,
+                        j->cancelled == 1 ? "while running: answered with the text so far" : "before it started: not run");
+            }
         } else {
             w->unconfirmed++;
             v4m_fadd(w->m.unconfirmed, 1);

@@ -38,8 +38,9 @@ typedef struct v4_job {
     void (*release)(struct v4_job *j);
     /* Optional (the submitter's; NULL: none): polled with the job before every forward
      * step that carries it, next to the executor's abort_fn; non-zero stops this job
-     * alone without a result (rc -2).  The queue worker stops a task so when the
-     * connection that delivered it is lost (the broker has requeued it). */
+     * alone without a result (rc -2; out.text keeps the text so far).  The queue worker
+     * stops a task so when the connection that delivered it is lost (the broker has
+     * requeued it), or when a cancel message names it (then it answers `cancelled`). */
     int (*abort_job)(const struct v4_job *j);
     int (*x_abort)(void *);         /* the executor's abort_fn and its ud (set at submit) */
     void *x_abort_ud;

@@ -16,6 +16,7 @@ const char *v4_task_errcode_name(v4_task_errcode c)
     case V4_TASK_INTERNAL: return "internal";
     case V4_TASK_EXPERT_CORRUPT: return "expert_corrupt";
     case V4_TASK_UNSUPPORTED_FIELD: return "unsupported_field";
+    case V4_TASK_CANCELLED: return "cancelled";
     }
     return "internal";
 }

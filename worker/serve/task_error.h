@@ -17,10 +17,11 @@ typedef enum v4_task_errcode {
     V4_TASK_DEADLINE_EXCEEDED,
     V4_TASK_INTERNAL,
     V4_TASK_EXPERT_CORRUPT,         /* an expert block failed its checksum (layer, expert, file, offset) */
-    V4_TASK_UNSUPPORTED_FIELD       /* a field that would change the answer and is not served
+    V4_TASK_UNSUPPORTED_FIELD,      /* a field that would change the answer and is not served
                                      * (tools, stream, ...; task_fields.h); where = the field */
+    V4_TASK_CANCELLED               /* a cancel message named the task (the queue worker) */
 } v4_task_errcode;
-#define V4_TASK_ERRCODE_LAST V4_TASK_UNSUPPORTED_FIELD
+#define V4_TASK_ERRCODE_LAST V4_TASK_CANCELLED
 
 typedef struct v4_task_error {
     v4_task_errcode code;

@@ -630,7 +630,7 @@ static int split_reasoning(v4_run_output *out)
     return 0;
 }
 
-/* A deadline overrun keeps the text generated so far (out->text; no token ids). */
+/* A deadline overrun or an abort keeps the text generated so far (out->text; no token ids). */
 static void keep_partial(v4_run_job *j, v4_run_output *out)
 {
     if (j->buf.oom || !j->buf.p)
@@ -647,6 +647,7 @@ int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_outp
     if (failed) {
         if (j->guard.why == 2) {
             v4_task_fail(e, V4_TASK_INTERNAL, "shutdown", "aborted: %s", err->msg);
+            keep_partial(j, out);   /* the submitter may answer with it (the queue worker: a cancelled task) */
             rc = -2;
         } else if (j->guard.why == 1) {
             v4_task_fail(e, V4_TASK_DEADLINE_EXCEEDED, "deadline_ms", "the task ran past its deadline (%s)", err->msg);

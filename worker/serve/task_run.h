@@ -15,8 +15,9 @@
  * every forward step (the generation's cancel hook), so an overrunning task stops within
  * one step with deadline_exceeded; such a failure keeps the text generated before it in
  * v4_run_output.text (text_len; no token ids), the others leave the output empty.  The caller's abort callback (shutdown: the SIGTERM
- * grace period ran out) is polled at the same points; an aborted run returns -2 and no
- * result (the caller requeues the task).
+ * grace period ran out; the queue worker's cancel messages) is polled at the same points;
+ * an aborted run returns -2 and no result, its output keeping the text so far as after an
+ * overrun (the caller requeues the task, or answers it itself: a cancelled task).
  *
  * Ownership: the runner owns the engine objects; v4_run_output owns its text,
  * tokens and logprobs (v4_run_output_free).  Thread: one thread at a time per runner.
