@@ -318,6 +318,9 @@ struct v4g_vocab {
      * the characters it spans (one begun but unfinished included, capped at 65535); per
      * boundary the characters before its quote and a token whose bytes spell its path */
     uint16_t *str_cp;
+    int32_t str_cp_max;    /* the most of str_cp */
+    uint32_t *str_le;      /* per r in 0..str_cp_max: the tokens of str_inner spanning at most r
+                            * characters (a bit set of n bits each); NULL where too large */
     int32_t *str_bnd_cp, *str_bnd_tok;
 };
 

@@ -173,7 +173,7 @@ void v4g_vocab_free(v4g_vocab *v)
     free(v->off), free(v->data), free(v->special);
     free(v->nb), free(v->nd), free(v->nsz), free(v->ntok), free(v->dup);
     free(v->str_inner), free(v->str_bnd);
-    free(v->str_cp), free(v->str_bnd_cp), free(v->str_bnd_tok);
+    free(v->str_cp), free(v->str_le), free(v->str_bnd_cp), free(v->str_bnd_tok);
     free(v);
 }
 

@@ -56,6 +56,8 @@ void gr_str_cache(v4g_vocab *v)
             for (int32_t k = v->ntok[i]; k >= 0; k = v->dup[k]) {
                 inner[k >> 5] |= 1u << (k & 31);
                 cp[k] = (uint16_t)(n < 65535 ? n : 65535);
+                if (cp[k] > v->str_cp_max)
+                    v->str_cp_max = cp[k];
             }
             i++;
         } else {
@@ -99,6 +101,18 @@ void gr_str_cache(v4g_vocab *v)
     v->str_bnd = bnd;
     v->n_str_bnd = nb;
     v->str_cp = cp;
+    /* the sets by length bound, when they take at most 8 MiB (bounded strings: one copy) */
+    if (((size_t)v->str_cp_max + 1) * words * sizeof *inner <= (8u << 20) &&
+        (v->str_le = calloc(((size_t)v->str_cp_max + 1) * words, sizeof *inner)) != NULL) {
+        for (size_t w = 0; w < words; w++)   /* each token at its own length, then accumulated */
+            for (uint32_t x = inner[w]; x; x &= x - 1) {
+                const int b = __builtin_ctz(x);
+                v->str_le[(size_t)cp[w * 32 + (size_t)b] * words + w] |= 1u << b;
+            }
+        for (size_t r = 1; r <= (size_t)v->str_cp_max; r++)
+            for (size_t w = 0; w < words; w++)
+                v->str_le[r * words + w] |= v->str_le[(r - 1) * words + w];
+    }
     v->str_bnd_cp = bcp;
     v->str_bnd_tok = btok;
 }
@@ -133,8 +147,10 @@ int gr_str_fill(gr_grammar *g, const v4g_vocab *v, int32_t s)
     uint8_t *force = calloc((size_t)v->n_str_bnd + 1, 1);   /* boundaries a literal closes */
     if (!in || !bn || !force)
         goto oom;
-    if (R >= INT32_MAX) {
+    if (R >= v->str_cp_max) {   /* no token spans more: all of them */
         memcpy(in, v->str_inner, words * sizeof *in);
+    } else if (v->str_le) {
+        memcpy(in, v->str_le + (size_t)R * words, words * sizeof *in);
     } else {
         for (size_t w = 0; w < words; w++) {
             uint32_t x = v->str_inner[w], keep = 0;
