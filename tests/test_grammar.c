@@ -419,7 +419,7 @@ static void test_bounds(void)
 
 /* lexer states inside strings of several kinds at once (length bounds, keys ruled out,
  * two string types accepted together) take their mask cache from the vocabulary's string
- * cache (gr_matcher.c's str_fill): the masks must still equal commit-on-a-fork */
+ * cache (gr_strcache.c's gr_str_fill): the masks must still equal commit-on-a-fork */
 static void test_string_states(void)
 {
     static const struct {

@@ -5,7 +5,8 @@
  * any grammar that is such string content takes its mask cache from it: the generic one
  * as it is (gr_matcher.c), the others, which the string constructors mark (gr_nstate.srem:
  * several string lexemes at once, length bounds, keys ruled out, property-name literals),
- * filtered by gr_str_fill instead of a walk of the whole trie.  docs/grammar.md, "Masks".
+ * filtered by gr_str_fill instead of a walk of the whole trie.  docs/grammar.md ("How it
+ * works": strings share one cache).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,8 @@ void gr_str_cache(v4g_vocab *v)
  * R is stepped through the lexer from s (a few bytes), which says if the quote closes one
  * of them (a boundary, with its lexer state) or none (refused).  A step that contradicts
  * this (a prefix refused, a quote that does not end the lexeme) leaves s to the full walk.
+ * A quoted literal beside them (a property name, GR_SREM_LIT) adds the tokens along its
+ * rest and forces its closing quote's boundary, which must be one of the cache's.
  * 1 filled, 0 not such a state, -1 out of memory. */
 int gr_str_fill(gr_grammar *g, const v4g_vocab *v, int32_t s)
 {
