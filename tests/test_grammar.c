@@ -5,6 +5,7 @@
  *   - every mask equals, token by token, what commit on a fork of the matcher says (the
  *     mask is the trie walk, commit feeds the token's bytes: two paths, one answer),
  *     along valid documents, and EOS only where the text is complete;
+ *   - the same for states inside strings of several kinds (length bounds, keys ruled out);
  *   - integer and number bounds against arithmetic on hundreds of values;
  *   - compile errors name the keyword and its JSON pointer; $ref recursion works.
  * No model, no files: runs everywhere.
@@ -416,6 +417,39 @@ static void test_bounds(void)
     }
 }
 
+/* lexer states inside strings of several kinds at once (length bounds, keys ruled out,
+ * two string types accepted together) take their mask cache from the vocabulary's string
+ * cache (gr_strcache.c's gr_str_fill): the masks must still equal commit-on-a-fork */
+static void test_string_states(void)
+{
+    static const struct {
+        const char *schema, *text, *bad;
+        long bad_at;
+    } CASES[] = {
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}", "\"a\\nbc\"", "\"abcde\"", 5},
+        {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}", "\"\xc3\xa9" "abc\"", "\"a\"", 2},
+        {"{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"string\",\"minLength\":4,\"maxLength\":6}]}",
+         "\"abcde\"", "\"abc\"", 4},
+        {"{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"string\",\"minLength\":4,\"maxLength\":6}]}",
+         "\"ab\"", "\"abcdefg\"", 7},
+        {"{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"string\",\"maxLength\":3}]}}",
+         "[\"ab\",\"abcdef\",\"\"]", "[\"ab\"1", 5},
+        {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"next\":{\"type\":\"integer\"}},"
+         "\"additionalProperties\":{\"type\":\"string\",\"maxLength\":3}}",
+         "{\"name\":\"abcdef\",\"next\":12,\"nam\":\"ab\",\"nextx\":\"\",\"\":\"yes\"}", "{\"nam\":\"abcd\"}", 11},
+        {"{\"type\":\"string\",\"minLength\":3,\"maxLength\":300}", "\"abcabcabcabcnamenextnull\"", "\"ab\"", 3},
+    };
+    for (size_t k = 0; k < sizeof CASES / sizeof *CASES; k++) {
+        v4g_constraint *c = compile(V4G_JSON_SCHEMA, CASES[k].schema, 1);
+        if (!c)
+            continue;
+        expect(c, CASES[k].text, -1);
+        expect(c, CASES[k].bad, CASES[k].bad_at);
+        mask_walk(c, CASES[k].text);
+        v4g_constraint_unref(c);
+    }
+}
+
 static void test_cache(void)
 {
     v4g_cache *k = v4g_cache_new(1 << 20);
@@ -462,6 +496,7 @@ int main(void)
     test_schema();
     test_errors();
     test_bounds();
+    test_string_states();
     test_cache();
     v4g_vocab_free(V);
     for (int i = 0; i < SRC.n - 1; i++)

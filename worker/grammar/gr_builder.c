@@ -221,6 +221,9 @@ int gr_lex_bytes(gr_builder *b, const char *bytes, size_t len, v4_error *err)
         free(key);
         return -1;
     }
+    if (len >= 2 && bytes[0] == '"' && bytes[len - 1] == '"')   /* a quoted string: its inside */
+        for (size_t j = 1; j < len; j++)   /* gr_emit_bytes: the state before byte j is start + j */
+            b->nfa.st[f.start + (int32_t)j].srem = GR_SREM_LIT;
     return lex_add(b, key, &f, err);
 }
 
@@ -267,12 +270,16 @@ int gr_lex_json_string(gr_builder *b, int min, int max, v4_error *err)
     if (have != -2)
         return have;
     gr_frag q1, q2, body, f;
-    if (gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) || gr_emit_any_len(&b->nfa, 1, min, max, &body, err) ||
-        gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) || gr_nfa_eps(&b->nfa, q1.end, body.start, err) ||
-        gr_nfa_eps(&b->nfa, body.end, q2.start, err)) {
+    b->nfa.str_mark = 1;
+    int rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) ||
+             gr_emit_any_len(&b->nfa, 1, min, max, &body, err);
+    b->nfa.str_mark = 0;
+    if (rc || gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) ||
+        gr_nfa_eps(&b->nfa, q1.end, body.start, err) || gr_nfa_eps(&b->nfa, body.end, q2.start, err)) {
         free(key);
         return -1;
     }
+    b->nfa.st[q2.start].srem = GR_SREM_CLOSE;
     f.start = q1.start;
     f.end = q2.end;
     if (seal(b, &f, err) || (min == 0 && max < 0 && ghead(b, body.start, err))) {
@@ -317,6 +324,8 @@ static int emit_ktrie(gr_builder *b, ktrie *t, int v, int state, int free_st, in
             rc = v4_err_set(err, V4_ERR_NOMEM, "grammar", "out of memory");
         if (!rc)
             rc = gr_emit_cset(&b->nfa, &one, 1, &f, err);
+        if (!rc)
+            b->nfa.st[f.start].srem = INT32_MAX;   /* a character of string content */
         gr_cset_free(&one);
         if (!rc)
             rc = gr_nfa_eps(&b->nfa, state, f.start, err);
@@ -332,6 +341,8 @@ static int emit_ktrie(gr_builder *b, ktrie *t, int v, int state, int free_st, in
                          gr_nfa_eps(&b->nfa, f.end, free_st, err)
                      ? -1
                      : 0;
+            if (!rc)
+                b->nfa.st[f.start].srem = INT32_MAX;
             gr_cset_free(&other);
         }
     }
@@ -403,16 +414,20 @@ int gr_lex_key_except(gr_builder *b, const char *const *keys, int n, v4_error *e
             rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q1, err) || gr_nfa_eps(&b->nfa, q1.end, st, err) ? -1 : 0;
         if (!rc)
             rc = emit_ktrie(b, t, 0, st, free_st, close, err);
+        b->nfa.str_mark = 1;
         if (!rc)   /* free: any content, then the closing quote */
             rc = gr_emit_any_len(&b->nfa, 1, 0, -1, &body, err) || ghead(b, body.start, err) ||
                          gr_nfa_eps(&b->nfa, free_st, body.start, err) ||
                          gr_nfa_eps(&b->nfa, body.end, close, err)
                      ? -1
                      : 0;
+        b->nfa.str_mark = 0;
         if (!rc)
             rc = gr_emit_bytes(&b->nfa, (const uint8_t *)"\"", 1, &q2, err) || gr_nfa_eps(&b->nfa, close, q2.start, err)
                      ? -1
                      : 0;
+        if (!rc)
+            b->nfa.st[q2.start].srem = GR_SREM_CLOSE;
         f.start = q1.start;
         f.end = rc ? -1 : q2.end;
     }

@@ -13,7 +13,8 @@
  * lexemes and rules through gr_builder below.  docs/structured-outputs.md has the rest.
  *
  * Ownership: a gr_grammar owns everything it points to; matchers point into it.
- * Thread: a gr_grammar's lexer cache grows during matching under the grammar's mutex.
+ * Thread: a gr_grammar's lexer cache grows during matching under the grammar's mutex; the
+ * vocabulary (v4g_vocab, below) is read-only once made.
  */
 #ifndef V4_GR_INTERNAL_H
 #define V4_GR_INTERNAL_H
@@ -23,6 +24,7 @@
 #include <stdint.h>
 
 #include "config/error.h"
+#include "worker/grammar/grammar.h"
 
 /* ------------------------------------------------------------------ limits -- */
 #define GR_MAX_NFA_STATES (1 << 21)   /* a constraint over this is a compile error */
@@ -46,7 +48,16 @@ typedef struct gr_nstate {
     int32_t accept;     /* lexeme id accepted here, -1 none */
     int32_t owner;      /* the lexeme whose automaton this state is part of, -1 none */
     uint8_t role;       /* GR_ROLE_*: part of the lexeme, or of one of its vetoes */
+    /* string-body marks (gr_lex_json_string, gr_lex_key_except; see gr_matcher.c's
+     * str_fill): > 0 the start of one JSON-encoded character of string content, where at
+     * most srem more characters may follow this one included (INT32_MAX: unbounded);
+     * GR_SREM_CLOSE the state before the closing quote; GR_SREM_LIT inside a literal
+     * lexeme that is a quoted string (gr_lex_bytes: a property name), after its opening
+     * quote and before its closing one; 0 anything else */
+    int32_t srem;
 } gr_nstate;
+#define GR_SREM_CLOSE (-1)
+#define GR_SREM_LIT (-2)
 
 /* A lexeme may carry vetoes: automata of texts it must not be (a JSON string that is no
  * key of a set and matches no pattern of patternProperties).  Their states ride along in
@@ -62,6 +73,9 @@ typedef struct gr_nfa {
     /* gr_regex_emit records here the states of trailing "anything" parts of search-mode
      * branches (where a match, once found, stays found) when absorb_on is set */
     int absorb_on;
+    /* set by the string constructors around gr_emit_any_len: mark its characters' starts
+     * (gr_nstate.srem) */
+    int str_mark;
     int32_t *absorb;       /* pairs [lo, hi) of state ids */
     int32_t n_absorb, cap_absorb;
 } gr_nfa;
@@ -281,5 +295,41 @@ static inline const uint64_t *gr_parser_allowed(const gr_parser *p, const gr_gra
 {
     return p->allowed + (size_t)(p->n_sets - 1) * (size_t)g->lex_words;
 }
+
+/* ------------------------------------------------------------- vocabulary -- */
+/* The vocabulary (grammar.h's v4g_vocab), read-only once made, so matchers of any grammar
+ * and thread read it; v4g_vocab_new (gr_matcher.c) owns and makes it. */
+struct v4g_vocab {
+    int32_t n, eos;
+    int64_t *off;          /* token i's bytes: data[off[i] .. off[i + 1]) */
+    char *data;
+    uint8_t *special;
+    /* the trie, preorder: node byte, depth (1 = first byte), subtree size, first token */
+    int32_t n_nodes, max_depth;
+    uint8_t *nb;
+    uint16_t *nd;
+    int32_t *nsz, *ntok;
+    int32_t *dup;          /* next token with the same bytes, -1 */
+    /* inside unconstrained JSON string content (gr_dstate.generic): the tokens that stay
+     * inside, and the trie nodes where a token closes the string (gr_strcache.c, made once) */
+    uint32_t *str_inner;
+    int32_t *str_bnd, n_str_bnd;
+    /* for string states of bounded or several lexemes (gr_str_fill): per token of str_inner
+     * the characters it spans (one begun but unfinished included, capped at 65535); per
+     * boundary the characters before its quote and a token whose bytes spell its path */
+    uint16_t *str_cp;
+    int32_t str_cp_max;    /* the most of str_cp */
+    uint32_t *str_le;      /* per r in 0..str_cp_max: the tokens of str_inner spanning at most r
+                            * characters (a bit set of n bits each); NULL where too large */
+    int32_t *str_bnd_cp, *str_bnd_tok;
+};
+
+/* The generic string cache (gr_strcache.c) into v (str_inner ...; left NULL where memory
+ * fails: masks then walk).  Called once by v4g_vocab_new. */
+void gr_str_cache(v4g_vocab *v);
+/* Lexer state s's mask cache (gr_dstate.inner, .bnd) from v's string cache when every NFA
+ * state of s is marked string content (gr_nstate.srem): 1 filled, 0 not such a state (or
+ * not shown alike: the caller walks), -1 out of memory.  Under g's mutex. */
+int gr_str_fill(gr_grammar *g, const v4g_vocab *v, int32_t s);
 
 #endif

@@ -2,7 +2,9 @@
  * finished lexeme scanned by the parser, a token allowed when all its bytes are taken.
  * The mask walks the trie in preorder (tokens sorted by bytes): a node's byte is fed
  * once for every token under it, and a refused node skips its whole subtree.
- * Whitespace (the skip lexeme) may stand between lexemes, one run at a time.
+ * Whitespace (the skip lexeme) may stand between lexemes, one run at a time.  A lexer
+ * state's walk is cached (fill_cache); inside JSON strings the cache comes from the
+ * vocabulary's string cache instead (gr_strcache.c).
  */
 #define _GNU_SOURCE   /* qsort_r */
 #include <stdatomic.h>
@@ -12,23 +14,6 @@
 #include "worker/grammar/gr_compile.h"
 #include "worker/grammar/gr_internal.h"
 #include "worker/grammar/grammar.h"
-
-struct v4g_vocab {
-    int32_t n, eos;
-    int64_t *off;          /* token i's bytes: data[off[i] .. off[i + 1]) */
-    char *data;
-    uint8_t *special;
-    /* the trie, preorder: node byte, depth (1 = first byte), subtree size, first token */
-    int32_t n_nodes, max_depth;
-    uint8_t *nb;
-    uint16_t *nd;
-    int32_t *nsz, *ntok;
-    int32_t *dup;          /* next token with the same bytes, -1 */
-    /* inside unconstrained JSON string content (gr_dstate.generic): the tokens that stay
-     * inside, and the trie nodes where a token closes the string (made once, here) */
-    uint32_t *str_inner;
-    int32_t *str_bnd, n_str_bnd;
-};
 
 typedef struct mstate {
     int32_t lx, n_sets;
@@ -134,74 +119,6 @@ static int build_trie(v4g_vocab *v, v4_error *err)
     return 0;
 }
 
-/* The generic string cache: a private grammar of one JSON string lexeme, its state after
- * the opening quote, and a walk of the trie over it.  Without it (memory) masks still work. */
-static void str_cache(v4g_vocab *v)
-{
-    gr_builder b;
-    gr_builder_init(&b);
-    v4_error err = {0};
-    int l = gr_lex_json_string(&b, 0, -1, &err);
-    int st = l < 0 ? -1 : gr_nt(&b, "s", &err);
-    if (st < 0 || gr_rule(&b, st, (int32_t[]){l}, 1, &err)) {
-        gr_builder_free(&b);
-        return;
-    }
-    b.start = st;
-    gr_grammar *g = gr_grammar_build(&b, &err);
-    gr_builder_free(&b);
-    if (!g)
-        return;
-    uint64_t allowed[1] = {1};
-    int32_t s = gr_lex_start(g, allowed);
-    s = s >= 0 ? gr_lex_next(g, s, '"') : -1;
-    const size_t words = ((size_t)v->n + 31) / 32;
-    uint32_t *inner = s >= 0 && g->lx.ds[s].generic ? calloc(words, sizeof *inner) : NULL;
-    int32_t *state = malloc(((size_t)v->max_depth + 2) * sizeof *state), *bnd = NULL, nb = 0, cap = 0;
-    int ok = inner && state;
-    if (ok)
-        state[0] = s;
-    for (int32_t i = 0; ok && i < v->n_nodes;) {
-        const int d = v->nd[i];
-        const int32_t p = state[d - 1];
-        const int32_t t = gr_lex_next(g, p, v->nb[i]);
-        if (t == -3) {
-            ok = 0;
-        } else if (t >= 0 && g->lx.ds[t].live) {
-            state[d] = t;
-            for (int32_t k = v->ntok[i]; k >= 0; k = v->dup[k])
-                inner[k >> 5] |= 1u << (k & 31);
-            i++;
-        } else {
-            if (t >= 0 || g->lx.ds[p].n_acc) {   /* the string closes: only ever from the loop state */
-                if (p != s)
-                    ok = 0;
-                if (nb == cap) {
-                    cap = cap ? cap * 2 : 256;
-                    int32_t *q = realloc(bnd, (size_t)cap * sizeof *q);
-                    if (!q)
-                        ok = 0;
-                    else
-                        bnd = q;
-                }
-                if (ok)
-                    bnd[nb++] = i;
-            }
-            i += v->nsz[i];
-        }
-    }
-    free(state);
-    gr_grammar_free(g);
-    if (!ok) {
-        free(inner);
-        free(bnd);
-        return;
-    }
-    v->str_inner = inner;
-    v->str_bnd = bnd;
-    v->n_str_bnd = nb;
-}
-
 v4g_vocab *v4g_vocab_new(int32_t n, v4g_token_bytes_fn bytes, v4g_token_special_fn special, void *ctx, int32_t eos,
                          v4_error *err)
 {
@@ -245,7 +162,7 @@ v4g_vocab *v4g_vocab_new(int32_t n, v4g_token_bytes_fn bytes, v4g_token_special_
         v4g_vocab_free(v);
         return NULL;
     }
-    str_cache(v);
+    gr_str_cache(v);
     return v;
 }
 
@@ -256,6 +173,7 @@ void v4g_vocab_free(v4g_vocab *v)
     free(v->off), free(v->data), free(v->special);
     free(v->nb), free(v->nd), free(v->nsz), free(v->ntok), free(v->dup);
     free(v->str_inner), free(v->str_bnd);
+    free(v->str_cp), free(v->str_le), free(v->str_bnd_cp), free(v->str_bnd_tok);
     free(v);
 }
 
@@ -502,6 +420,9 @@ static int fill_cache(v4g_matcher *m, int32_t s)
         g->lx.mask_bytes += words * sizeof *in + (size_t)v->n_str_bnd * 2 * sizeof *bn;
         return 0;
     }
+    const int sf = gr_str_fill(g, v, s);   /* string content of other kinds: the same cache, filtered */
+    if (sf)
+        return sf < 0 ? -1 : 0;
     uint32_t *inner = calloc(words, sizeof *inner);
     int32_t *state = malloc(((size_t)v->max_depth + 2) * sizeof *state);
     int32_t **tab = malloc(((size_t)v->max_depth + 2) * sizeof *tab);   /* state[d]'s successor table */

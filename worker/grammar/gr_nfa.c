@@ -312,9 +312,12 @@ int gr_emit_any_len(gr_nfa *n, int json, int min, int max, gr_frag *out, v4_erro
     int st = gr_nfa_state(n, err);
     int rc = st < 0 ? -1 : 0;
     int cur = st;
+    const int mark = n->str_mark && json;   /* string content: srem on each character's start */
     for (int i = 0; rc == 0 && i < min; i++) {
         gr_frag f;
         rc = gr_emit_cset(n, &any, json, &f, err);
+        if (!rc && mark)
+            n->st[f.start].srem = max < 0 ? INT32_MAX : max - i;
         if (!rc)
             rc = gr_nfa_eps(n, cur, f.start, err);
         cur = f.end;
@@ -322,6 +325,8 @@ int gr_emit_any_len(gr_nfa *n, int json, int min, int max, gr_frag *out, v4_erro
     if (rc == 0 && max < 0) {   /* cur -> (char)* */
         gr_frag f;
         rc = gr_emit_cset(n, &any, json, &f, err);
+        if (!rc && mark)
+            n->st[f.start].srem = INT32_MAX;
         if (!rc)
             rc = gr_nfa_eps(n, cur, f.start, err) || gr_nfa_eps(n, f.end, cur, err) ? -1 : 0;
     } else if (rc == 0) {   /* up to max - min more, each may stop */
@@ -330,6 +335,8 @@ int gr_emit_any_len(gr_nfa *n, int json, int min, int max, gr_frag *out, v4_erro
         for (int i = min; rc == 0 && i < max; i++) {
             gr_frag f;
             rc = gr_emit_cset(n, &any, json, &f, err);
+            if (!rc && mark)
+                n->st[f.start].srem = max - i;
             if (!rc)
                 rc = gr_nfa_eps(n, cur, f.start, err) || gr_nfa_eps(n, f.end, end, err) ? -1 : 0;
             cur = f.end;
