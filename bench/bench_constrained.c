@@ -14,13 +14,16 @@
  * generate the same count; every task must end "length" with T tokens or the row says
  * so) or --schema FILE.  Free and constrained runs alternate (free, constrained, free,
  * ...) so that a shared machine's drift hits both alike; the table gives the medians of
- * R runs each, their ratio and the target.  The model: models/bench/small as
+ * R runs each of tokens/s and of tokens per CPU-second of this process (what other
+ * processes on a shared host take does not count), their ratios, and the target judged
+ * on the CPU-second ratio.  The model: models/bench/small as
  * bench_batching makes it (`v4fleet mkmodel --preset small --seed 1`).  Not a test: it
  * prints, never fails on speed.  Thread: main (the runner's pool does the work).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "bench/membw.h"
@@ -44,9 +47,18 @@ typedef struct opts {
 
 typedef struct run_res {
     double tps;
+    double cpu_tps;    /* tokens per CPU-second of this process (other processes' load does not count) */
     long long tokens;
     int short_tasks;   /* tasks that ended before T tokens (or failed) */
 } run_res;
+
+/* CPU seconds used by this process so far (user + system, every thread). */
+static double cpu_now(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -93,7 +105,7 @@ static int run_once(v4_runner *r, int n, const opts *o, const char *fields, unsi
     v4_job *fin[64];
     rr->tokens = 0;
     rr->short_tasks = 0;
-    double t0 = v4_bench_now();
+    double t0 = v4_bench_now(), c0 = cpu_now();
     while (submitted < jobs || x->ops->in_flight(x) > 0) {
         if (submitted < jobs && x->ops->in_flight(x) < x->ops->capacity(x)) {
             const size_t cap = (size_t)o->prompt * 12 + strlen(fields) + 256;
@@ -135,6 +147,8 @@ static int run_once(v4_runner *r, int n, const opts *o, const char *fields, unsi
         }
     }
     rr->tps = (double)rr->tokens / (v4_bench_now() - t0);
+    const double cs = cpu_now() - c0;
+    rr->cpu_tps = cs > 0 ? (double)rr->tokens / cs : 0;
     x->ops->destroy(x);
     return rc;
 }
@@ -233,29 +247,33 @@ int main(int argc, char **argv)
     printf("tasks: %d per slot, %d prompt ids, %d generated tokens each (greedy); constraint: %s (%zu bytes); "
            "free and constrained runs alternate; median of %d runs each\n\n",
            o.k, o.prompt, o.tokens, schema ? o.schema_file : "built-in json_schema", strlen(stext), o.runs);
-    printf("| machine | config | mode | N | free tokens/s | constrained tokens/s | constrained / free | target | "
-           "short tasks |\n|---|---|---|---|---|---|---|---|---|\n");
+    printf("| machine | config | mode | N | free tokens/s | constrained tokens/s | constrained / free | free tokens/CPU-s | "
+           "constrained tokens/CPU-s | per CPU-s | target | short tasks |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int rc = 0;
     unsigned rng = 4242;
     for (int t = 0; t < nn; t++) {
-        double fv[32], cv[32];
+        double fv[32], cv[32], fc[32], cc[32];
         int shorts = 0;
         run_res rr;
         for (int k = 0; k < o.runs && !rc; k++) {
             unsigned r1 = rng, r2 = rng;   /* the same prompts both ways */
             rc |= run_once(r, ns[t], &o, "\"ignore_eos\":true", &r1, &rr);
             fv[k] = rr.tps;
+            fc[k] = rr.cpu_tps;
             rc |= run_once(r, ns[t], &o, cfields, &r2, &rr);
             cv[k] = rr.tps;
+            cc[k] = rr.cpu_tps;
             shorts += rr.short_tasks;
             rng = r1;
         }
         if (rc)
             break;
-        const double f = median(fv, o.runs), c = median(cv, o.runs);
-        printf("| %s | small (%d layers, dim %d, vocab %d), %d thr | %s | %d | %.2f | %.2f | %.3f | >= 0.970 %s | %d |\n",
-               cpu, cfg->n_layers, cfg->dim, cfg->vocab_size, o.threads, o.numerics, ns[t], f, c, c / f,
-               c / f >= 0.97 ? "(met)" : "(NOT met)", shorts);
+        const double f = median(fv, o.runs), c = median(cv, o.runs), f1 = median(fc, o.runs), c1 = median(cc, o.runs);
+        const double key = f1 > 0 ? c1 / f1 : c / f;   /* judged per CPU-second: robust to a shared host */
+        printf("| %s | small (%d layers, dim %d, vocab %d), %d thr | %s | %d | %.2f | %.2f | %.3f | %.2f | %.2f | %.3f | "
+               ">= 0.970 per CPU-s %s | %d |\n",
+               cpu, cfg->n_layers, cfg->dim, cfg->vocab_size, o.threads, o.numerics, ns[t], f, c, c / f, f1, c1,
+               f1 > 0 ? c1 / f1 : 0, key >= 0.97 ? "(met)" : "(NOT met)", shorts);
         fflush(stdout);
     }
     v4_runner_free(r);
