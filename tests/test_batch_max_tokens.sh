@@ -120,29 +120,29 @@ V4_DEFAULT_MAX_TOKENS=abc "$bin" batch "$work/in.jsonl" -o "$work/o7.jsonl" "${M
 [ "$rc" -eq 2 ] && grep -q -- "--default-max-tokens" "$work/e8" && ok "--default-max-tokens -1: usage error" \
     || bad "bad flag: exit $rc: $(cat "$work/e8")"
 
-# progress: tokens counted as generated (3 tasks of 1000 tokens; lines every 20 ms)
+# progress: tokens counted as generated (3 tasks of 300 tokens; lines every 10 ms)
 $py - "$work/long.jsonl" <<'EOF'
 import json, sys
 with open(sys.argv[1], "w") as f:
     for i in range(3):
-        f.write(json.dumps({"id": "long-%d" % i, "input_ids": [0, 3 + i, 9], "max_tokens": 1000, "temperature": 0,
+        f.write(json.dumps({"id": "long-%d" % i, "input_ids": [0, 3 + i, 9], "max_tokens": 300, "temperature": 0,
                             "ignore_eos": True}) + "\n")
 EOF
 for conc in 1 2; do
     "$bin" batch "$work/long.jsonl" -o "$work/long$conc.out" "${M[@]}" --concurrency $conc --progress lines \
-        --progress-interval-ms 20 2>"$work/el$conc"; rc=$?
+        --progress-interval-ms 10 2>"$work/el$conc"; rc=$?
     $py - "$work/el$conc" <<'EOF' && [ "$rc" -eq 0 ] && ok "--concurrency $conc: progress tokens grow during tasks" \
         || bad "progress, --concurrency $conc: exit $rc: $(grep -c done "$work/el$conc") lines: $(head -5 "$work/el$conc")"
 import re, sys
 lines = [l for l in open(sys.argv[1]) if re.match(r"v4fleet batch: \d+/3 done", l)]
 pts = [(int(m.group(1)), int(m.group(2))) for m in (re.search(r"(\d+)/3 done.* (\d+) tokens, ", l) for l in lines)]
 final = int(re.search(r"done: 3 tasks, 0 failed, 0 skipped, (\d+) tokens", open(sys.argv[1]).read()).group(1))
-assert final == 3000, final
+assert final == 900, final
 toks = [t for _, t in pts]
 assert toks == sorted(toks), "the count went down: %s" % toks
 # before any task ended the count already moved, and counts that are not whole tasks show up
 assert any(d == 0 and t > 0 for d, t in pts), pts[:10]
-assert sum(1 for t in toks if t % 1000) >= 3, toks
+assert sum(1 for t in toks if t % 300) >= 3, toks
 assert toks[-1] <= final, (toks[-1], final)
 print("%d progress lines, first %s, last %s" % (len(pts), pts[0], pts[-1]))
 EOF
