@@ -46,6 +46,20 @@ expect "logit bias out of range" 2 'logit-bias wants ID=BIAS' --logit-bias 5=101
 forced=$("$bin" generate --model "$work/m" --prompt-ids <(echo '[0, 10, 11]') --max-tokens 6 --seed 2 \
          --logit-bias 300=100 --presence-penalty 1 --frequency-penalty 0.5 2>/dev/null)
 [ "$forced" = "[300, 300, 300, 300, 300, 300]" ] && ok "--logit-bias 300=100 forces token 300" || bad "forced: $forced"
+# --logprobs K: OpenAI's content array on stderr, one entry per token, K alternatives each
+"$bin" generate --model "$work/m" --prompt-ids <(echo '[0, 10, 11]') --max-tokens 5 --seed 3 --logprobs 3 \
+    >"$work/lp.ids" 2>"$work/lp.err"
+/usr/bin/python3 - "$work/lp.ids" "$work/lp.err" <<'P' && ok "--logprobs 3: one entry per token, 3 alternatives, sorted" \
+    || bad "--logprobs: $(cat "$work/lp.err")"
+import json, sys
+ids = json.load(open(sys.argv[1]))
+lp = [json.loads(l)["logprobs"] for l in open(sys.argv[2]) if l.startswith('{"logprobs"')][0]
+assert len(lp) == len([i for i in ids if i != 1]) == 5, (ids, lp)
+for e in lp:
+    t = e["top_logprobs"]
+    assert len(t) == 3 and all(a["logprob"] >= b["logprob"] for a, b in zip(t, t[1:])) and e["logprob"] <= 0, e
+P
+expect "logprobs out of range" 2 'bad argument' --logprobs 21
 expect "two prompt forms" 2 'exactly one' --prompt-ids "$work/x.json"
 expect "bad number" 2 'bad argument' --max-tokens lots
 V4_CUDA_MODE=fastest expect "bad V4_CUDA_MODE" 1 'V4_CUDA_MODE.*auto, resident or hybrid' --max-tokens 2

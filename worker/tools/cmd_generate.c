@@ -11,6 +11,8 @@
  * Sampling: --greedy (= --temperature 0), --temperature, --top-p, --top-k, --min-p, --seed,
  * --presence-penalty, --frequency-penalty, --repetition-penalty, --logit-bias ID=BIAS
  * (repeatable), with the ranges and order of operations of worker/serve/sampling.h;
+ * --logprobs K (0..20): after the answer, one JSON line {"logprobs": [...]} on stderr,
+ * OpenAI's content array with K alternatives per token (worker/serve/token_logprobs.h);
  * stopping: EOS (unless --ignore-eos), --stop STR (repeatable), --max-tokens.
  * Output constraint (constraint_opts.h): --json-schema FILE | --json-object | --regex R |
  * --choice FILE | --grammar FILE [--compact]; the answer (after </think> with --thinking) is decoded under
@@ -37,6 +39,7 @@
 #include "worker/serve/constrain.h"
 #include "worker/serve/generate.h"
 #include "worker/serve/step_rows.h"
+#include "worker/serve/token_logprobs.h"
 
 #define PROG "generate"
 #define MAX_STOPS 16
@@ -48,7 +51,7 @@ static void usage(FILE *f)
                "         [--system TEXT] [--thinking] [--max-tokens N] [--greedy] [--temperature T]\n"
                "         [--top-p P] [--top-k K] [--min-p P] [--seed S] [--stop STR]... [--ignore-eos]\n"
                "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]\n"
-               "         [--logit-bias ID=BIAS]...\n"
+               "         [--logit-bias ID=BIAS]... [--logprobs K]\n"
                "%s"
                "         [--context N] [--threads N] [--isa auto|scalar|avx2|avx512|avx512vnni]\n"
                V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
@@ -140,6 +143,10 @@ static int parse(int argc, char **argv, gen_opts *o, int *done)
         else if (!strcmp(a, "--top-k") && !num(v, -1e9, 1e9, &d)) o->sp.top_k = (int)d;
         else if (!strcmp(a, "--seed") && !num(v, 0, 1.8e19, &d)) o->sp.seed = (uint64_t)d;
         else if (!strcmp(a, "--min-p") && !num(v, -1e9, 1e9, &d)) o->sp.min_p = d;
+        else if (!strcmp(a, "--logprobs") && !num(v, 0, V4_TOP_LOGPROBS_MAX, &d)) {
+            o->sp.logprobs = 1;
+            o->sp.top_logprobs = (int)d;
+        }
         else if (!strcmp(a, "--presence-penalty") && !num(v, -1e9, 1e9, &d)) o->sp.presence_penalty = d;
         else if (!strcmp(a, "--frequency-penalty") && !num(v, -1e9, 1e9, &d)) o->sp.frequency_penalty = d;
         else if (!strcmp(a, "--repetition-penalty") && !num(v, -1e9, 1e9, &d)) o->sp.repetition_penalty = d;
@@ -177,6 +184,15 @@ static int parse(int argc, char **argv, gen_opts *o, int *done)
         return 2;
     }
     return 0;
+}
+
+/* --prompt-ids: the tokenizer may be loaded (a constraint, logprobs) but the answer is
+ * the ids array, not streamed text. */
+static void emit_none(void *ud, const char *text, size_t len)
+{
+    (void)ud;
+    (void)text;
+    (void)len;
 }
 
 static void emit_stdout(void *ud, const char *text, size_t len)
@@ -240,7 +256,7 @@ int v4_cmd_generate(int argc, char **argv)
     const v4_config *cfg = &m.cfg;
     if (v4_sampling_validate(&o.sp, &err))
         goto out;
-    if ((o.prompt || o.co.on) && v4_tok_load(o.eo.model, &tok, &err))
+    if ((o.prompt || o.co.on || o.sp.logprobs) && v4_tok_load(o.eo.model, &tok, &err))
         goto out;
     if (o.prompt) {
         v4_chat_msg msg = {V4_CHAT_USER, o.prompt};
@@ -279,7 +295,7 @@ int v4_cmd_generate(int argc, char **argv)
         goto out;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
                           o.stops, o.n_stops, NULL, NULL, NULL, rows, NULL};
-    if (v4_generate_under(ctx, seq, tok, &req, cons, emit_stdout, NULL, &res, &err))
+    if (v4_generate_under(ctx, seq, tok, &req, cons, o.prompt ? emit_stdout : emit_none, NULL, &res, &err))
         goto out;
     if (o.prompt) {
         printf("\n");
@@ -294,6 +310,18 @@ int v4_cmd_generate(int argc, char **argv)
         for (int i = 0; i < res.n_tokens; i++)
             printf(i ? ", %d" : "%d", res.tokens[i]);
         printf("]\n");
+    }
+    if (o.sp.logprobs) {   /* a final end-of-sequence token is not part of the answer */
+        const int n = res.n_tokens - (res.n_tokens > 0 && res.tokens[res.n_tokens - 1] == req.eos_id);
+        json_t *lp = v4_token_logprobs_json(tok, res.tokens, n, &res.lp);
+        char *text = lp ? json_dumps(lp, JSON_COMPACT) : NULL;
+        json_decref(lp);
+        if (!text) {
+            v4_err_set(&err, V4_ERR_NOMEM, "logprobs", "out of memory");
+            goto out;
+        }
+        fprintf(stderr, "{\"logprobs\": %s}\n", text);
+        free(text);
     }
     if (xp) {   /* after the answer's line break: the paged run's figures */
         v4_xcache_stats st;
