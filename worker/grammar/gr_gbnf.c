@@ -112,18 +112,13 @@ static int seq_push(gb *g, gb_seq *q, int32_t s)
     return 0;
 }
 
-/* a production lhs -> syms[0..n) into the output (rules are made at emission) */
-static int prod(gb *g, int32_t lhs, const int32_t *syms, int n)
+int gr_gbnf_out_add(gb_out *o, int32_t lhs, const int32_t *syms, int n)
 {
-    gb_out *o = g->o;
-    if (o->n_syms + n > GB_MAX_SYMS || o->n_prods >= GR_MAX_PRODS)
-        return FAIL(g, g->i, "the grammar is too large (over %d symbols or %d alternatives once repetitions "
-                             "are expanded)", GB_MAX_SYMS, GR_MAX_PRODS);
     if (o->n_prods == o->cap_prods) {
         int32_t nc = o->cap_prods ? o->cap_prods * 2 : 64;
         gr_prod *p = realloc(o->prods, (size_t)nc * sizeof *p);
         if (!p)
-            return NOMEM(g);
+            return -1;
         o->prods = p;
         o->cap_prods = nc;
     }
@@ -133,7 +128,7 @@ static int prod(gb *g, int32_t lhs, const int32_t *syms, int n)
             nc *= 2;
         int32_t *p = realloc(o->syms, (size_t)nc * sizeof *p);
         if (!p)
-            return NOMEM(g);
+            return -1;
         o->syms = p;
         o->cap_syms = nc;
     }
@@ -142,6 +137,16 @@ static int prod(gb *g, int32_t lhs, const int32_t *syms, int n)
         memcpy(o->syms + o->n_syms, syms, (size_t)n * sizeof *syms);
     o->n_syms += n;
     return 0;
+}
+
+/* a production lhs -> syms[0..n) into the output (rules are made at emission) */
+static int prod(gb *g, int32_t lhs, const int32_t *syms, int n)
+{
+    gb_out *o = g->o;
+    if (o->n_syms + n > GB_MAX_SYMS || o->n_prods >= GR_MAX_PRODS)
+        return FAIL(g, g->i, "the grammar is too large (over %d symbols or %d alternatives once repetitions "
+                             "are expanded)", GB_MAX_SYMS, GR_MAX_PRODS);
+    return gr_gbnf_out_add(o, lhs, syms, n) ? NOMEM(g) : 0;
 }
 
 static int nt(gb *g, const char *hint)

@@ -38,6 +38,9 @@ int gr_gbnf_emit(gr_builder *b, gb_out *o, v4_error *err);
  * -1 for the others; NULL when nothing could be analysed.  0, or -1 with err. */
 int gr_gbnf_merge(gr_builder *b, gb_out *o, int32_t **lex_of, v4_error *err);
 void gr_gbnf_out_free(gb_out *o);
+/* Append the production lhs -> syms[0..n) (grows the arrays; no limit checks: the caller
+ * applies its own).  0, or -1 on out of memory. */
+int gr_gbnf_out_add(gb_out *o, int32_t lhs, const int32_t *syms, int n);
 
 /* The whole compile: gr_gbnf_parse then gr_gbnf_emit. */
 int gr_gbnf_compile(gr_builder *b, const char *text, size_t len, v4_error *err);

@@ -243,28 +243,7 @@ static int push_prod(mg *m, int32_t lhs, const int32_t *syms, int n)
     gb_out *o = m->o;
     if (o->n_prods >= GR_MAX_PRODS)
         return 1;   /* no room: the run is not made */
-    if (o->n_prods == o->cap_prods) {
-        int32_t nc = o->cap_prods ? o->cap_prods * 2 : 64;
-        gr_prod *p = realloc(o->prods, (size_t)nc * sizeof *p);
-        if (!p)
-            return nomem(m);
-        o->prods = p;
-        o->cap_prods = nc;
-    }
-    if (o->n_syms + n > o->cap_syms) {
-        int64_t nc = o->cap_syms ? o->cap_syms : 256;
-        while (nc < o->n_syms + n)
-            nc *= 2;
-        int32_t *p = realloc(o->syms, (size_t)nc * sizeof *p);
-        if (!p)
-            return nomem(m);
-        o->syms = p;
-        o->cap_syms = nc;
-    }
-    o->prods[o->n_prods++] = (gr_prod){.lhs = lhs, .off = (int32_t)o->n_syms, .len = n};
-    memcpy(o->syms + o->n_syms, syms, (size_t)n * sizeof *syms);
-    o->n_syms += n;
-    return 0;
+    return gr_gbnf_out_add(o, lhs, syms, n) ? nomem(m) : 0;
 }
 
 /* the rule of the run syms[0..n): an identical one made before, else a new one */
