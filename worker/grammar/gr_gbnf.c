@@ -112,33 +112,6 @@ static int seq_push(gb *g, gb_seq *q, int32_t s)
     return 0;
 }
 
-int gr_gbnf_out_add(gb_out *o, int32_t lhs, const int32_t *syms, int n)
-{
-    if (o->n_prods == o->cap_prods) {
-        int32_t nc = o->cap_prods ? o->cap_prods * 2 : 64;
-        gr_prod *p = realloc(o->prods, (size_t)nc * sizeof *p);
-        if (!p)
-            return -1;
-        o->prods = p;
-        o->cap_prods = nc;
-    }
-    if (o->n_syms + n > o->cap_syms) {
-        int64_t nc = o->cap_syms ? o->cap_syms : 256;
-        while (nc < o->n_syms + n)
-            nc *= 2;
-        int32_t *p = realloc(o->syms, (size_t)nc * sizeof *p);
-        if (!p)
-            return -1;
-        o->syms = p;
-        o->cap_syms = nc;
-    }
-    o->prods[o->n_prods++] = (gr_prod){.lhs = lhs, .off = (int32_t)o->n_syms, .len = n};
-    if (n)
-        memcpy(o->syms + o->n_syms, syms, (size_t)n * sizeof *syms);
-    o->n_syms += n;
-    return 0;
-}
-
 /* a production lhs -> syms[0..n) into the output (rules are made at emission) */
 static int prod(gb *g, int32_t lhs, const int32_t *syms, int n)
 {
