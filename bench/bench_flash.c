@@ -176,7 +176,7 @@ static int engine_run(engine *e, const prompt *p, int n, v4_gen_result *res, v4_
 {
     v4_seq_reset(e->seq);
     v4_gen_request req = {p->ids, p->n, n, {.temperature = 0, .top_p = 1.0, .top_k = 0, .seed = 0}, -1, NULL, 0, NULL,
-                          NULL, NULL, 0, NULL};
+                          NULL, NULL, 0, NULL, 0, NULL, NULL};
     memset(res, 0, sizeof *res);
     return v4_generate(e->ctx, e->seq, NULL, &req, NULL, NULL, res, err);
 }

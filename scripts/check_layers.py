@@ -29,7 +29,7 @@ import subprocess
 import sys
 
 # room -> the rooms it may use (itself included).  Arrows one way:
-# tools -> fleet -> serve -> tokenizer, grammar; fleet -> queue, telemetry; serve -> cache,
+# tools -> fleet -> serve -> tokenizer, grammar, prefix; prefix -> kernels; fleet -> queue, telemetry; serve -> cache,
 # kernels; cache -> kernels; everything -> config.
 ALLOWED = {
     "config": {"config"},
@@ -39,14 +39,17 @@ ALLOWED = {
     "queue": {"queue", "config"},
     "tokenizer": {"tokenizer", "config"},
     "grammar": {"grammar", "config"},
-    "serve": {"serve", "tokenizer", "grammar", "cache", "kernels", "config"},
-    "fleet": {"fleet", "serve", "tokenizer", "grammar", "telemetry", "queue", "cache", "kernels", "config"},
-    "tools": {"tools", "fleet", "serve", "tokenizer", "grammar", "telemetry", "queue", "cache", "kernels", "config"},
+    "prefix": {"prefix", "kernels", "config"},
+    "serve": {"serve", "tokenizer", "grammar", "prefix", "cache", "kernels", "config"},
+    "fleet": {"fleet", "serve", "tokenizer", "grammar", "prefix", "telemetry", "queue", "cache", "kernels", "config"},
+    "tools": {"tools", "fleet", "serve", "tokenizer", "grammar", "prefix", "telemetry", "queue", "cache", "kernels",
+              "config"},
     "main": {"main", "tools", "fleet"},
 }
 PREFIXES = [  # longest first
     ("worker/tokenizer/", "tokenizer"),
     ("worker/grammar/", "grammar"),
+    ("worker/prefix/", "prefix"),
     ("worker/serve/", "serve"),
     ("worker/fleet/", "fleet"),
     ("worker/tools/", "tools"),
@@ -59,7 +62,7 @@ PREFIXES = [  # longest first
     ("bench/", None),
 ]
 # The CMake library targets whose objects the object check reads.
-LIBS = ["v4config", "v4engine", "v4cuda", "v4telemetry", "v4queue", "v4tokenizer", "v4grammar", "v4serve",
+LIBS = ["v4config", "v4engine", "v4cuda", "v4telemetry", "v4queue", "v4tokenizer", "v4grammar", "v4prefix", "v4serve",
         "v4fleetcore", "v4tools", "v4fleet"]
 EXTS = (".c", ".h", ".cu", ".cuh", ".cpp")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

@@ -76,7 +76,7 @@ int main(void)
           "chat encode: %s (%zu tokens, want more than 64)", err.msg, e.prompt.n);
 
     v4_gen_request req = {e.prompt.v, (int)e.prompt.n, 48, {.temperature = 1.0, .top_p = 1.0, .top_k = 0, .seed = 5},
-                          -1, NULL, 0, NULL, NULL, NULL, 0, NULL};
+                          -1, NULL, 0, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL};
     static sink a, b;
     v4_gen_result ra = {0}, rb = {0};
     int cap = (int)e.prompt.n + 64;

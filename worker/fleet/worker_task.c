@@ -362,7 +362,8 @@ void v4w_complete(worker *w, v4w_job *j)
     v4_result_info ri = {
         .id = t->id, .model = v4_runner_model_name(w->runner), .worker = w->cfg.worker_id, .metadata = t->metadata,
         .text = out->text, .text_len = out->text_len, .token_ids = out->tokens, .n_tokens = out->n_tokens,
-        .finish_reason = out->finish_reason, .prompt_tokens = out->prompt_tokens, .choices = out->choices,
+        .finish_reason = out->finish_reason, .prompt_tokens = out->prompt_tokens, .cached_tokens = out->cached_tokens,
+        .choices = out->choices,
         .n_choices = out->n_choices, .queue_ms = j->queue_ms,
         .prefill_ms = out->prefill_ms, .decode_ms = out->decode_ms, .total_ms = v4_now_ms() - j->t0,
         .expert_hits = out->expert_hits, .expert_misses = out->expert_misses,

@@ -162,6 +162,20 @@ v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer
     return begin_at(cfg, seq, tok, req, emit, ud, 0, err);
 }
 
+v4_gen_state *v4_gen_begin_at(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                              int at, v4_emit_fn emit, void *ud, v4_error *err)
+{
+    if (at < 0 || at >= req->n_prompt) {
+        v4_err_set(err, V4_ERR_INVALID, "prompt", "a generation may resume inside its prompt only (position %d of %d)",
+                   at, req->n_prompt);
+        return NULL;
+    }
+    v4_gen_state *g = begin_at(cfg, seq, tok, req, emit, ud, at, err);
+    if (g)
+        g->fed = at;
+    return g;
+}
+
 v4_gen_state *v4_gen_begin_forked(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok,
                                   const v4_gen_request *req, struct v4_constrain *cons, const float *logits,
                                   v4_emit_fn emit, void *ud, v4_error *err)
@@ -226,10 +240,15 @@ v4_trace *v4_gen_trace(v4_gen_state *g)
 
 int v4_gen_rows(v4_gen_state *g, int max_rows, int32_t *tokens, v4_trace **traces, int *want)
 {
-    const int np = g->req->n_prompt, left = np - g->fed;
+    const int np = g->req->n_prompt, left = np - g->fed, B = g->req->snap_block;
     int rows = left >= 2 ? left : 1;
     if (rows > max_rows)
         rows = max_rows;
+    if (B > 0 && left >= 2) {   /* a chunk ends at the next block end inside the prompt */
+        const int end = (g->fed / B + 1) * B;
+        if (end <= np && rows > end - g->fed)
+            rows = end - g->fed;
+    }
     if (rows > g->cap)
         rows = g->cap;
     if (rows < 1)
@@ -278,6 +297,9 @@ int v4_gen_accept_row(v4_gen_state *g, int k, const float *logits, v4_error *err
     const v4_gen_request *req = g->req;
     count_routes(g, k);
     g->fed++;
+    if (req->on_block && req->snap_block > 0 && g->fed <= req->n_prompt && g->fed % req->snap_block == 0 &&
+        v4_seq_pos(g->seq) == g->fed)
+        req->on_block(req->block_ud, g->seq, g->fed);
     if (g->fed < req->n_prompt)
         return 0;
     if (g->fed == req->n_prompt)

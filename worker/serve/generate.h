@@ -82,6 +82,13 @@ typedef struct v4_gen_request {
     /* Optional: one more for every token sampled (a live count across generations:
      * task_run.h v4_runner_generated); NULL = not counted. */
     long long *generated;
+    /* Optional (prefix caching, docs/prefix-cache.md): snap_block > 0 keeps every prefill
+     * chunk inside one block of snap_block positions (a chunk ends at each block end
+     * within the prompt), and once the step that reached a block end p <= n_prompt is
+     * accepted (the sequence at position p), on_block(block_ud, seq, p) is called. */
+    int snap_block;
+    void (*on_block)(void *ud, v4_seq *seq, int pos);
+    void *block_ud;
 } v4_gen_request;
 
 /* Log probabilities of the generated tokens (sampling.h: the processed distribution),
@@ -129,6 +136,11 @@ int v4_gen_capacity(const v4_gen_state *g);
 /* NULL (err filled) on a bad request: empty prompt, seq not fresh or too small. */
 v4_gen_state *v4_gen_begin(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
                            v4_emit_fn emit, void *ud, v4_error *err);
+/* v4_gen_begin for a sequence that already holds the prompt's first `at` positions
+ * (restored from the prefix cache: position at, 0 <= at < n_prompt): the generation
+ * forwards the rest.  The sampler still sees the whole prompt (penalties). */
+v4_gen_state *v4_gen_begin_at(const v4_config *cfg, v4_seq *seq, const v4_tokenizer *tok, const v4_gen_request *req,
+                              int at, v4_emit_fn emit, void *ud, v4_error *err);
 /* A state for one more answer from a prompt another state prefilled (several answers
  * from one prefill, choices.h): seq is a copy of that state's sequence right after its
  * prompt (position n_prompt: v4_seq_fork), logits the prompt's last position's (what

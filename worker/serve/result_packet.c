@@ -82,9 +82,10 @@ json_t *v4_result_object(const v4_result_info *r)
             json_object_set_new(output, "reasoning_content", json_stringn(r->reasoning, r->reasoning_len));
         json_object_set_new(o, "output", output);
         const int completion = v4_result_completion_tokens(r);
-        json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i}", "prompt_tokens", r->prompt_tokens,
+        json_object_set_new(o, "usage", json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", r->prompt_tokens,
                                                   "completion_tokens", completion, "total_tokens",
-                                                  r->prompt_tokens + completion));
+                                                  r->prompt_tokens + completion, "prompt_tokens_details",
+                                                  "cached_tokens", r->cached_tokens));
         if (r->levels > 0)
             json_object_set_new(o, "summary", json_pack("{s:i, s:i}", "chunks", r->chunks, "levels", r->levels));
     } else {

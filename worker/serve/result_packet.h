@@ -4,7 +4,8 @@
  * Result: {id, status: succeeded|failed, model, output {text, token_ids,
  * finish_reason[, logprobs][, choices [{index, text, token_ids, finish_reason,
  * completion_tokens[, logprobs]}] when the task asked for n > 1 answers: text... are
- * choice 0's]}, usage {prompt_tokens, completion_tokens, total_tokens}, timing
+ * choice 0's]}, usage {prompt_tokens, completion_tokens, total_tokens,
+ * prompt_tokens_details {cached_tokens}}, timing
  * {queue_ms, prefill_ms, decode_ms, total_ms}, experts {hits, misses, bytes_loaded},
  * summary {chunks, levels} (succeeded summarize tasks; summarize.h), worker, metadata,
  * error {code, message,
@@ -49,6 +50,7 @@ typedef struct v4_result_info {
     int n_tokens;
     const char *finish_reason;
     int prompt_tokens;
+    int cached_tokens;              /* of those, restored from the prefix cache (usage.prompt_tokens_details) */
     /* thinking tasks: the reasoning before </think> (output.reasoning_content; text is the
      * answer); NULL: left out */
     const char *reasoning;

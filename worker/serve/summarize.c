@@ -73,6 +73,7 @@ static int merge(summ *s, const v4_run_output *o)
 {
     v4_run_output *out = s->out;
     out->prompt_tokens += o->prompt_tokens;
+    out->cached_tokens += o->cached_tokens;
     out->prefill_ms += o->prefill_ms;
     out->decode_ms += o->decode_ms;
     out->forwarded += o->forwarded;

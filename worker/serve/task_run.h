@@ -72,6 +72,9 @@ typedef struct v4_run_output {
      * n_tokens stays choice 0's; v4_run_output_completion sums the choices. */
     v4_result_choice *choices;
     int n_choices;
+    /* Prompt positions restored from the prefix cache instead of prefilled (OpenAI's
+     * usage.prompt_tokens_details.cached_tokens); summaries: summed over generations. */
+    int cached_tokens;
 } v4_run_output;
 
 /* Completion tokens of o: the sum over its choices, else n_tokens. */
@@ -119,6 +122,16 @@ typedef struct v4_runner_opts {
      * whole rest of the context); 0: the V4_DEFAULT_MAX_TOKENS environment variable
      * (0 there = no bound), else V4_DEFAULT_MAX_TOKENS_DEFAULT. */
     long default_max_tokens;
+    /* The prefix cache (docs/prefix-cache.md): 1 = on (a task resumes from the longest
+     * cached block prefix of its prompt, and caches its prompt's blocks as it prefills),
+     * 0 = off; its budget in bytes (0: V4PC_BUDGET_DEFAULT), block length in positions (0:
+     * V4PC_BLOCK_DEFAULT) and eviction policy ("lru" | "fifo"; NULL: lru).  Off by itself
+     * where the context's steps do not run from the sequence's own state (the CUDA
+     * resident step: v4_ctx_seq_forkable 0; the start-up line says so). */
+    int prefix_cache;
+    long long prefix_cache_bytes;
+    int prefix_block;
+    const char *prefix_policy;
 } v4_runner_opts;
 
 /* The bound of a missing max_tokens: long enough for a summary or a long answer, short
@@ -181,6 +194,12 @@ long v4_runner_default_max_tokens(const v4_runner *r);
  * sampled, so a caller polled before each forward step (the executor's abort_fn: batch
  * progress) sees tasks advance.  Thread: the runner's. */
 long long v4_runner_generated(const v4_runner *r);
+/* The prefix cache's figures (thread-safe); -1 (f zeroed) when the runner has none. */
+struct v4pc_figs;
+int v4_runner_prefix_figs(const v4_runner *r, struct v4pc_figs *f);
+/* One line on the prefix cache for the start-up log ("prefix cache off (...)" or its
+ * budget, block and policy). */
+void v4_runner_describe_prefix(const v4_runner *r, char *out, size_t n);
 /* The served model's shape (layers, routed experts, experts per token, ...). */
 const struct v4_config *v4_runner_config(const v4_runner *r);
 /* The compile cache of output constraints: bytes, entries, hits, misses (thread-safe). */

@@ -45,6 +45,8 @@ struct v4_runner {
     int max_n;                  /* most answers per task (n): v4_runner_opts.max_n, V4_MAX_N, else V4_TASK_MAX_N */
     int32_t eos;                /* the end token: the tokenizer's, else the model's */
     int32_t end_think;          /* </think>'s id (thinking mode: the answer starts after it); -1 none */
+    struct v4pc *pc;            /* the prefix cache (worker/prefix/prefix_cache.h); NULL: off */
+    char pc_off[160];           /* why it is off, when asked for ("" otherwise) */
 };
 
 /* One generation task between v4_runner_prepare and v4_runner_finish: what
@@ -84,6 +86,7 @@ typedef struct v4_run_job {
     v4_constrain *cons;
     const char *cfield;         /* the request field it came from (the task's) */
     int thinking;               /* the task's thinking: the text splits at </think> (finish) */
+    int cached;                 /* prompt positions restored from the prefix cache */
 } v4_run_job;
 
 /* Validate t, build the prompt, create the sequence and the generation state.

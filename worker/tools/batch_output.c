@@ -319,10 +319,11 @@ char *v4_batch_result_line(const v4_batch_item *it, const v4_result_info *ri, lo
     snprintf(cid, sizeof cid, "chatcmpl-%ld", it->line);
     snprintf(rid, sizeof rid, "req_%ld", it->line);
     const int completion = v4_result_completion_tokens(ri);
-    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i}}", "id", cid, "object", "chat.completion",
-                             "created", (json_int_t)created, "model", ri->model ? ri->model : "", "choices",
-                             openai_choices(ri), "usage", "prompt_tokens", ri->prompt_tokens, "completion_tokens",
-                             completion, "total_tokens", ri->prompt_tokens + completion);
+    json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:{s:i}}}", "id", cid, "object",
+                             "chat.completion", "created", (json_int_t)created, "model", ri->model ? ri->model : "",
+                             "choices", openai_choices(ri), "usage", "prompt_tokens", ri->prompt_tokens,
+                             "completion_tokens", completion, "total_tokens", ri->prompt_tokens + completion,
+                             "prompt_tokens_details", "cached_tokens", ri->cached_tokens);
     if (!body) {   /* e.g. text that is not valid UTF-8 (random weights can cut a character) */
         json_decref(o);
         return NULL;

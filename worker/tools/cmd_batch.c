@@ -44,6 +44,8 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "config/worker_config.h"
+#include "prefix_opts.h"
+#include "worker/prefix/prefix_cache.h"
 #include "worker/serve/executor.h"
 #include "worker/serve/task_run.h"
 
@@ -86,6 +88,7 @@ typedef struct batch_run {
     long long grammar_cache_bytes;  /* --grammar-cache-bytes (else V4_GRAMMAR_CACHE_BYTES; 0 = 64 MiB) */
     int grammar_compact;            /* --grammar-compact (else V4_GRAMMAR_COMPACT=1) */
     int retry_failed;               /* --retry-failed */
+    v4_prefix_cli prefix;           /* --no-prefix-cache, --prefix-cache-bytes, ... (prefix_opts.h) */
     const char *summary;            /* --summary FILE (NULL: OUTPUT.summary.json; "-o -": none) */
     char spool[64];                 /* INPUT "-": the temporary copy of standard input */
     double t_start;                 /* wall clock (s) when the run began */
@@ -99,7 +102,7 @@ static void usage(FILE *f)
                "         [--threads N]\n"
                "         [--isa auto|scalar|avx2|avx512|avx512vnni] [--grammar-cache-bytes B] [--grammar-compact]\n"
                "         [--retry-failed] [--summary FILE]\n"
-               V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
+               V4_PREFIX_FLAGS_USAGE V4_EXPERT_FLAGS_USAGE V4_DEVICE_FLAG_USAGE V4_CHUNK_FLAG_USAGE
                "Each input line is a task packet (the queue's schema) or an OpenAI batch line (custom_id,\n"
                "method POST, url /v1/chat/completions, body); each output line the queue's result record\n"
                "or the OpenAI batch output record, appended (fsynced) as tasks finish.  Re-running skips\n"
@@ -115,6 +118,10 @@ static void usage(FILE *f)
                "docs/structured-outputs.md) compile once per schema into a cache of --grammar-cache-bytes\n"
                "(64M; V4_GRAMMAR_CACHE_BYTES); --grammar-compact (V4_GRAMMAR_COMPACT=1): JSON without\n"
                "whitespace between tokens.\n"
+               "Prompts that start with blocks (256 tokens) an earlier line prefilled resume from them (the\n"
+               "prefix cache, docs/prefix-cache.md; results unchanged; usage.prompt_tokens_details.cached_tokens\n"
+               "says how many): 1G of memory (--prefix-cache-bytes, V4_PREFIX_CACHE_BYTES), off with\n"
+               "--no-prefix-cache (V4_PREFIX_CACHE=0).\n"
                "A line without max_tokens (max_completion_tokens) generates up to the rest of the context\n"
                "(--max-context), at most --default-max-tokens N (V4_DEFAULT_MAX_TOKENS, else 4096; 0: no bound).\n"
                "defaults: --model models/tiny, --model-name = the model folder's name, no deadline,\n"
@@ -145,6 +152,8 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = v4_opts_take(&b->eo, argc, argv, &i, PROG);
+        if (!r)
+            r = v4_prefix_take(&b->prefix, argc, argv, &i, PROG);
         if (r < 0)
             return 2;
         if (r)
@@ -242,6 +251,8 @@ static int parse_args(batch_run *b, int argc, char **argv, int *done)
         return 2;
     }
     b->grammar_compact |= gc && !strcmp(gc, "1");
+    if (v4_prefix_env(&b->prefix, PROG))
+        return 2;
     if (!b->in || !b->out) {
         fprintf(stderr, "v4fleet %s: give INPUT.jsonl and -o OUTPUT.jsonl\n", PROG);
         usage(stderr);
@@ -411,7 +422,8 @@ static int finish_job(batch_run *b, v4_job *j)
     v4_result_info ri = {
         .id = t->id, .model = v4_runner_model_name(b->runner), .worker = b->worker, .metadata = t->metadata,
         .text = o->text, .text_len = o->text_len, .token_ids = o->tokens, .n_tokens = o->n_tokens,
-        .finish_reason = o->finish_reason, .prompt_tokens = o->prompt_tokens, .choices = o->choices,
+        .finish_reason = o->finish_reason, .prompt_tokens = o->prompt_tokens, .cached_tokens = o->cached_tokens,
+        .choices = o->choices,
         .n_choices = o->n_choices, .queue_ms = 0,
         .prefill_ms = o->prefill_ms, .decode_ms = o->decode_ms, .total_ms = j->end_ms - j->start_ms,
         .expert_hits = o->expert_hits, .expert_misses = o->expert_misses,
@@ -630,7 +642,7 @@ int v4_cmd_batch(int argc, char **argv)
     long to_run = (long)b.n_plan - b.n_skip;
     if (to_run > 0) {
         v4_task_error te = {0};
-        const v4_runner_opts rx = {.pack_dir = b.eo.pack,
+        v4_runner_opts rx = {.pack_dir = b.eo.pack,
                                    .host_cache_bytes = b.eo.host_cache_bytes,
                                    .policy = b.eo.cache_policy,
                                    .io_threads = b.eo.io_threads,
@@ -650,6 +662,7 @@ int v4_cmd_batch(int argc, char **argv)
                                    .no_lookahead = b.eo.no_lookahead,
                                    .grammar_cache_bytes = b.grammar_cache_bytes,
                                    .grammar_compact = b.grammar_compact};
+        v4_prefix_apply(&b.prefix, &rx);
         if (!(b.runner = v4_runner_open(b.eo.model, b.names, &rx, &te))) {
             fprintf(stderr, "v4fleet %s: cannot open the model %s: %s: %s\n", PROG, b.eo.model, te.where, te.message);
             goto out;
@@ -661,14 +674,20 @@ int v4_cmd_batch(int argc, char **argv)
             fprintf(stderr, "v4fleet %s: %s\n", PROG, xerr);
             goto out;
         }
-        char ex[256];
+        char ex[256], pd[200];
         v4_runner_describe_experts(b.runner, ex, sizeof ex);
-        fprintf(stderr, "v4fleet %s: %s -> %s: %ld lines to run on model \"%s\" from %s (names %s); %s\n", PROG, b.in, b.out, to_run,
-                v4_runner_model_name(b.runner), b.eo.model, b.names, ex);
+        v4_runner_describe_prefix(b.runner, pd, sizeof pd);
+        fprintf(stderr, "v4fleet %s: %s -> %s: %ld lines to run on model \"%s\" from %s (names %s); %s; %s\n", PROG, b.in,
+                b.out, to_run, v4_runner_model_name(b.runner), b.eo.model, b.names, ex, pd);
     }
     v4_bp_start(&b.prog, stderr, b.progress_tty, b.progress_ms, to_run, b.n_skip);
     int r = to_run > 0 ? run_lines(&b) : 0;
     v4_bp_finish(&b.prog, r == 0 ? "done" : r > 0 ? "interrupted" : "failed");
+    v4pc_figs pf;
+    if (b.runner && !v4_runner_prefix_figs(b.runner, &pf) && pf.lookups)
+        fprintf(stderr, "v4fleet %s: prefix cache: %llu of %llu prompts resumed from a cached prefix, %llu prompt tokens "
+                "not prefilled; %llu blocks held (%.1f MiB), %llu evicted\n", PROG, pf.hits, pf.lookups, pf.tokens_saved,
+                pf.blocks, (double)pf.bytes / 1048576.0, pf.evictions);
     const long failed = b.o.failed_before + b.prog.failed;
     long completed = b.n_skip - b.o.failed_before + b.prog.done - b.prog.failed;
     completed = completed < 0 ? 0 : completed;

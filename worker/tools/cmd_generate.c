@@ -294,7 +294,7 @@ int v4_cmd_generate(int argc, char **argv)
     if (o.co.on && !(cons = make_constraint(&o, tok, eos, cfg->vocab_size, &gvocab, &err)))
         goto out;
     v4_gen_request req = {prompt, n_prompt, (int)o.max_tokens, o.sp, o.ignore_eos ? -1 : eos,
-                          o.stops, o.n_stops, NULL, NULL, NULL, rows, NULL};
+                          o.stops, o.n_stops, NULL, NULL, NULL, rows, NULL, 0, NULL, NULL};
     if (v4_generate_under(ctx, seq, tok, &req, cons, o.prompt ? emit_stdout : emit_none, NULL, &res, &err))
         goto out;
     if (o.prompt) {
