@@ -167,6 +167,7 @@ static const char *const KNOWN[] = {
     "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM", "V4_GPU_SEQ_MEM", "V4_NUMERICS", "V4_THREADS",
     "V4_GRAMMAR_CACHE_BYTES", "V4_GRAMMAR_COMPACT", "V4_MAX_N", "V4_DEFAULT_MAX_TOKENS", "V4_URGENT_QUEUE",
     "V4_CANCEL_EXCHANGE", "V4_CANCEL_TTL_S", "V4_CANCEL_MAX",
+    "V4_PREFIX_CACHE", "V4_PREFIX_CACHE_BYTES", "V4_PREFIX_BLOCK", "V4_PREFIX_POLICY",
 };
 
 int v4_parse_bytes(const char *v, long long *out)
@@ -263,6 +264,10 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_long(src, "V4_DEFAULT_MAX_TOKENS", 4096, 0, 1L << 20, &c->default_max_tokens, err) ||
         get_long(src, "V4_CANCEL_TTL_S", 3600, 1, 604800, &c->cancel_ttl_s, err) ||
         get_int(src, "V4_CANCEL_MAX", 10000, 1, 1000000, &c->cancel_max, err) ||
+        get_int(src, "V4_PREFIX_CACHE", 1, 0, 1, &c->prefix_cache, err) ||
+        get_bytes(src, "V4_PREFIX_CACHE_BYTES", &c->prefix_cache_bytes, err) ||
+        get_int(src, "V4_PREFIX_BLOCK", 256, 1, 65536, &c->prefix_block, err) ||
+        get_str(src, "V4_PREFIX_POLICY", "lru", c->prefix_policy, sizeof c->prefix_policy, err) ||
         check_gpu(c, err))
         return -1;
     /* the urgent lane and the cancel fanout are named after the task queue unless given;
@@ -281,6 +286,8 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
     if (c->urgent_queue[0] && !strcmp(c->urgent_queue, c->task_queue))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_URGENT_QUEUE", "'%s' is the task queue (V4_TASK_QUEUE) itself",
                           c->urgent_queue);
+    if (strcmp(c->prefix_policy, "lru") && strcmp(c->prefix_policy, "fifo"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_PREFIX_POLICY", "'%s' is not lru or fifo", c->prefix_policy);
     if (v4_parse_numerics(c->numerics, NULL))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_NUMERICS", "'%s' is not exact or fast", c->numerics);
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru") &&

@@ -30,7 +30,9 @@
  * device's memory; unset: its free memory less 1 GiB), V4_NUMERICS
  * (exact | fast, default exact; docs/numerics.md), V4_GRAMMAR_CACHE_BYTES (the output
  * constraints' compile cache, a byte count, 0 = 64 MiB) and V4_GRAMMAR_COMPACT (0 | 1:
- * JSON constraints without whitespace; docs/structured-outputs.md), and the test
+ * JSON constraints without whitespace; docs/structured-outputs.md), V4_PREFIX_CACHE,
+ * V4_PREFIX_CACHE_BYTES, V4_PREFIX_BLOCK, V4_PREFIX_POLICY (the prefix cache: on, 1 GiB,
+ * 256, lru; docs/prefix-cache.md), and the test
  * hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
  * URLs may be logged.
@@ -110,6 +112,11 @@ typedef struct v4_worker_config {
     int max_n;                      /* V4_MAX_N: most answers per task (a task's n), 1..16 (16) */
     long default_max_tokens;        /* V4_DEFAULT_MAX_TOKENS: a task without max_tokens gets the rest of the
                                      * context up to this, 0..1048576 (4096; 0 = no bound) */
+    /* the prefix cache (docs/prefix-cache.md) */
+    int prefix_cache;               /* V4_PREFIX_CACHE: 1 on (default), 0 off */
+    long long prefix_cache_bytes;   /* V4_PREFIX_CACHE_BYTES: its host budget (0 = 1 GiB) */
+    int prefix_block;               /* V4_PREFIX_BLOCK: positions per block (256; rounded up to the model's ratios) */
+    char prefix_policy[8];          /* V4_PREFIX_POLICY: lru | fifo */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

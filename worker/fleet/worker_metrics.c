@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "worker/prefix/prefix_cache.h"
 #include "worker/serve/task_error.h"
 
 static const double TTFT_B[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1,
@@ -136,6 +137,24 @@ int v4_wmetrics_init(v4_wmetrics *m, const char *model, const char *worker)
     m->taken = v4m_family_new(r, V4M_COUNTER, "v4fleet:tasks_taken_total",
                               "Valid tasks taken, by lane (urgent: from the urgent queue, taken first).", lane_l,
                               NULL, 0);
+    static const char *const res_l[] = {"result", NULL};
+    m->plookups = v4m_family_new(r, V4M_COUNTER, "v4fleet:prefix_cache_lookups_total",
+                                 "Prompts looked up in the prefix cache: hit = resumed from at least one cached block "
+                                 "(docs/prefix-cache.md).", res_l, NULL, 0);
+    m->psaved = v4m_family_new(r, V4M_COUNTER, "v4fleet:prefix_cache_tokens_saved_total",
+                               "Prompt positions restored from the prefix cache instead of prefilled.", NULL, NULL, 0);
+    m->pevict = v4m_family_new(r, V4M_COUNTER, "v4fleet:prefix_cache_evictions_total",
+                               "Prefix cache blocks evicted to stay within the budget.", NULL, NULL, 0);
+    m->pbytes = v4m_family_new(r, V4M_GAUGE, "v4fleet:prefix_cache_bytes", "Bytes the prefix cache holds.", NULL,
+                               NULL, 0);
+    m->pbudget = v4m_family_new(r, V4M_GAUGE, "v4fleet:prefix_cache_budget_bytes",
+                                "The prefix cache's budget (V4_PREFIX_CACHE_BYTES).", NULL, NULL, 0);
+    m->pblocks = v4m_family_new(r, V4M_GAUGE, "v4fleet:prefix_cache_blocks", "Prompt blocks the prefix cache holds.",
+                                NULL, NULL, 0);
+    if (!m->plookups || !m->psaved || !m->pevict || !m->pbytes || !m->pbudget || !m->pblocks) {
+        v4_wmetrics_free(m);
+        return -1;
+    }
     if (!m->ttft || !m->itl || !m->e2e || !m->queue_wait || !m->success || !m->failure || !m->invalid ||
         !m->requeued || !m->unconfirmed || !m->unroutable || !m->abandoned || !m->activations || !m->prompt_tokens || !m->gen_tokens || !m->running || !m->xhits || !m->xmisses ||
         !m->xbytes || !m->xin_use || !m->xbudget || !m->reconnects || !m->connected || !m->redis_records ||
@@ -283,6 +302,17 @@ void v4_wmetrics_runner_caches(v4_wmetrics *m, const v4_runner *r)
     v4m_fset(m->gmisses, (double)g.misses);
     v4m_fset(m->gbytes, (double)g.bytes);
     v4m_fset(m->gentries, (double)g.entries);
+    v4pc_figs p;
+    if (v4_runner_prefix_figs(r, &p))
+        return;
+    const char *hit[] = {"hit"}, *miss[] = {"miss"};
+    v4m_set(v4m_series_of(m->plookups, hit), (double)p.hits);
+    v4m_set(v4m_series_of(m->plookups, miss), (double)p.misses);
+    v4m_fset(m->psaved, (double)p.tokens_saved);
+    v4m_fset(m->pevict, (double)p.evictions);
+    v4m_fset(m->pbytes, (double)p.bytes);
+    v4m_fset(m->pbudget, (double)p.budget);
+    v4m_fset(m->pblocks, (double)p.blocks);
 }
 
 void v4_wmetrics_broker(v4_wmetrics *m, int connected, uint64_t connects)

@@ -62,6 +62,13 @@
  *   v4fleet:memory_waits_total{kind="admission|retry|stall"}  counter
  *                                         continuous batching waiting for memory (executor.h
  *                                         v4_exec_figs: admit_waits, oom_retries, mem_stalls)
+ *   v4fleet:prefix_cache_lookups_total{result="hit|miss"}  counter  prompts looked up in the
+ *                                         prefix cache (docs/prefix-cache.md): hit = resumed
+ *                                         from >= 1 cached block
+ *   v4fleet:prefix_cache_tokens_saved_total  counter  prompt positions restored, not prefilled
+ *   v4fleet:prefix_cache_evictions_total  counter    blocks evicted for the budget
+ *   v4fleet:prefix_cache_bytes, _budget_bytes, _blocks  gauges  what it holds now, its budget
+ *                                         (no prefix_cache series while the cache is off)
  *
  * Ownership: v4_wmetrics owns the registry.  Thread: every function but init/free from
  * any thread (the registry is locked).
@@ -81,7 +88,8 @@ typedef struct v4_wmetrics {
         *activations, *prompt_tokens,
         *gen_tokens, *running, *xhits, *xmisses, *xbytes, *xin_use, *xbudget, *reconnects, *connected,
         *redis_records, *ready, *info, *warmup_s, *warmup_x, *reloads, *numerics, *memory, *mem_waits,
-        *fast_selftest, *ghits, *gmisses, *gbytes, *gentries, *cancelled, *cancel_msgs, *taken;
+        *fast_selftest, *ghits, *gmisses, *gbytes, *gentries, *cancelled, *cancel_msgs, *taken, *plookups, *psaved,
+        *pbytes, *pbudget, *pblocks, *pevict;
     v4m_series *fast_last;      /* the fast_selftest series set to 1 last (NULL: none) */
 } v4_wmetrics;
 

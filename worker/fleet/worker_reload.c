@@ -35,7 +35,11 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
                                .grammar_cache_bytes = c->grammar_cache_bytes,
                                .grammar_compact = c->grammar_compact,
                                .max_n = c->max_n,
-                               .default_max_tokens = c->default_max_tokens ? c->default_max_tokens : -1};
+                               .default_max_tokens = c->default_max_tokens ? c->default_max_tokens : -1,
+                               .prefix_cache = c->prefix_cache,
+                               .prefix_cache_bytes = c->prefix_cache_bytes,
+                               .prefix_block = c->prefix_block,
+                               .prefix_policy = c->prefix_policy};
     double t0 = v4_now_ms();
     *out = NULL;
     v4_runner *r = v4_runner_open(c->model_dir, c->model_names, &rx, &te);
@@ -43,11 +47,12 @@ int v4w_open_runner(worker *w, const v4_worker_config *c, int phase, v4_runner *
         v4w_log(w, 0, NULL, "%s: %s", te.where, te.message);
         return -1;
     }
-    char experts[256], threads[800];
+    char experts[256], threads[800], prefix[200];
     v4_runner_describe_experts(r, experts, sizeof experts);
     v4_runner_describe_threads(r, threads, sizeof threads);
-    v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s; numerics %s%s%s", c->model_dir, v4_now_ms() - t0, experts,
-            v4_runner_numerics(r), *threads ? "; " : "", threads);
+    v4_runner_describe_prefix(r, prefix, sizeof prefix);
+    v4w_log(w, 1, NULL, "model %s opened in %.0f ms; %s; numerics %s%s%s; %s", c->model_dir, v4_now_ms() - t0, experts,
+            v4_runner_numerics(r), *threads ? "; " : "", threads, prefix);
     v4_fast_selftest ft;
     v4_runner_fast_selftest(r, &ft);
     if (ft.state == V4_FAST_FAILED || ft.state == V4_FAST_UNAVAILABLE)   /* /metrics: v4fleet:fast_selftest */
@@ -187,6 +192,10 @@ static void reload(worker *w, const char *why)
     w->cfg.grammar_compact = nc.grammar_compact;
     w->cfg.max_n = nc.max_n;
     w->cfg.default_max_tokens = nc.default_max_tokens;
+    w->cfg.prefix_cache = nc.prefix_cache;
+    w->cfg.prefix_cache_bytes = nc.prefix_cache_bytes;
+    w->cfg.prefix_block = nc.prefix_block;
+    memcpy(w->cfg.prefix_policy, nc.prefix_policy, sizeof nc.prefix_policy);
     w->cfg.prefill_chunk = nc.prefill_chunk;
     w->cfg.deadline_ms = nc.deadline_ms;
     w->cfg.warmup_tokens = nc.warmup_tokens;

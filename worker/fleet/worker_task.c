@@ -185,8 +185,9 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
     if (w->log.level < 1)
         return;
     char msg[1024];
-    snprintf(msg, sizeof msg, "task %s: %s%s, %d+%d tokens, %.1f ms", t->id, rc ? "failed " : "succeeded",
-             rc ? v4_task_errcode_name(e->code) : "", out->prompt_tokens, v4_run_output_completion(out), total_ms);
+    snprintf(msg, sizeof msg, "task %s: %s%s, %d+%d tokens (%d cached), %.1f ms", t->id, rc ? "failed " : "succeeded",
+             rc ? v4_task_errcode_name(e->code) : "", out->prompt_tokens, v4_run_output_completion(out),
+             out->cached_tokens, total_ms);
     json_t *fields = json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I}", "status",
                                rc ? "failed" : "succeeded", "prompt_tokens", out->prompt_tokens, "completion_tokens",
                                v4_run_output_completion(out), "queue_ms", queue_ms, "prefill_ms", out->prefill_ms, "decode_ms",
@@ -194,6 +195,8 @@ static void observe(worker *w, const v4_task *t, const v4_run_output *out, int r
                                "expert_misses", (json_int_t)out->expert_misses, "expert_prefetched",
                                (json_int_t)out->expert_prefetched, "expert_bytes_loaded",
                                (json_int_t)out->expert_bytes_loaded);
+    if (fields)
+        json_object_set_new(fields, "cached_tokens", json_integer(out->cached_tokens));
     if (fields && rc)
         json_object_set_new(fields, "code", json_string(v4_task_errcode_name(e->code)));
     v4_log_emit(&w->log, 1, NULL, t->id, fields, msg);
