@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "kernels/v4/snapshot.h"
@@ -20,6 +22,7 @@ typedef struct pc_node {
     uint64_t used, born;        /* ticks of the last use and of the insert */
     int32_t *tokens;            /* [block] */
     unsigned char *rec;         /* [rec_bytes] */
+    size_t size;                /* the node's mapping: node, tokens and record in one */
 } pc_node;
 
 struct v4pc {
@@ -48,6 +51,17 @@ int v4pc_policy_parse(const char *s, v4pc_policy *p)
     return 0;
 }
 
+/* Bytes of a node with its tokens and record (16-byte aligned parts); their offsets. */
+static size_t node_layout(int block, size_t rec_bytes, size_t *tok_at, size_t *rec_at)
+{
+    const size_t a = (sizeof(pc_node) + 15) / 16 * 16, b = (a + (size_t)block * sizeof(int32_t) + 15) / 16 * 16;
+    if (tok_at)
+        *tok_at = a;
+    if (rec_at)
+        *rec_at = b;
+    return b + rec_bytes;
+}
+
 static v4pc *make(const v4_config *cfg, int block, size_t rec_bytes, const v4pc_opts *o, v4_error *err)
 {
     v4pc *pc = calloc(1, sizeof *pc);
@@ -61,7 +75,11 @@ static v4pc *make(const v4_config *cfg, int block, size_t rec_bytes, const v4pc_
     pc->cfg = cfg;
     pc->block = block;
     pc->rec_bytes = rec_bytes;
-    pc->cost = rec_bytes + (size_t)block * sizeof(int32_t) + sizeof(pc_node);
+    /* one anonymous mapping per node (node, tokens, record), so what is freed goes back
+     * to the system at once and the process's memory follows the budget (no heap
+     * fragmentation between records of a few hundred KiB to MiB) */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), raw = node_layout(block, rec_bytes, NULL, NULL);
+    pc->cost = (raw + page - 1) / page * page;
     pc->budget = o && o->budget_bytes ? o->budget_bytes : (size_t)V4PC_BUDGET_DEFAULT;
     pc->policy = o ? o->policy : V4PC_LRU;
     pc->f.block = block;
@@ -91,11 +109,23 @@ v4pc *v4pc_new_raw(int block, size_t rec_bytes, const v4pc_opts *o, v4_error *er
     return make(NULL, block, rec_bytes, o, err);
 }
 
+static pc_node *node_new(const v4pc *pc)
+{
+    void *m = mmap(NULL, pc->cost, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    size_t tok_at, rec_at;
+    node_layout(pc->block, pc->rec_bytes, &tok_at, &rec_at);
+    pc_node *n = m;   /* zero-filled */
+    n->tokens = (int32_t *)((unsigned char *)m + tok_at);
+    n->rec = (unsigned char *)m + rec_at;
+    n->size = pc->cost;
+    return n;
+}
+
 static void node_free(pc_node *n)
 {
-    free(n->tokens);
-    free(n->rec);
-    free(n);
+    munmap(n, n->size);
 }
 
 void v4pc_free(v4pc *pc)
@@ -290,16 +320,9 @@ static int insert_locked(v4pc *pc, const v4_seq *s, const int32_t *ids, int p, c
             pc->f.insert_skips++;
             return 0;
         }
-    pc_node *nd = calloc(1, sizeof *nd);
-    if (nd) {
-        nd->tokens = malloc(sizeof *nd->tokens * (size_t)pc->block);
-        nd->rec = malloc(pc->rec_bytes ? pc->rec_bytes : 1);
-    }
-    if (!nd || !nd->tokens || !nd->rec) {
-        if (nd)
-            node_free(nd);
+    pc_node *nd = node_new(pc);
+    if (!nd)
         return v4_err_set(err, V4_ERR_NOMEM, "prefix_cache", "out of memory for a block of %zu bytes", pc->cost);
-    }
     const int32_t *tk = ids + (size_t)k * (size_t)pc->block;
     memcpy(nd->tokens, tk, sizeof *tk * (size_t)pc->block);
     if (rec)
