@@ -267,7 +267,7 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
         get_int(src, "V4_PREFIX_CACHE", 1, 0, 1, &c->prefix_cache, err) ||
         get_bytes(src, "V4_PREFIX_CACHE_BYTES", &c->prefix_cache_bytes, err) ||
         get_int(src, "V4_PREFIX_BLOCK", 256, 1, 65536, &c->prefix_block, err) ||
-        get_str(src, "V4_PREFIX_POLICY", "lru", c->prefix_policy, sizeof c->prefix_policy, err) ||
+        get_str(src, "V4_PREFIX_POLICY", "slru", c->prefix_policy, sizeof c->prefix_policy, err) ||
         check_gpu(c, err))
         return -1;
     /* the urgent lane and the cancel fanout are named after the task queue unless given;
@@ -286,8 +286,8 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
     if (c->urgent_queue[0] && !strcmp(c->urgent_queue, c->task_queue))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_URGENT_QUEUE", "'%s' is the task queue (V4_TASK_QUEUE) itself",
                           c->urgent_queue);
-    if (strcmp(c->prefix_policy, "lru") && strcmp(c->prefix_policy, "fifo"))
-        return v4_err_set(err, V4_ERR_CONFIG, "V4_PREFIX_POLICY", "'%s' is not lru or fifo", c->prefix_policy);
+    if (strcmp(c->prefix_policy, "slru") && strcmp(c->prefix_policy, "lru") && strcmp(c->prefix_policy, "fifo"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_PREFIX_POLICY", "'%s' is not slru, lru or fifo", c->prefix_policy);
     if (v4_parse_numerics(c->numerics, NULL))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_NUMERICS", "'%s' is not exact or fast", c->numerics);
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru") &&

@@ -32,7 +32,7 @@
  * constraints' compile cache, a byte count, 0 = 64 MiB) and V4_GRAMMAR_COMPACT (0 | 1:
  * JSON constraints without whitespace; docs/structured-outputs.md), V4_PREFIX_CACHE,
  * V4_PREFIX_CACHE_BYTES, V4_PREFIX_BLOCK, V4_PREFIX_POLICY (the prefix cache: on, 1 GiB,
- * 256, lru; docs/prefix-cache.md), and the test
+ * 256, slru; docs/prefix-cache.md), and the test
  * hook V4_FAULT_EXIT_BEFORE_ACK.
  * Credentials: v4_mask_url() replaces the password of a URL by "***"; only masked
  * URLs may be logged.
@@ -116,7 +116,7 @@ typedef struct v4_worker_config {
     int prefix_cache;               /* V4_PREFIX_CACHE: 1 on (default), 0 off */
     long long prefix_cache_bytes;   /* V4_PREFIX_CACHE_BYTES: its host budget (0 = 1 GiB) */
     int prefix_block;               /* V4_PREFIX_BLOCK: positions per block (256; rounded up to the model's ratios) */
-    char prefix_policy[8];          /* V4_PREFIX_POLICY: lru | fifo */
+    char prefix_policy[8];          /* V4_PREFIX_POLICY: slru | lru | fifo */
     int fault_exit_before_ack;      /* TEST HOOK (checklist R13): exit after the result's confirm, before the ack */
     char config_file[V4_CFG_STR];   /* the V4_CONFIG_FILE read, "" if none */
 } v4_worker_config;

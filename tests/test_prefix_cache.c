@@ -6,8 +6,10 @@
  *   - a block whose parent chain is not cached is not inserted (insert_skips);
  *   - inserting what is cached touches it (no new node);
  *   - the budget: bytes never pass it; lru evicts the least recently used leaf (a lookup
- *     touches a chain), fifo the oldest insert; interior nodes go only after their
- *     children; an insert that could only evict its own parent is skipped;
+ *     touches a chain), fifo the oldest insert, slru never-reused leaves before reused
+ *     ones (a reused block outlives newer unused ones, unlike lru); interior nodes go
+ *     only after their children; an insert that could only evict its own parent is
+ *     skipped;
  *   - figures: lookups = hits + misses, tokens_saved, blocks, bytes, evictions;
  *   - a budget below one block is refused (V4_ERR_INVALID); bad positions are refused;
  *   - with the tiny model: a sequence restored from the cache equals (caches, then logits of
@@ -102,7 +104,7 @@ static void budget(v4pc_policy pol)
     CHECK(f.bytes <= 5 * cost && f.blocks == 5 && f.evictions == 1, "%s: within the budget: %llu blocks, %llu evicted",
           pol == V4PC_LRU ? "lru" : "fifo", f.blocks, f.evictions);
     const int p0 = v4pc_lookup_raw(pc, p[0], 8, 8), p1 = v4pc_lookup_raw(pc, p[1], 8, 8);
-    if (pol == V4PC_LRU)   /* p1's leaf was the least recently used */
+    if (pol != V4PC_FIFO)   /* p1's leaf was the least recently used (and never reused) */
         CHECK(p0 == 8 && p1 == 4, "lru kept p0 whole (%d) and cut p1 to its first block (%d)", p0, p1);
     else                   /* p0's leaf was the oldest insert */
         CHECK(p0 == 4 && p1 == 8, "fifo cut p0 (%d) and kept p1 (%d)", p0, p1);
@@ -128,6 +130,34 @@ static void budget(v4pc_policy pol)
     v4_err_clear(&err);
     CHECK(v4pc_new_raw(B, REC, &o, &err) == NULL && err.code == V4_ERR_INVALID, "a budget below one block: '%s'",
           err.msg);
+}
+
+/* slru keeps a reused block over newer blocks nobody reused; lru does not. */
+static void slru_vs_lru(void)
+{
+    for (int pol = 0; pol < 2; pol++) {
+        v4_error err = {0};
+        v4pc *probe = v4pc_new_raw(B, REC, NULL, &err);
+        const size_t cost = v4pc_block_cost(probe);
+        v4pc_free(probe);
+        const v4pc_opts o = {.budget_bytes = 3 * cost, .policy = pol ? V4PC_LRU : V4PC_SLRU};
+        v4pc *pc = v4pc_new_raw(B, REC, &o, &err);
+        int32_t q[4][B];
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < B; i++)
+                q[k][i] = 7000 + 10 * k + i;
+        insert_all(pc, q[0], B);
+        CHECK(v4pc_lookup_raw(pc, q[0], B, B) == B, "A cached");   /* A reused once */
+        insert_all(pc, q[1], B);
+        insert_all(pc, q[2], B);
+        insert_all(pc, q[3], B);   /* full: one of A, B, C goes */
+        const int a = v4pc_lookup_raw(pc, q[0], B, B), b = v4pc_lookup_raw(pc, q[1], B, B);
+        if (!pol)
+            CHECK(a == B && b == 0, "slru: the reused A stays (%d), the unused B goes (%d)", a, b);
+        else
+            CHECK(a == 0 && b == B, "lru: the least recently used A goes (%d), B stays (%d)", a, b);
+        v4pc_free(pc);
+    }
 }
 
 static void with_model(void)
@@ -185,7 +215,9 @@ int main(void)
 {
     raw_index();
     budget(V4PC_LRU);
+    budget(V4PC_SLRU);
     budget(V4PC_FIFO);
+    slru_vs_lru();
     with_model();
     TEST_DONE();
 }

@@ -20,6 +20,7 @@ typedef struct pc_node {
     struct pc_node *hnext;      /* hash bucket chain */
     int depth, n_children;
     uint64_t used, born;        /* ticks of the last use and of the insert */
+    uint64_t reused;            /* lookups that restored it (slru: 0 = probationary) */
     int32_t *tokens;            /* [block] */
     unsigned char *rec;         /* [rec_bytes] */
     size_t size;                /* the node's mapping: node, tokens and record in one */
@@ -44,6 +45,8 @@ int v4pc_policy_parse(const char *s, v4pc_policy *p)
 {
     if (!strcmp(s, "lru"))
         *p = V4PC_LRU;
+    else if (!strcmp(s, "slru"))
+        *p = V4PC_SLRU;
     else if (!strcmp(s, "fifo"))
         *p = V4PC_FIFO;
     else
@@ -81,7 +84,7 @@ static v4pc *make(const v4_config *cfg, int block, size_t rec_bytes, const v4pc_
     const size_t page = (size_t)sysconf(_SC_PAGESIZE), raw = node_layout(block, rec_bytes, NULL, NULL);
     pc->cost = (raw + page - 1) / page * page;
     pc->budget = o && o->budget_bytes ? o->budget_bytes : (size_t)V4PC_BUDGET_DEFAULT;
-    pc->policy = o ? o->policy : V4PC_LRU;
+    pc->policy = o ? o->policy : V4PC_SLRU;
     pc->f.block = block;
     pc->f.budget = pc->budget;
     if (pc->cost > pc->budget) {
@@ -211,6 +214,17 @@ static void unlink_node(v4pc *pc, pc_node *n)
     node_free(n);
 }
 
+/* A leaf's eviction rank (lowest goes first): lru its last use, fifo its insert, slru
+ * its last use with every never-reused leaf (probationary) before every reused one. */
+static uint64_t rank(const v4pc *pc, const pc_node *n)
+{
+    if (pc->policy == V4PC_FIFO)
+        return n->born;
+    if (pc->policy == V4PC_SLRU)
+        return n->used >> 1 | (n->reused ? 1ull << 63 : 0);
+    return n->used;
+}
+
 /* Evict one leaf (not keep) by the policy; 0, or -1 when none can go. */
 static int evict_one(v4pc *pc, const pc_node *keep)
 {
@@ -220,9 +234,9 @@ static int evict_one(v4pc *pc, const pc_node *keep)
         for (pc_node *n = pc->buckets[b]; n; n = n->hnext) {
             if (n->n_children || n == keep)
                 continue;
-            const uint64_t age = pc->policy == V4PC_FIFO ? n->born : n->used;
-            if (age < best) {
-                best = age;
+            const uint64_t r = rank(pc, n);
+            if (r < best) {
+                best = r;
                 victim = n;
             }
         }
@@ -256,8 +270,10 @@ static int lookup_locked(v4pc *pc, const int32_t *ids, int n, int limit)
     const int nb = m > 0 ? m / pc->block : 0;
     const int k = walk(pc, ids, nb);
     const uint64_t t = ++pc->tick;
-    for (int i = 0; i < k; i++)
+    for (int i = 0; i < k; i++) {
         pc->path[i]->used = t;
+        pc->path[i]->reused++;
+    }
     pc->f.lookups++;
     if (k) {
         pc->f.hits++;

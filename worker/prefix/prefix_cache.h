@@ -18,10 +18,13 @@
  * order, and a chain whose middle was evicted is not extended).
  * Memory: every node's bytes (record, tokens, node) count against a byte budget; an
  * insert that would pass it evicts leaves (nodes without children: a prefix is dropped
- * from its end) by the policy - lru (least recently used first: a lookup that used a
- * node, or an insert, touches it) or fifo (oldest insert first) - and is skipped when
- * no leaf can go (the only ones left are the chain it extends).  So the bytes held never
- * pass the budget.  bench/prefix_policy measures the policies.
+ * from its end) by the policy - slru (default: leaves no lookup has restored yet go
+ * first, oldest first, then the least recently used of the others: a prompt's unique
+ * tail never pushes out a prefix that is being reused), lru (least recently used first:
+ * a lookup that used a node, or an insert, touches it) or fifo (oldest insert first) -
+ * and is skipped when no leaf can go (the only ones left are the chain it extends).  So
+ * the bytes held never pass the budget.  bench/bench_prefix_policy measures the
+ * policies (docs/prefix-cache.md).
  * The index also runs without a model (v4pc_new_raw: records of a given size from the
  * caller), for tests and the policy benchmark.
  *
@@ -42,12 +45,12 @@
 #define V4PC_BLOCK_DEFAULT 256                  /* positions per block (rounded up to the ratios' lcm) */
 #define V4PC_BUDGET_DEFAULT (1024ll << 20)      /* 1 GiB of host memory */
 
-typedef enum v4pc_policy { V4PC_LRU = 0, V4PC_FIFO } v4pc_policy;
+typedef enum v4pc_policy { V4PC_SLRU = 0, V4PC_LRU, V4PC_FIFO } v4pc_policy;
 
 typedef struct v4pc_opts {
     size_t budget_bytes;        /* 0: V4PC_BUDGET_DEFAULT */
     int block;                  /* 0: V4PC_BLOCK_DEFAULT; rounded up to a multiple of every ratio */
-    v4pc_policy policy;
+    v4pc_policy policy;         /* 0: slru */
 } v4pc_opts;
 
 /* Cumulative figures (lookups = hits + misses; a hit restored >= 1 block). */
@@ -88,7 +91,7 @@ int v4pc_insert(v4pc *pc, const v4_seq *s, const int32_t *ids, int p, v4_error *
 int v4pc_lookup_raw(v4pc *pc, const int32_t *ids, int n, int limit);
 int v4pc_insert_raw(v4pc *pc, const int32_t *ids, int p, const void *rec, v4_error *err);
 void v4pc_figs_get(v4pc *pc, v4pc_figs *f);
-/* "lru" | "fifo" -> the policy; 0, or -1 when unknown. */
+/* "lru" | "slru" | "fifo" -> the policy; 0, or -1 when unknown. */
 int v4pc_policy_parse(const char *s, v4pc_policy *p);
 
 #endif

@@ -76,9 +76,9 @@ static int open_prefix(v4_runner *r, const v4_runner_opts *ex, v4_error *err)
 {
     v4pc_opts po = {.budget_bytes = ex->prefix_cache_bytes > 0 ? (size_t)ex->prefix_cache_bytes : 0,
                     .block = ex->prefix_block,
-                    .policy = V4PC_LRU};
+                    .policy = V4PC_SLRU};
     if (ex->prefix_policy && *ex->prefix_policy && v4pc_policy_parse(ex->prefix_policy, &po.policy))
-        return v4_err_set(err, V4_ERR_CONFIG, "V4_PREFIX_POLICY", "'%s' is not lru or fifo", ex->prefix_policy);
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_PREFIX_POLICY", "'%s' is not slru, lru or fifo", ex->prefix_policy);
     if (!v4_ctx_seq_forkable(r->ctx)) {
         snprintf(r->pc_off, sizeof r->pc_off, "the device step keeps the sequences' state on the GPU");
         return 0;

@@ -125,7 +125,7 @@ typedef struct v4_runner_opts {
     /* The prefix cache (docs/prefix-cache.md): 1 = on (a task resumes from the longest
      * cached block prefix of its prompt, and caches its prompt's blocks as it prefills),
      * 0 = off; its budget in bytes (0: V4PC_BUDGET_DEFAULT), block length in positions (0:
-     * V4PC_BLOCK_DEFAULT) and eviction policy ("lru" | "fifo"; NULL: lru).  Off by itself
+     * V4PC_BLOCK_DEFAULT) and eviction policy ("slru" | "lru" | "fifo"; NULL: slru).  Off by itself
      * where the context's steps do not run from the sequence's own state (the CUDA
      * resident step: v4_ctx_seq_forkable 0; the start-up line says so). */
     int prefix_cache;

@@ -35,7 +35,7 @@ static int set_policy(v4_prefix_cli *p, const char *what, const char *v, const c
 {
     v4pc_policy pol;
     if (v4pc_policy_parse(v, &pol))
-        return bad(prog, what, "lru or fifo", v);
+        return bad(prog, what, "slru, lru or fifo", v);
     p->policy = v;
     return 0;
 }

@@ -4,7 +4,7 @@
  *   --no-prefix-cache          V4_PREFIX_CACHE=0
  *   --prefix-cache-bytes B     V4_PREFIX_CACHE_BYTES (1G)
  *   --prefix-block N           V4_PREFIX_BLOCK (256; rounded up to the model's ratios)
- *   --prefix-policy lru|fifo   V4_PREFIX_POLICY (lru)
+ *   --prefix-policy slru|lru|fifo   V4_PREFIX_POLICY (slru)
  * A flag wins over its variable.  Ownership: plain values (policy borrows argv or the
  * environment).  Thread: the main thread (reads the environment).
  */
@@ -18,11 +18,11 @@ typedef struct v4_prefix_cli {
     int off_set;            /* the flag was given (the variable is not read) */
     long long bytes;        /* 0: the default */
     int block;              /* 0: the default */
-    const char *policy;     /* NULL: lru */
+    const char *policy;     /* NULL: slru */
 } v4_prefix_cli;
 
 #define V4_PREFIX_FLAGS_USAGE \
-    "         [--no-prefix-cache] [--prefix-cache-bytes B] [--prefix-block N] [--prefix-policy lru|fifo]\n"
+    "         [--no-prefix-cache] [--prefix-cache-bytes B] [--prefix-block N] [--prefix-policy slru|lru|fifo]\n"
 
 /* argv[*i] if it is one of the flags above (its value taken, *i advanced): 1; not one: 0;
  * a bad value: -1 (a message on stderr naming prog). */
