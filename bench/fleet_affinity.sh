@@ -22,7 +22,8 @@
 # published at once, so a worker's backlog is about TASKS/WORKERS task times (minutes here):
 # V4_AFFINITY_TTL_MS defaults to 600000 in this bench so that routing stays pure; with a
 # TTL below the backlog's wait the overflow falls through to the task queue and spreads
-# over the workers (the "fell through" column counts the tasks taken that way).  Needs build/v4fleet (or V4_BIN), python3-pika.  Not part of scripts/test.sh.
+# over the workers (the "fell through" column counts the tasks taken that way).
+# Needs build/v4fleet (or V4_BIN), python3-pika.  Not part of scripts/test.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=tests/lib/brokers.sh
