@@ -75,7 +75,7 @@ echo "prefix: $PCHARS characters = $shared_tok shared tokens ($cacheable_tok cac
 
 # run NAME AFFINITY MODE KILL: fresh queues and workers, TASKS tasks; answers in $WORK/NAME.jsonl
 run() {
-    local name="$1" aff="$2" mode="$3" kill="$4" i cpid t0 victim=""
+    local name="$1" aff="$2" mode="$3" kill="$4" i cpid t0 victim="" got
     local q="$name.tasks"
     mkdir -p "$WORK/$name"
     for i in $(seq 1 "$WORKERS"); do
@@ -97,7 +97,8 @@ run() {
     cpid=$!
     if [ "$kill" = 1 ]; then
         while kill -0 "$cpid" 2>/dev/null; do
-            if [ "$(grep -c '"id"' "$WORK/$name.jsonl" 2>/dev/null || true)" -ge $((TASKS / 3)) ]; then
+            got="$(grep -c '"id"' "$WORK/$name.jsonl" 2>/dev/null || true)"
+            if [ "${got:-0}" -ge $((TASKS / 3)) ]; then
                 victim="${PIDS[0]}"
                 kill -9 "$victim"
                 echo "$name: killed w1 (-9) after $(grep -c '"id"' "$WORK/$name.jsonl") answers" >&2
