@@ -12,6 +12,7 @@
 #   round-robin  V4_AFFINITY=0: the shared task queue, as today
 #   affinity     V4_AFFINITY=1, the key derived by the client from the prompt
 #   affinity+kill  the same, one worker killed (-9) once a third of the answers are in
+#                (V4_AFFINITY_KILL_TTL_MS, default 30000: its queued tasks fall through then)
 # Table columns: answered / lost (no answer within the timeout) / duplicate answers;
 # workers per prefix (mean, max: how many workers served a prefix); hit rate by tokens
 # (sum of usage.prompt_tokens_details.cached_tokens / sum of cacheable prefix tokens, the
@@ -115,7 +116,8 @@ run() {
 
 run rr 0 off 0
 run affinity 1 derived 0
-run affinity_kill 1 derived 1
+# the killed worker's tasks wait the TTL in its queue: a shorter one for this run
+V4_AFFINITY_TTL_MS="${V4_AFFINITY_KILL_TTL_MS:-30000}" run affinity_kill 1 derived 1
 
 $py - "$WORK" "$TASKS" "$cacheable_tok" <<'EOF'
 import json, sys
