@@ -166,9 +166,63 @@ static const char *const KNOWN[] = {
     "V4_IO_THREADS", "V4_LOOKAHEAD", "V4_HTTP_PORT", "V4_HTTP_ADDR", "V4_LOG_FORMAT", "V4_DEVICE", "V4_CUDA_MODE",
     "V4_GPU_EXPERT_MEM", "V4_GPU_CACHE_POLICY", "V4_GPU_WEIGHT_MEM", "V4_GPU_SEQ_MEM", "V4_NUMERICS", "V4_THREADS",
     "V4_GRAMMAR_CACHE_BYTES", "V4_GRAMMAR_COMPACT", "V4_MAX_N", "V4_DEFAULT_MAX_TOKENS", "V4_URGENT_QUEUE",
-    "V4_CANCEL_EXCHANGE", "V4_CANCEL_TTL_S", "V4_CANCEL_MAX",
+    "V4_CANCEL_EXCHANGE", "V4_CANCEL_TTL_S", "V4_CANCEL_MAX", "V4_AFFINITY", "V4_AFFINITY_EXCHANGE",
+    "V4_AFFINITY_ID", "V4_AFFINITY_TTL_MS", "V4_AFFINITY_WEIGHT",
     "V4_PREFIX_CACHE", "V4_PREFIX_CACHE_BYTES", "V4_PREFIX_BLOCK", "V4_PREFIX_POLICY",
 };
+
+/* Fleet affinity (docs/queue-worker.md "Fleet affinity"): V4_AFFINITY 0 | 1;
+ * V4_AFFINITY_EXCHANGE (default "<task queue>.affinity"); V4_AFFINITY_ID 1..100 bytes of
+ * [A-Za-z0-9._:-] (default: V4_WORKER_ID when given, else the host name); the queue
+ * "<exchange>.<id>" and the alternate exchange "<exchange>.fallback" follow from them.
+ * Read (and checked) even when affinity is off, so that a bad value is reported at once. */
+static int read_affinity(cfg_src *src, v4_worker_config *c, v4_error *err)
+{
+    char dflt[160], host[101] = "worker", id[128];
+    snprintf(dflt, sizeof dflt, "%s.affinity", c->task_queue);
+    int failed = 0;
+    const char *given_wid = lookup(src, "V4_WORKER_ID", err, &failed);
+    if (failed)
+        return -1;
+    if (given_wid && *given_wid)
+        snprintf(host, sizeof host, "%s", given_wid);
+    else if (gethostname(host, sizeof host - 1) || !host[0])
+        snprintf(host, sizeof host, "worker");
+    host[sizeof host - 1] = 0;
+    if (get_int(src, "V4_AFFINITY", 0, 0, 1, &c->affinity, err) ||
+        get_str(src, "V4_AFFINITY_EXCHANGE", dflt, c->affinity_exchange, sizeof c->affinity_exchange, err) ||
+        get_str(src, "V4_AFFINITY_ID", host, id, sizeof id, err) ||
+        get_long(src, "V4_AFFINITY_TTL_MS", 30000, 100, 86400000, &c->affinity_ttl_ms, err) ||
+        get_int(src, "V4_AFFINITY_WEIGHT", 100, 1, 1000, &c->affinity_weight, err))
+        return -1;
+    size_t n = strlen(id);
+    if (n > 100)
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_AFFINITY_ID", "'%.40s...' is %zu bytes long (at most 100)", id, n);
+    for (size_t k = 0; k < n; k++)
+        if (!isalnum((unsigned char)id[k]) && !strchr("._:-", id[k]))
+            return v4_err_set(err, V4_ERR_CONFIG, "V4_AFFINITY_ID",
+                              "'%s' has the character '%c' at byte %zu (allowed: letters, digits, . _ : -; set "
+                              "V4_AFFINITY_ID when the host name or V4_WORKER_ID has others)", id, id[k], k + 1);
+    if (!strcmp(c->affinity_exchange, c->task_queue) || !strncmp(c->affinity_exchange, "amq.", 4))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_AFFINITY_EXCHANGE", "'%s' is %s", c->affinity_exchange,
+                          strncmp(c->affinity_exchange, "amq.", 4) ? "the task queue's name (V4_TASK_QUEUE)"
+                                                                   : "in the broker's reserved amq. namespace");
+    if (check_name("V4_AFFINITY_EXCHANGE", c->affinity_exchange, err))
+        return -1;
+    snprintf(c->affinity_fallback, sizeof c->affinity_fallback, "%s.fallback", c->affinity_exchange);
+    if (!c->affinity)
+        c->affinity_queue[0] = 0;
+    else if (!strcmp(id, "fallback"))
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_AFFINITY_ID",
+                          "'fallback' would name the queue like the alternate exchange '%s'", c->affinity_fallback);
+    else if (strlen(c->affinity_exchange) + 1 + n > 255)   /* AMQP names are short strings */
+        return v4_err_set(err, V4_ERR_CONFIG, "V4_AFFINITY_ID",
+                          "the queue name '%s.%s' would be %zu bytes long (at most 255)", c->affinity_exchange, id,
+                          strlen(c->affinity_exchange) + 1 + n);
+    else
+        snprintf(c->affinity_queue, sizeof c->affinity_queue, "%s.%s", c->affinity_exchange, id);
+    return 0;
+}
 
 int v4_parse_bytes(const char *v, long long *out)
 {
@@ -288,6 +342,8 @@ static int read_all(cfg_src *src, v4_worker_config *c, v4_error *err)
                           c->urgent_queue);
     if (strcmp(c->prefix_policy, "slru") && strcmp(c->prefix_policy, "lru") && strcmp(c->prefix_policy, "fifo"))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_PREFIX_POLICY", "'%s' is not slru, lru or fifo", c->prefix_policy);
+    if (read_affinity(src, c, err))
+        return -1;
     if (v4_parse_numerics(c->numerics, NULL))
         return v4_err_set(err, V4_ERR_CONFIG, "V4_NUMERICS", "'%s' is not exact or fast", c->numerics);
     if (strcmp(c->cache_policy, "lru") && strcmp(c->cache_policy, "slru") && strcmp(c->cache_policy, "lfru") &&

@@ -13,7 +13,10 @@
  * V4_RESULTS_QUEUE, V4_URGENT_QUEUE (the urgent lane, default "<V4_TASK_QUEUE>.urgent", "off" =
  * none), V4_CANCEL_EXCHANGE (fanout of cancel messages, default "<V4_TASK_QUEUE>.cancel", "off" =
  * none), V4_CANCEL_TTL_S and V4_CANCEL_MAX (how long and how many cancelled ids are
- * remembered), V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
+ * remembered), V4_AFFINITY (0 | 1, default 0: fleet affinity, docs/queue-worker.md
+ * "Fleet affinity"), V4_AFFINITY_EXCHANGE (default "<V4_TASK_QUEUE>.affinity"),
+ * V4_AFFINITY_ID (this worker's queue is "<exchange>.<id>"; default V4_WORKER_ID when
+ * given, else the host name), V4_AFFINITY_TTL_MS and V4_AFFINITY_WEIGHT, V4_PREFETCH, V4_HEARTBEAT_S, V4_DELIVERY_LIMIT, V4_DEADLINE_MS,
  * V4_CONFIRM_TIMEOUT_MS, V4_MAX_BODY_BYTES, V4_GRACE_MS, V4_WORKER_ID, V4_LOG_LEVEL,
  * V4_REDIS_PREFIX, V4_REDIS_BUCKET_S, V4_REDIS_BUCKET_TTL_S, V4_REDIS_DONE_TTL_S,
  * V4_REDIS_TIMEOUT_MS, V4_REDIS_BACKLOG, V4_EXPERT_PACK, V4_HOST_CACHE_BYTES (a byte
@@ -64,6 +67,13 @@ typedef struct v4_worker_config {
     long cancel_ttl_s;              /* V4_CANCEL_TTL_S: a cancelled id is remembered this long (1..604800) */
     int cancel_max;                 /* V4_CANCEL_MAX: at most this many ids remembered (1..1000000) */
     char worker_id[128];
+    /* fleet affinity (docs/queue-worker.md "Fleet affinity"; queue/topology.h) */
+    int affinity;                   /* V4_AFFINITY: 1 = consume a queue of its own on the affinity exchange */
+    char affinity_exchange[160];    /* V4_AFFINITY_EXCHANGE: the x-consistent-hash exchange */
+    char affinity_queue[300];       /* "<affinity_exchange>.<V4_AFFINITY_ID>" ("" when affinity is off) */
+    char affinity_fallback[176];    /* "<affinity_exchange>.fallback": its alternate exchange (fanout -> task queue) */
+    long affinity_ttl_ms;           /* V4_AFFINITY_TTL_MS: x-message-ttl of the own queue (100..86400000) */
+    int affinity_weight;            /* V4_AFFINITY_WEIGHT: the binding's points on the hash ring (1..1000) */
     int prefetch;                   /* unacked deliveries = task slots (1..64) */
     int heartbeat_s;                /* AMQP heartbeat (0 = off, 1..600) */
     int delivery_limit;             /* x-delivery-limit of the task queue (1..1000) */

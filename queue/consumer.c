@@ -1,6 +1,7 @@
 /* consumer.c - the consumer link (its consumers - the task queue, the urgent queue, the
- * cancel queue - are started by reconnect.c): take deliveries into the mailbox (marked
- * urgent when they come from the urgent queue), take cancel messages into the cancelled-id set, ack/nack
+ * cancel queue, with fleet affinity this worker's own queue - are started by reconnect.c):
+ * take deliveries into the mailbox (marked urgent when they come from the urgent queue,
+ * affinity when from the own queue), take cancel messages into the cancelled-id set, ack/nack
  * deliveries, cancel the task consumers (basic.cancel) and handle what arrives outside
  * deliveries (server channel.close -> close-ok, connection.close, basic.cancel, blocked).
  *
@@ -86,12 +87,13 @@ void v4q_poll_consumer(v4q_service *s, struct timeval tv)
         v4q_delivery *d = take ? v4q_delivery_from(&env, gen) : NULL;
         if (d) {
             d->urgent = is_tag(env.consumer_tag, s->urgent_tag);
+            d->affinity = is_tag(env.consumer_tag, s->affinity_tag);
             pthread_mutex_lock(&s->mu);
             s->box[s->box_n++] = d;
             pthread_cond_broadcast(&s->cv);
             pthread_mutex_unlock(&s->mu);
             v4q_logf(s, 2, "amqp: delivery tag %llu (%zu bytes%s)", (unsigned long long)env.delivery_tag,
-                     env.message.body.len, d->urgent ? ", urgent" : "");
+                     env.message.body.len, d->urgent ? ", urgent" : d->affinity ? ", affinity queue" : "");
         } else {
             amqp_basic_nack(s->cons.conn, V4Q_CHANNEL, env.delivery_tag, 0, 1);
         }
@@ -133,8 +135,8 @@ void v4q_cancel_consumer(v4q_service *s, v4q_request *q)
     memcpy(left, s->box, sizeof left[0] * (size_t)n);
     s->box_n = 0;
     pthread_mutex_unlock(&s->mu);
-    char *tags[2] = {s->consumer_tag, s->urgent_tag};
-    for (int i = 0; i < 2; i++)
+    char *tags[3] = {s->consumer_tag, s->urgent_tag, s->affinity_tag};
+    for (int i = 0; i < 3; i++)
         if (s->connected && tags[i][0]) {
             amqp_basic_cancel(s->cons.conn, V4Q_CHANNEL, amqp_cstring_bytes(tags[i]));
             v4q_reply_check(&s->cons, amqp_get_rpc_reply(s->cons.conn), "basic.cancel", &q->err);

@@ -1,6 +1,13 @@
 /* delivery.c - copy a received AMQP envelope into a v4q_delivery (body, reply_to,
  * correlation_id, message_id, timestamp, expiration, x-delivery-count and x-deadline-at
- * headers), and free one.
+ * headers, and what the x-death header says), and free one.
+ *
+ * Dead-lettered messages (fleet affinity: a task that waited longer than
+ * V4_AFFINITY_TTL_MS in a worker's own queue, or spent its tries there, falls through to
+ * the task queue; docs/queue-worker.md "Fleet affinity"): the broker removes the
+ * expiration property and records it as "original-expiration" in the x-death entry of
+ * that dead-lettering, so the deadline keeps counting from the AMQP timestamp (which
+ * the broker keeps); an entry with reason "delivery_limit" sets delivery_limit_spent.
  *
  * The copy owns malloc'd NUL-terminated strings so the envelope can be destroyed at
  * once and the delivery handed to an inference thread.
@@ -78,6 +85,41 @@ static long long header_int(const amqp_basic_properties_t *p, const char *key, i
     return 0;
 }
 
+static int bytes_eq(amqp_bytes_t b, const char *s)
+{
+    return b.len == strlen(s) && !memcmp(b.bytes, s, b.len);
+}
+
+/* The x-death header (an array of tables, newest first): d->dead_lettered, the
+ * original-expiration of the entry that has one (-1 if none), delivery_limit_spent. */
+static long long x_death(const amqp_basic_properties_t *p, v4q_delivery *d)
+{
+    long long orig = -1;
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return orig;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (!bytes_eq(e->key, "x-death") || e->value.kind != AMQP_FIELD_KIND_ARRAY)
+            continue;
+        d->dead_lettered = 1;
+        const amqp_array_t *a = &e->value.value.array;
+        for (int k = 0; k < a->num_entries; k++) {
+            if (a->entries[k].kind != AMQP_FIELD_KIND_TABLE)
+                continue;
+            const amqp_table_t *t = &a->entries[k].value.table;
+            for (int f = 0; f < t->num_entries; f++) {
+                const amqp_table_entry_t *x = &t->entries[f];
+                int str = x->value.kind == AMQP_FIELD_KIND_UTF8 || x->value.kind == AMQP_FIELD_KIND_BYTES;
+                if (str && bytes_eq(x->key, "original-expiration") && orig < 0)
+                    orig = decimal(x->value.value.bytes);
+                else if (str && bytes_eq(x->key, "reason") && bytes_eq(x->value.value.bytes, "delivery_limit"))
+                    d->delivery_limit_spent = 1;
+            }
+        }
+    }
+    return orig;
+}
+
 v4q_delivery *v4q_delivery_from(const amqp_envelope_t *env, uint64_t gen)
 {
     v4q_delivery *d = calloc(1, sizeof *d);
@@ -102,6 +144,9 @@ v4q_delivery *v4q_delivery_from(const amqp_envelope_t *env, uint64_t gen)
     if (d->deadline_at_ms < 0)
         d->deadline_at_ms = -1;   /* a negative integer is no epoch time either */
     d->expiration_ms = (p->_flags & AMQP_BASIC_EXPIRATION_FLAG) ? decimal(p->expiration) : -1;
+    long long orig = x_death(p, d);
+    if (!(p->_flags & AMQP_BASIC_EXPIRATION_FLAG))
+        d->expiration_ms = orig;
     if (!d->body || ((p->_flags & AMQP_BASIC_REPLY_TO_FLAG) && !d->reply_to) ||
         ((p->_flags & AMQP_BASIC_CORRELATION_ID_FLAG) && !d->correlation_id) ||
         ((p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) && !d->message_id)) {

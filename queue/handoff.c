@@ -1,7 +1,7 @@
 /* handoff.c - the public calls of inference threads: take a delivery from the mailbox
  * (v4q_next: the oldest urgent one first), ask whether a task was cancelled
  * (v4q_cancelled) and hand one request at a time to the AMQP thread (v4q_finish,
- * v4q_requeue, v4q_stop_consuming), waiting on the condition variable for its answer.
+ * v4q_requeue, v4q_reject, v4q_stop_consuming), waiting on the condition variable for its answer.
  *
  * A request lives on the caller's stack; the caller posts it under mu, writes one byte
  * to the wake-up pipe (so the AMQP thread leaves poll() at once) and waits until the
@@ -87,6 +87,12 @@ int v4q_finish(v4q_service *s, const v4q_delivery *d, const v4q_message *m, v4_e
 void v4q_requeue(v4q_service *s, const v4q_delivery *d)
 {
     v4q_request q = {.kind = V4Q_REQ_REQUEUE, .d = d};
+    submit(s, &q);
+}
+
+void v4q_reject(v4q_service *s, const v4q_delivery *d)
+{
+    v4q_request q = {.kind = V4Q_REQ_REJECT, .d = d};
     submit(s, &q);
 }
 

@@ -1,5 +1,5 @@
 /* reconnect.c - bring both links up (publisher: topology + confirm mode; consumer:
- * basic.qos + the consumers of the cancel, task and urgent queues), drop them, and the
+ * basic.qos + the consumers of the cancel, task, urgent and own affinity queues), drop them, and the
  * backoff between attempts.
  *
  * Every successful connect and every disconnect bumps the generation, so deliveries
@@ -32,10 +32,11 @@ static int consume(v4q_service *s, const char *queue, int no_ack, char *tag, siz
 
 /* The consumers of the new consumer link: first the cancel queue (declared and bound
  * here: exclusive to this connection, so that a cancel published once a task can reach
- * this worker is not missed), then the task queue and the urgent queue. */
+ * this worker is not missed), then the task queue, the urgent queue and (fleet
+ * affinity) this worker's own queue. */
 static int start_consumers(v4q_service *s, v4_error *err)
 {
-    s->consumer_tag[0] = s->urgent_tag[0] = s->cancel_tag[0] = s->cancel_queue[0] = 0;
+    s->consumer_tag[0] = s->urgent_tag[0] = s->affinity_tag[0] = s->cancel_tag[0] = s->cancel_queue[0] = 0;
     if (s->cfg.cancel_exchange[0]) {
         /* this connection's own queue on the fanout (gone with the connection; no acks: a
          * cancel lost with a connection is as if it had come before this one started) */
@@ -57,7 +58,9 @@ static int start_consumers(v4q_service *s, v4_error *err)
         return 0;
     return consume(s, s->cfg.task_queue, 0, s->consumer_tag, sizeof s->consumer_tag, err) ||
                    (s->cfg.urgent_queue[0] &&
-                    consume(s, s->cfg.urgent_queue, 0, s->urgent_tag, sizeof s->urgent_tag, err))
+                    consume(s, s->cfg.urgent_queue, 0, s->urgent_tag, sizeof s->urgent_tag, err)) ||
+                   (s->cfg.affinity_queue[0] &&
+                    consume(s, s->cfg.affinity_queue, 0, s->affinity_tag, sizeof s->affinity_tag, err))
                ? -1
                : 0;
 }

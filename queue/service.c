@@ -30,8 +30,8 @@ static void run_request(v4q_service *s, v4q_request *q)
         v4_err_set(&q->err, V4_ERR_IO, "amqp", "the delivery belongs to a lost connection (the broker requeued it)");
         return;
     }
-    if (q->kind == V4Q_REQ_REQUEUE) {
-        q->rc = v4q_send_nack(s, q->d, 1);
+    if (q->kind == V4Q_REQ_REQUEUE || q->kind == V4Q_REQ_REJECT) {
+        q->rc = v4q_send_nack(s, q->d, q->kind == V4Q_REQ_REQUEUE);
         return;
     }
     int fault_exit = 0;

@@ -10,7 +10,10 @@
  * Two lanes (docs/queue-worker.md "Urgent lane"): the consumer link consumes
  * cfg.task_queue and, unless off, cfg.urgent_queue (declared like the task queue; each
  * consumer has its own basic.qos prefetch, so urgent deliveries reach the mailbox even
- * while the normal lane's prefetch is used up by deliveries waiting there).
+ * while the normal lane's prefetch is used up by deliveries waiting there).  With fleet
+ * affinity (cfg.affinity, docs/queue-worker.md "Fleet affinity") it also consumes this
+ * worker's own queue cfg.affinity_queue (its deliveries are normal-lane ones, marked
+ * affinity; queue/topology.h declares it).
  * Cancellation (docs/queue-worker.md "Cancellation"): unless off, the consumer link binds
  * an exclusive, auto-delete, server-named queue to the fanout exchange
  * cfg.cancel_exchange and consumes it without acks; each body {"cancel": "<task id>"}
@@ -43,6 +46,8 @@
  *                   requeue would re-run the task and count against x-delivery-limit).
  *                   Returns 0 only when acked.
  *   v4q_requeue()   nack(requeue) a delivery that will not be processed.
+ *   v4q_reject()    nack without requeue: the queue dead-letters it (the task queue:
+ *                   to cfg.dlx_exchange, i.e. the dead queue).
  *   v4q_stop_consuming()  basic.cancel + requeue the deliveries not yet taken.
  * Every (re)connection increments a generation; deliveries remember theirs, and an
  * ack/nack for an older generation is never sent (delivery tags are per channel).
@@ -71,10 +76,17 @@ typedef struct v4q_delivery {
     char *reply_to, *correlation_id, *message_id;   /* NUL-terminated, or NULL */
     int redelivered;
     int urgent;                                     /* 1: from cfg.urgent_queue */
+    int affinity;                                   /* 1: from cfg.affinity_queue (this worker's own) */
     long long delivery_count;                       /* x-delivery-count, 0 if absent */
     long long timestamp_s;                          /* AMQP timestamp, 0 if absent */
     long long expiration_ms;                        /* AMQP expiration (per-message TTL), -1 if absent
-                                                     * or not a decimal count */
+                                                     * or not a decimal count; a dead-lettered message
+                                                     * (the broker removes the property) gets the
+                                                     * original-expiration of its x-death header */
+    int dead_lettered;                              /* 1: it carries an x-death header (fleet affinity:
+                                                     * it fell through from a worker's own queue) */
+    int delivery_limit_spent;                       /* 1: an x-death entry says reason delivery_limit
+                                                     * (its tries were spent in another queue) */
     long long deadline_at_ms;                       /* header x-deadline-at: Unix epoch milliseconds
                                                      * (an integer, or a string of digits); 0 if
                                                      * absent, -1 if present but not that */
@@ -111,6 +123,7 @@ int v4q_finish(v4q_service *s, const v4q_delivery *d, const v4q_message *m, v4_e
 int v4q_finish_all(v4q_service *s, const v4q_delivery *d, const v4q_message *m, int n, unsigned *diverted,
                    v4_error *err);
 void v4q_requeue(v4q_service *s, const v4q_delivery *d);
+void v4q_reject(v4q_service *s, const v4q_delivery *d);
 /* 1 when a cancel message named id (NUL-terminated) less than cfg.cancel_ttl_s ago (and
  * fewer than cfg.cancel_max other ids were named since), else 0.  seen: NULL, or the
  * caller's counter (0 before its first call): when no cancel message has arrived since

@@ -25,9 +25,9 @@
 #include "cancel_set.h"
 #include "service.h"
 
-#define V4Q_MAILBOX 128    /* two lanes of up to 64 prefetched deliveries each */
+#define V4Q_MAILBOX 192    /* three consumers (task, urgent, affinity queue) of up to 64 prefetched each */
 
-enum v4q_req_kind { V4Q_REQ_FINISH, V4Q_REQ_REQUEUE, V4Q_REQ_STOP };
+enum v4q_req_kind { V4Q_REQ_FINISH, V4Q_REQ_REQUEUE, V4Q_REQ_REJECT, V4Q_REQ_STOP };
 
 /* One call of an inference thread, run by the AMQP thread; lives on the caller's stack. */
 typedef struct v4q_request {
@@ -62,6 +62,7 @@ struct v4q_service {
     unsigned rnd;
     char consumer_tag[160];         /* the task queue's consumer ("" when not consuming) */
     char urgent_tag[160];           /* the urgent queue's ("" when off or not consuming) */
+    char affinity_tag[160];         /* this worker's affinity queue's ("" when off or not consuming) */
     char cancel_tag[160];           /* the cancel queue's ("" when off) */
     char cancel_queue[256];         /* its server-generated name */
     char last_return[160];          /* "312 NO_ROUTE": the broker's last basic.return */

@@ -8,7 +8,12 @@
  * exchange RESULTS and, when a results queue name is set, a durable queue bound to it
  * with the results routing key; unless off, quorum queue URGENT with the task queue's
  * arguments (the urgent lane) and fanout exchange CANCEL (cancel messages; each worker
- * binds a queue of its own to it on its consumer link, consumer.c).  Re-declaring with the same
+ * binds a queue of its own to it on its consumer link, consumer.c); with fleet affinity
+ * (cfg.affinity_queue set; docs/queue-worker.md "Fleet affinity") fanout exchange
+ * AFFINITY.fallback bound to TASKS, x-consistent-hash exchange AFFINITY (alternate exchange
+ * AFFINITY.fallback; needs the broker plugin rabbitmq_consistent_hash_exchange) and this
+ * worker's quorum queue AFFINITY.<id> bound to it with the weight as key (x-message-ttl,
+ * dead-lettered at least once to TASKS, TASKS's delivery limit).  Re-declaring with the same
  * arguments is a no-op for the broker; different arguments on an existing queue make
  * the broker close the channel (406), reported with the queue name.
  *

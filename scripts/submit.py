@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """submit.py - publish task packets to a v4fleet task queue and print their results.
 
-usage: submit.py [--url AMQP_URL] [--queue QUEUE] [--timeout S] [--deadline-ms MS] [--urgent] [FILE]
+usage: submit.py [--url AMQP_URL] [--queue QUEUE] [--timeout S] [--deadline-ms MS] [--urgent]
+                 [--affinity | --no-affinity] [--prefix-key KEY] [FILE]
 
 Reads one JSON task per line from FILE (or stdin; blank lines skipped), publishes each to
 QUEUE (default "tasks") through scripts/v4client.py (persistent, publisher confirms,
@@ -11,6 +12,10 @@ result's body as one JSON line, exactly as the worker sent it, in arrival order,
 every task has a result or the timeout passes (exit 1, naming the ids still missing).
 Failed results are printed like the others (exit 0).  --deadline-ms sets every task's
 deadline_ms; --urgent publishes to QUEUE.urgent (needs a worker that declares it).
+--affinity (default when V4_AFFINITY=1) routes each task by its prefix key to the workers'
+affinity exchange QUEUE.affinity (docs/queue-worker.md "Fleet affinity"): the key is
+--prefix-key, else the task line's own "prefix_key" field (removed from the packet), else
+derived from the start of its prompt (v4client.prefix_route_key).
 A line that is not a JSON object, a non-string id, or a queue the broker does not know:
 exit 1 with a message.  The AMQP URL comes from --url, else from V4_AMQP_URL, else
 amqp://guest:guest@127.0.0.1:5672/; it is never printed.
@@ -51,18 +56,22 @@ def main():
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--deadline-ms", type=int, default=None)
     ap.add_argument("--urgent", action="store_true")
+    ap.add_argument("--affinity", dest="affinity", action="store_true", default=None)
+    ap.add_argument("--no-affinity", dest="affinity", action="store_false")
+    ap.add_argument("--prefix-key", default=None)
     ap.add_argument("file", nargs="?", default="-")
     a = ap.parse_args()
     src = sys.stdin if a.file == "-" else open(a.file, encoding="utf-8")
     tasks = read_tasks(src, a.file)
     try:
-        with Client(a.url, task_queue=a.queue, timeout=a.timeout) as c:
-            handles = [c.submit(t, deadline_ms=a.deadline_ms, urgent=a.urgent) for t in tasks]
+        with Client(a.url, task_queue=a.queue, timeout=a.timeout, affinity=a.affinity) as c:
+            handles = [c.submit(t, deadline_ms=a.deadline_ms, urgent=a.urgent, prefix_key=a.prefix_key)
+                       for t in tasks]
             for h in c.as_completed(handles):
                 print(h.body.decode("utf-8", "replace"), flush=True)
     except TaskTimeout as e:
         sys.exit("submit.py: no result within %.0f s for: %s" % (a.timeout, ", ".join(sorted(e.task_ids))))
-    except ClientError as e:
+    except (ClientError, ValueError) as e:
         sys.exit("submit.py: %s" % e)
 
 

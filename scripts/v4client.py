@@ -51,8 +51,19 @@ i.e. `tasks.cancel`) and returns False, without error, when the broker has no su
 exchange; submit(urgent=True) publishes to `task_queue + ".urgent"` and raises
 PublishError when that queue does not exist.
 
+Fleet affinity (docs/queue-worker.md "Fleet affinity"): with affinity=True (default: on
+when $V4_AFFINITY is "1") a normal (not urgent) task is published to the x-consistent-hash
+exchange `affinity_exchange` (default task_queue + ".affinity") with the routing key
+prefix_route_key(task, prefix_key): tasks with the same key land on the same worker, whose
+prefix cache then holds their shared prompt prefix.  The key is the submit's prefix_key,
+else the task's own "prefix_key" field (taken out of the packet: the worker never sees
+it), else derived from the task's first `affinity_chars` (512) characters of prompt text
+(see prefix_route_key).  When the broker has no such exchange (no worker runs with
+V4_AFFINITY=1) the task goes to the task queue as without affinity.
+
 Needs python3-pika (>= 1.0; V4_PACKAGES in scripts/lib.sh).
 """
+import hashlib
 import json
 import os
 import re
@@ -62,7 +73,8 @@ import uuid
 import pika
 import pika.exceptions
 
-__all__ = ["Client", "Pending", "ClientError", "PublishError", "TaskError", "TaskTimeout", "DEFAULT_URL"]
+__all__ = ["Client", "Pending", "ClientError", "PublishError", "TaskError", "TaskTimeout", "DEFAULT_URL",
+           "prefix_route_key"]
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
@@ -70,6 +82,46 @@ DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 def _masked(url):
     """The URL with its password replaced by *** (for messages)."""
     return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _text_of(content):
+    """A message's content as text: a string as is; OpenAI's parts list -> its texts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else json.dumps(content, sort_keys=True)
+
+
+def prefix_route_key(task, prefix_key=None, chars=512):
+    """The routing key of a task on the affinity exchange (docs/queue-worker.md "Fleet
+    affinity").  prefix_key given: that string (hashed when longer than 200 bytes; AMQP
+    routing keys are at most 255).  Else derived from what the worker's prefix cache keys
+    on, the start of the prompt as the model sees it:
+      messages   role + NUL + content (text parts joined) of each message in order, NUL
+                 separated: the system message and any few-shot turns come first
+      prompt     the prompt text
+      input_ids  the ids, comma separated (the first 256 ids: one cache block)
+    of which the first `chars` characters (input_ids: ids) are hashed: "p" + the first 32
+    hex digits of their SHA-256.  Tasks whose prompts agree on that start share a key;
+    512 characters are about 120-170 tokens, less than one 256-token cache block, so
+    prompts sharing a cacheable prefix agree on it.  A task with none of the three fields
+    gets the key "p-" (all such tasks go to one worker)."""
+    if prefix_key is not None:
+        if not isinstance(prefix_key, str) or not prefix_key:
+            raise ValueError("prefix_key must be a non-empty string, not %r" % (prefix_key,))
+        raw = prefix_key.encode("utf-8")
+        return prefix_key if len(raw) <= 200 else "h" + hashlib.sha256(raw).hexdigest()[:32]
+    if isinstance(task.get("messages"), list):
+        text = "\0".join("%s\0%s" % (m.get("role", ""), _text_of(m.get("content")))
+                          if isinstance(m, dict) else str(m) for m in task["messages"])[:chars]
+    elif isinstance(task.get("prompt"), str):
+        text = task["prompt"][:chars]
+    elif isinstance(task.get("input_ids"), list):
+        text = ",".join(str(i) for i in task["input_ids"][:256])
+    else:
+        return "p-"
+    return "p" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class ClientError(Exception):
@@ -145,16 +197,26 @@ class Client:
     cancel_exchange  the cancel fanout exchange; default task_queue + ".cancel"
     clock        the sender's clock for the AMQP timestamp, seconds since the epoch
                  (default time.time; tests pass a skewed one)
+    affinity     route normal tasks by prefix key (see the module doc); default: on when
+                 $V4_AFFINITY is "1"
+    affinity_exchange  the workers' V4_AFFINITY_EXCHANGE; default $V4_AFFINITY_EXCHANGE,
+                 else task_queue + ".affinity"
+    affinity_chars     characters of prompt text a derived key covers (512)
     """
 
     def __init__(self, url=None, task_queue=None, timeout=600.0, on_failure="raise", cancel_exchange=None,
-                 clock=time.time):
+                 clock=time.time, affinity=None, affinity_exchange=None, affinity_chars=512):
         if on_failure not in ("raise", "return"):
             raise ValueError("on_failure must be 'raise' or 'return', not %r" % (on_failure,))
         self.url = url or os.environ.get("V4_AMQP_URL") or DEFAULT_URL
         self.task_queue = task_queue or os.environ.get("V4_TASK_QUEUE") or "tasks"
         self.timeout, self.on_failure, self._clock = timeout, on_failure, clock
         self.cancel_exchange = cancel_exchange or self.task_queue + ".cancel"
+        self.affinity = (os.environ.get("V4_AFFINITY") == "1") if affinity is None else bool(affinity)
+        self.affinity_exchange = (affinity_exchange or os.environ.get("V4_AFFINITY_EXCHANGE")
+                                  or self.task_queue + ".affinity")
+        self.affinity_chars = int(affinity_chars)
+        self._affinity_ok = None            # does the broker have affinity_exchange? (asked once)
         self.stray = 0                      # answers for no pending submit (duplicates)
         self._pending, self._by_id, self._seq = {}, {}, 0
         try:
@@ -184,7 +246,27 @@ class Client:
                 pass
 
     # ---- publishing ----
-    def submit(self, task, timeout=None, deadline_ms=None, urgent=False, deadline_at=None):
+    def _affinity_exchange_exists(self):
+        """Whether the broker has affinity_exchange (a passive declare on a channel of its
+        own, asked once per client)."""
+        if self._affinity_ok is None:
+            try:
+                ch = self._conn.channel()
+            except pika.exceptions.AMQPError as e:
+                raise ClientError("connection to %s lost (%s)" % (_masked(self.url), e.__class__.__name__)) from e
+            try:
+                ch.exchange_declare(self.affinity_exchange, passive=True)
+                self._affinity_ok = True
+            except pika.exceptions.ChannelClosedByBroker as e:
+                if e.reply_code != 404:
+                    raise ClientError("affinity exchange %r: %s" % (self.affinity_exchange, e)) from e
+                self._affinity_ok = False
+            finally:
+                if ch.is_open:
+                    ch.close()
+        return self._affinity_ok
+
+    def submit(self, task, timeout=None, deadline_ms=None, urgent=False, deadline_at=None, prefix_key=None):
         """Publish one task; returns its Pending handle.
 
         task         dict (copied); gets an "id" when it has none (a non-string id: ValueError)
@@ -192,11 +274,19 @@ class Client:
         deadline_ms  sets the task's deadline_ms (counted by the worker from this message's
                      timestamp, i.e. from now on the sender's clock)
         deadline_at  absolute deadline, seconds since the epoch -> header x-deadline-at (ms)
-        urgent       publish to task_queue + ".urgent" (needs a worker that has it)
+        urgent       publish to task_queue + ".urgent" (needs a worker that has it; never
+                     routed by affinity)
+        prefix_key   the affinity routing key (else the task's "prefix_key" field, else
+                     derived: prefix_route_key); used only when affinity is on
         Raises PublishError when the broker returns or nacks the message."""
         if not isinstance(task, dict):
             raise TypeError("a task is a dict, not %s" % type(task).__name__)
         task = dict(task)
+        own_key = task.pop("prefix_key", None)     # a client-side field: never sent to the worker
+        if prefix_key is None:
+            prefix_key = own_key
+        if prefix_key is not None and (not isinstance(prefix_key, str) or not prefix_key):
+            raise ValueError("prefix_key must be a non-empty string, not %r" % (prefix_key,))
         if "id" not in task:
             task["id"] = "py-" + uuid.uuid4().hex[:20]
         tid = task["id"]
@@ -211,18 +301,22 @@ class Client:
         props = pika.BasicProperties(content_type="application/json", delivery_mode=2, message_id=tid,
                                      correlation_id=corr, reply_to=self.reply_queue,
                                      timestamp=int(self._clock()), headers=headers)
-        queue = self.task_queue + (".urgent" if urgent else "")
+        exchange, queue = "", self.task_queue + (".urgent" if urgent else "")
+        if self.affinity and not urgent:
+            key = prefix_route_key(task, prefix_key, self.affinity_chars)
+            if self._affinity_exchange_exists():
+                exchange, queue = self.affinity_exchange, key
         body = json.dumps(task, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         h = Pending(self, tid, corr, timeout)
         self._pending[corr] = h        # before publishing: the answer may come while we wait for the confirm
         try:
-            self._ch.basic_publish("", queue, body, props, mandatory=True)
+            self._ch.basic_publish(exchange, queue, body, props, mandatory=True)
         except pika.exceptions.UnroutableError as e:
             del self._pending[corr]
-            raise PublishError(tid, queue, "unroutable") from e
+            raise PublishError(tid, exchange or queue, "unroutable") from e
         except pika.exceptions.NackError as e:
             del self._pending[corr]
-            raise PublishError(tid, queue, "nacked") from e
+            raise PublishError(tid, exchange or queue, "nacked") from e
         except pika.exceptions.AMQPError as e:
             del self._pending[corr]
             raise ClientError("task %r not published: connection to %s lost (%s)" %

@@ -4,7 +4,9 @@
 #
 #   brokers_start DIR [AMQP_PORT [EXTRA_CONF]]
 #                       start both under DIR (own node name, ports, epmd, HOME/cookie,
-#                       mnesia/log dirs, config file, no plugins); EXTRA_CONF: lines
+#                       mnesia/log dirs, config file; one plugin:
+#                       rabbitmq_consistent_hash_exchange, for fleet affinity,
+#                       docs/operations.md "Fleet affinity"); EXTRA_CONF: lines
 #                       for rabbitmq.conf ("key = value", newline-separated) that are
 #                       added, replacing a default line with the same key; exports
 #                       V4_TEST_AMQP_URL, V4_TEST_REDIS_URL, V4_TEST_BROKER_DIR and
@@ -86,7 +88,13 @@ max_message_size = 16777216"
 $line"
     done <<< "$extra"
     printf '%s\n' "$conf" > "$dir/rabbitmq.conf"
-    echo "[]." > "$dir/enabled_plugins"
+    # the consistent-hash exchange (fleet affinity) when the package ships it (Debian's
+    # rabbitmq-server does); without it the affinity test fails, every other test runs
+    if ls -d "$sbin"/../plugins/rabbitmq_consistent_hash_exchange-* > /dev/null 2>&1; then
+        echo "[rabbitmq_consistent_hash_exchange]." > "$dir/enabled_plugins"
+    else
+        echo "[]." > "$dir/enabled_plugins"
+    fi
     # our own epmd on a private port, so that we can stop it by pid
     epmd -address 127.0.0.1 -port "$epmd_port" > "$dir/log/epmd.log" 2>&1 &
     echo $! > "$dir/epmd.pid"

@@ -219,6 +219,10 @@ int v4_cmd_worker(int argc, char **argv)
     v4w_log(&w, 1, NULL, "worker %s serving model \"%s\" (names: %s) from %s; numerics %s; broker %s%s%s",
          w.cfg.worker_id, w.cfg.model_name, w.cfg.model_names, w.cfg.model_dir, v4_runner_numerics(w.runner), masked,
          w.cfg.config_file[0] ? "; settings file " : "", w.cfg.config_file);
+    if (w.cfg.affinity)
+        v4w_log(&w, 1, NULL, "fleet affinity: consuming %s (bound to the x-consistent-hash exchange %s, weight %d; "
+                "tasks waiting there longer than %ld ms fall through to %s)", w.cfg.affinity_queue,
+                w.cfg.affinity_exchange, w.cfg.affinity_weight, w.cfg.affinity_ttl_ms, w.cfg.task_queue);
     if (strcmp(w.cfg.redis_url, "off")) {
         if (v4w_start_util(&w, &w.cfg, w.runner)) {
             v4_runner_free(w.runner);

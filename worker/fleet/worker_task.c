@@ -251,9 +251,28 @@ static int job_stop(const v4_job *job)
     return j->cancelled != 0;
 }
 
+/* The lane named in the log: urgent, affinity (this worker's own queue), fallback (the
+ * task queue, dead-lettered from a worker's own queue) or normal. */
+static const char *lane_of(const v4q_delivery *d)
+{
+    return d->urgent ? "urgent" : d->affinity ? "affinity" : d->dead_lettered ? "fallback" : "normal";
+}
+
 void v4w_take(worker *w, v4q_delivery *d)
 {
     double t0 = v4_now_ms();
+    if (d->delivery_limit_spent && !d->affinity) {
+        /* Fleet affinity: it spent the delivery limit in a worker's own queue (which
+         * dead-letters to the task queue): rejected to the task queue's dead-letter
+         * exchange, so a poison task gets V4_DELIVERY_LIMIT tries in all, as without
+         * affinity (docs/queue-worker.md "Fleet affinity"). */
+        v4w_log(w, 0, d->message_id, "task %s: its x-death header says it spent the delivery limit (%d) in a "
+                "worker's affinity queue; rejected to %s", d->message_id ? d->message_id : "?",
+                w->cfg.delivery_limit, w->cfg.dlx_exchange);
+        v4q_reject(w->svc, d);
+        v4q_delivery_free(d);
+        return;
+    }
     v4w_job *j = calloc(1, sizeof *j);
     v4_task_error e;
     if (!j) {
@@ -318,8 +337,7 @@ void v4w_take(worker *w, v4q_delivery *d)
     w->in_flight++;
     running_gauge(w);
     v4_wmetrics_taken(&w->m, d->urgent);
-    v4w_log(w, 1, t->id, "start of task %s (%s lane, %d running)", t->id, d->urgent ? "urgent" : "normal",
-            w->in_flight);
+    v4w_log(w, 1, t->id, "start of task %s (%s lane, %d running)", t->id, lane_of(d), w->in_flight);
 }
 
 void v4w_complete(worker *w, v4w_job *j)
