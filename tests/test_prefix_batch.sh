@@ -14,6 +14,8 @@
 #  - off: --no-prefix-cache and V4_PREFIX_CACHE=0 (every cached_tokens 0, "prefix cache
 #    off" in the log);
 #  - a tight budget (--prefix-cache-bytes of 3 blocks): evictions, same results;
+#  - a summary with long instructions (--max-context 1400: several chunks): its generations
+#    after the first resume from system + instructions; the same summary without the cache;
 #  - bad settings: exit 2 with the setting named; a budget below one block: exit 1.
 set -u
 bin=${V4_BIN:?V4_BIN not set}
@@ -150,6 +152,36 @@ run tight --prefix-cache-bytes "$bytes" || true
 if grep -qE "evicted" "$work/tight.log" && ! grep -qE ", 0 evicted" "$work/tight.log" && same tight off; then
     ok "a budget of ~3 blocks ($bytes bytes): evictions, same results ($(grep -oE '[0-9]+ blocks held[^,]*, [0-9]+ evicted' "$work/tight.log"))"
 else bad "tight budget: $(grep "prefix cache" "$work/tight.log" | tail -1)"; fi
+
+# a summary whose instructions fill whole blocks: every generation after the first resumes
+# from system + instructions (map, combine and final passes), same summary without the cache
+$py - "$work/summ.jsonl" <<'EOF'
+import json, sys
+ins = " ".join("Rule %d: keep every number and every name exactly as written." % i for i in range(40))
+doc = "\n\n".join("Paragraph %d. The river town of Alder had %d bridges and %d mills in year %d." % (i, i % 7, i % 5, 1800 + i)
+                  for i in range(120))
+with open(sys.argv[1], "w") as f:
+    f.write(json.dumps({"id": "summ", "type": "summarize", "document": doc, "instructions": ins,
+                        "max_summary_tokens": 12, "temperature": 0, "ignore_eos": True}) + "\n")
+EOF
+for c in on off; do
+    fl=(); [ $c = on ] || fl=(--no-prefix-cache)
+    "$bin" batch "$work/summ.jsonl" -o "$work/summ-$c.jsonl" "${M[@]}" --max-context 1400 "${fl[@]}" \
+        >"$work/summ-$c.log" 2>&1 || bad "summary ($c): exit $?: $(tail -2 "$work/summ-$c.log")"
+done
+if $py - "$work/summ-on.jsonl" "$work/summ-off.jsonl" <<'EOF'
+import json, sys
+a, b = (json.loads(open(p).readline()) for p in sys.argv[1:3])
+assert a["status"] == "succeeded" and a["summary"]["chunks"] >= 3, a
+gens = a["summary"]["chunks"] + a["summary"]["levels"] - 1
+got = a["usage"]["prompt_tokens_details"]["cached_tokens"]
+assert got >= 256 * (gens - 1), (got, gens)
+assert b["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+assert a["output"] == b["output"] and a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"], (a["output"], b["output"])
+print("summary: %d chunks, %d levels, %d of %d prompt tokens cached" % (a["summary"]["chunks"], a["summary"]["levels"],
+                                                                    got, a["usage"]["prompt_tokens"]))
+EOF
+then ok "a summary's generations share system + instructions: cached, same summary"; else bad "summary with long instructions"; fi
 
 # bad settings
 "$bin" batch "$work/in.jsonl" -o "$work/x.jsonl" "${M[@]}" --prefix-cache-bytes lots >"$work/x.log" 2>&1

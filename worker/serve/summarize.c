@@ -31,29 +31,43 @@ typedef struct summ {
     const char *instructions;       /* NULL: none */
 } summ;
 
-/* The user message of one generation (malloc'd). */
+/* The user message of one generation (malloc'd).  The task's instructions come first,
+ * the same text in every generation of the tree, so that the prompts of a summary's
+ * generations start alike (system + instructions) and its chunk, combine and final
+ * passes resume from the prefix cache when the instructions fill whole blocks
+ * (docs/prefix-cache.md); then the stage's request, then the text. */
 static char *user_text(const summ *s, stage st, size_t part, size_t parts, const char *text, size_t len)
 {
+    static const char INS[] = "Instructions for the final summary:\n";
     char head[256];
     const char *ins = s->instructions;
     if (st == STAGE_CHUNK)
         snprintf(head, sizeof head, "Summarize part %zu of %zu of a longer document; the parts' summaries will be "
-                 "combined.%s", part, parts, ins ? " Instructions for the final summary:\n" : "");
+                 "combined.", part, parts);
     else if (st == STAGE_COMBINE)
         snprintf(head, sizeof head, "The text below holds summaries of consecutive parts of one document.%s",
-                 ins ? "\n" : " Summarize the whole document from them.");
+                 ins ? "" : " Summarize the whole document from them.");
     else
         snprintf(head, sizeof head, "%s", ins ? "" : "Summarize the following document.");
-    size_t hl = strlen(head), il = ins ? strlen(ins) : 0;
-    char *u = malloc(hl + il + len + 3);
+    const size_t pl = ins ? sizeof INS - 1 : 0, il = ins ? strlen(ins) : 0, hl = strlen(head);
+    char *u = malloc(pl + il + 2 + hl + 2 + len + 1);
     if (!u)
         return NULL;
-    memcpy(u, head, hl);
-    if (il)
-        memcpy(u + hl, ins, il);
-    memcpy(u + hl + il, "\n\n", 2);
-    memcpy(u + hl + il + 2, text, len);
-    u[hl + il + 2 + len] = 0;
+    size_t at = 0;
+    if (ins) {
+        memcpy(u, INS, pl);
+        memcpy(u + pl, ins, il);
+        at = pl + il;
+        if (hl) {
+            memcpy(u + at, "\n\n", 2);
+            at += 2;
+        }
+    }
+    memcpy(u + at, head, hl);
+    at += hl;
+    memcpy(u + at, "\n\n", 2);
+    memcpy(u + at + 2, text, len);
+    u[at + 2 + len] = 0;
     return u;
 }
 

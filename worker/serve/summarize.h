@@ -22,6 +22,9 @@
  *     document that still does not fit after V4_SUMM_MAX_LEVELS levels, and a context
  *     so small that fewer than V4_SUMM_MIN_CHUNK document tokens fit next to the
  *     prompt and max_summary_tokens.
+ *   - Prompts: the system message, then the user message = the task's instructions (when
+ *     given, the same text first in every generation, so the generations of one tree share
+ *     a prefix for the prefix cache), the stage's request, the text.
  *   - Every generation is the task itself turned into a two-message chat task
  *     (sampling, stop, thinking, ignore_eos, model carried over; max_tokens =
  *     max_summary_tokens), so model checks, deadline and abort behave as for
