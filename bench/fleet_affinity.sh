@@ -14,10 +14,10 @@
 #   affinity+kill  the same, one worker killed (-9) once a third of the answers are in
 #                (V4_AFFINITY_KILL_TTL_MS, default 30000: its queued tasks fall through then)
 # Table columns: answered / lost (no answer within the timeout) / duplicate answers;
-# workers per prefix (mean, max: how many workers served a prefix); hit rate by tokens
-# (sum of usage.prompt_tokens_details.cached_tokens / sum of cacheable prefix tokens, the
-# latter = the prefix's tokens shared by its tasks rounded down to 256-token blocks) and
-# by tasks (cached_tokens > 0 / all); wall seconds.  Without the prefix cache (no
+# workers per prefix (mean, max: how many workers served a prefix); prompt cached (sum of
+# usage.prompt_tokens_details.cached_tokens / sum of prompt_tokens: the share of prefill
+# saved) and hit rate by tasks (cached_tokens > 0 / all; the best a fleet can do is
+# (TASKS - PREFIXES) / TASKS: each prefix's first task misses); wall seconds.  Without the prefix cache (no
 # cached_tokens in the results) the hit columns read "n/a".  The workers inherit the
 # environment (V4_PREFIX_CACHE=0, a cache budget, V4_AFFINITY_TTL_MS ...).  All tasks are
 # published at once, so a worker's backlog is about TASKS/WORKERS task times (minutes here):
@@ -124,7 +124,7 @@ import json, sys
 work, n, cacheable = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 print()
 print("%-15s %8s %5s %4s %14s %12s %14s %14s %7s" % ("dispatch", "answered", "lost", "dup", "workers/prefix",
-                                                        "fell through", "hit (tokens)", "hit (tasks)", "wall s"))
+                                                        "fell through", "prompt cached", "hit (tasks)", "wall s"))
 for name, label in (("rr", "round-robin"), ("affinity", "affinity"), ("affinity_kill", "affinity+kill")):
     try:
         rows = [json.loads(l) for l in open("%s/%s.jsonl" % (work, name))]
@@ -140,7 +140,8 @@ for name, label in (("rr", "round-robin"), ("affinity", "affinity"), ("affinity_
     wpp = [len(v) for v in by.values()] or [0]
     have = any("cached_tokens" in r and r.get("cached_tokens") for r in ans)
     cached = sum(r.get("cached_tokens") or 0 for r in ans)
-    hit_tok = "%.1f%%" % (100.0 * cached / (cacheable * len(ans))) if have and cacheable and ans else "n/a"
+    prompt = sum(r.get("prompt_tokens") or 0 for r in ans)
+    hit_tok = "%.1f%%" % (100.0 * cached / prompt) if have and prompt else "n/a"
     hit_task = "%.1f%%" % (100.0 * sum(1 for r in ans if (r.get("cached_tokens") or 0) > 0) / len(ans)) \
         if have and ans else "n/a"
     wall = open("%s/%s.wall" % (work, name)).read().strip()

@@ -70,8 +70,26 @@ echo "--- drain: SIGTERM with several tasks running"
 # model and a loaded CI machine once let one finish and a 5th start first.  1500 tokens
 # take ~2 s each here, and well under the worker's grace (V4_GRACE_MS, 180 s here) with
 # ASan, where 3000 did not finish in 60 s.
+# The length is sized from the batched phase's own speed (its tasks' decode ms per token
+# with 4 running, from the worker's JSON log): about 10 s of decode, between 100 and 1500
+# tokens.  A fixed 1500 took over the 180 s grace under ASan on a loaded machine.
+DRAIN="$(python3 - "$WORK/worker.log" <<'PYEOF'
+import json, statistics, sys
+ms = []
+for l in open(sys.argv[1]):
+    try:
+        o = json.loads(l)
+    except ValueError:
+        continue
+    if str(o.get("task", "")).startswith("c") and o.get("status") == "succeeded" and o.get("completion_tokens"):
+        ms.append(o["decode_ms"] / o["completion_tokens"])
+per = statistics.median(ms) if ms else 1.0
+print(max(100, min(1500, int(10000 / max(per, 0.001)))))
+PYEOF
+)"
+echo "drain tasks of $DRAIN tokens (about 10 s each at the batched phase's speed)"
 for i in $(seq 0 7); do
-    qclient task "$P.tasks" "{\"id\":\"d$i\",\"prompt\":\"drain $i\",\"max_tokens\":1500,\"ignore_eos\":true,\"temperature\":0}"
+    qclient task "$P.tasks" "{\"id\":\"d$i\",\"prompt\":\"drain $i\",\"max_tokens\":$DRAIN,\"ignore_eos\":true,\"temperature\":0}"
 done
 for _ in $(seq 1 200); do
     [ "$(curl -s "$URL/metrics" | sed -n 's/^v4fleet:num_requests_running \([0-9]*\)$/\1/p')" = 4 ] && break
