@@ -70,23 +70,6 @@ static int default_max(const v4_runner_opts *ex, long *out, v4_error *err)
     return 0;
 }
 
-/* The prefix cache asked for by ex (docs/prefix-cache.md); off with a reason where the
- * steps do not run from the sequences' own state.  0, or -1 with err (bad setting). */
-static int open_prefix(v4_runner *r, const v4_runner_opts *ex, v4_error *err)
-{
-    v4pc_opts po = {.budget_bytes = ex->prefix_cache_bytes > 0 ? (size_t)ex->prefix_cache_bytes : 0,
-                    .block = ex->prefix_block,
-                    .policy = V4PC_SLRU};
-    if (ex->prefix_policy && *ex->prefix_policy && v4pc_policy_parse(ex->prefix_policy, &po.policy))
-        return v4_err_set(err, V4_ERR_CONFIG, "V4_PREFIX_POLICY", "'%s' is not slru, lru or fifo", ex->prefix_policy);
-    if (!v4_ctx_seq_forkable(r->ctx)) {
-        snprintf(r->pc_off, sizeof r->pc_off, "the device step keeps the sequences' state on the GPU");
-        return 0;
-    }
-    r->pc = v4pc_new(&r->m.cfg, &po, err);
-    return r->pc ? 0 : -1;
-}
-
 v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const v4_runner_opts *ex,
                           v4_task_error *e)
 {
@@ -175,7 +158,7 @@ v4_runner *v4_runner_open(const char *model_dir, const char *model_names, const 
     r->step_rows = v4_ctx_rows_per_seq(r->ctx) > 1
                        ? v4_fit_step_rows(r->ctx, r->be, r->xp, &r->m.cfg, v4_ctx_max_rows(r->ctx), r->max_batch)
                        : r->max_batch;
-    if (ex && ex->prefix_cache && open_prefix(r, ex, &err))
+    if (ex && ex->prefix_cache && v4_runner_open_prefix(r, ex, &err))
         goto fail;
     return r;
 fail:
@@ -350,28 +333,6 @@ void v4_runner_describe_threads(const v4_runner *r, char *out, size_t n)
              v4_cpu_backend_threads(r->be) == 1 ? "" : "s", v4_cpu_budget_describe(&b, d, sizeof d));
 }
 
-int v4_runner_prefix_figs(const v4_runner *r, v4pc_figs *f)
-{
-    memset(f, 0, sizeof *f);
-    if (!r->pc)
-        return -1;
-    v4pc_figs_get(r->pc, f);
-    return 0;
-}
-
-void v4_runner_describe_prefix(const v4_runner *r, char *out, size_t n)
-{
-    if (!r->pc) {
-        snprintf(out, n, "prefix cache off%s%s%s", r->pc_off[0] ? " (" : "", r->pc_off, r->pc_off[0] ? ")" : "");
-        return;
-    }
-    v4pc_figs f;
-    v4pc_figs_get(r->pc, &f);
-    snprintf(out, n, "prefix cache %.2f GiB, blocks of %d positions (%.1f MiB each, up to %llu blocks)",
-             (double)f.budget / 1073741824.0, f.block, (double)v4pc_block_cost(r->pc) / 1048576.0,
-             (unsigned long long)(f.budget / v4pc_block_cost(r->pc)));
-}
-
 v4_xprov *v4_runner_experts(v4_runner *r)
 {
     return r->xp;
@@ -430,15 +391,6 @@ static int build_prompt(v4_runner *r, const v4_task *t, v4_ids *ids, v4_task_err
     if (v4_chat_encode(r->tok, system, msgs, n, t->thinking, ids, &err))
         return v4_task_fail(e, V4_TASK_INVALID_FIELD, "messages", "%s", err.msg);
     return 0;
-}
-
-/* generate.h on_block: the job's sequence reached a block end p inside its prompt. */
-static void cache_block(void *ud, v4_seq *seq, int p)
-{
-    v4_run_job *j = ud;
-    v4_error err = {0};
-    if (j->r->pc && p > j->cached)
-        v4pc_insert(j->r->pc, seq, j->ids.v, p, &err);   /* a failure (memory) only costs a later hit */
 }
 
 static int guard_cancel(void *ud)
@@ -606,7 +558,7 @@ int v4_runner_prepare_choice(v4_runner *r, const v4_task *t, int choice, const v
     j->guard = (v4_run_guard){deadline_ms, abort_fn, abort_ud, 0};
     j->req = (v4_gen_request){j->ids.v, (int)j->ids.n, (int)max_tokens, sp, t->ignore_eos ? -1 : eos, t->stops,
                               t->n_stops, guard_cancel, &j->guard, out->expert_counts, r->chunk, &r->generated,
-                              r->pc ? v4pc_block(r->pc) : 0, cache_block, j};
+                              r->pc ? v4pc_block(r->pc) : 0, v4_runner_cache_block, j};
     /* the longest cached block prefix of the prompt, its last position left to forward */
     if (r->pc && !from) {
         const int got = v4pc_restore(r->pc, j->seq, j->ids.v, (int)j->ids.n, (int)j->ids.n - 1, &err);

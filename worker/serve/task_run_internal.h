@@ -119,6 +119,13 @@ void v4_runner_job_charge(v4_run_job *j, long long misses, long long prefetched)
  * (outcomes or tr NULL: nothing is charged). */
 void v4_runner_charge_row(v4_runner *r, unsigned char *outcomes, const v4_trace *tr, long long *misses,
                           long long *prefetched);
+/* The prefix cache of r asked for by ex (task_prefix.c): opened into r->pc, or left off
+ * with the reason in r->pc_off where the steps do not run from the sequences' own state
+ * (the CUDA resident step).  0, or -1 with err (a bad setting, out of memory). */
+int v4_runner_open_prefix(v4_runner *r, const v4_runner_opts *ex, v4_error *err);
+/* generate.h on_block for a job (ud: its v4_run_job): the job's sequence reached the block
+ * end p inside its prompt; the block is cached (a failure only costs a later hit). */
+void v4_runner_cache_block(void *ud, v4_seq *seq, int p);
 /* Collect the result (failed: the generation stopped with err: cancel, step or accept
  * failure) and release j.  Returns as v4_runner_run: 0, -1 (e filled), -2 aborted. */
 int v4_runner_finish(v4_run_job *j, int failed, const v4_error *err, v4_run_output *out, v4_task_error *e);
