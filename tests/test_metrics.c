@@ -324,11 +324,17 @@ static void t_worker_set(void)
     int fams = 0;
     for (const char *p = t; p && (p = strstr(p, "# TYPE ")); p++)
         fams++;
-    CHECK(fams == 39, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
+    CHECK(fams == 45, "%d families", fams);   /* 24 + numerics, results_unconfirmed_total, tasks_abandoned_total,
                                                * expert_activations_total, memory_bytes, memory_waits_total,
                                                * fast_selftest, grammar_cache_{hits,misses}_total,
                                                * grammar_cache_{bytes,entries}, results_unroutable_total,
-                                               * tasks_cancelled_total, cancel_messages_total, tasks_taken_total */
+                                               * tasks_cancelled_total, cancel_messages_total, tasks_taken_total,
+                                               * prefix_cache_{lookups,tokens_saved,evictions}_total,
+                                               * prefix_cache_{bytes,budget_bytes,blocks} */
+    CHECK(t && strstr(t, "# TYPE v4fleet:prefix_cache_lookups_total counter\n") &&
+              strstr(t, "# TYPE v4fleet:prefix_cache_budget_bytes gauge\n") &&
+              !strstr(t, "\nv4fleet:prefix_cache_bytes "),
+          "prefix cache families documented, no series before a runner with a cache reports");
     CHECK(t && strstr(t, "v4fleet:tasks_cancelled_total{stage=\"running\"} 0\n") &&
               strstr(t, "v4fleet:tasks_cancelled_total{stage=\"queued\"} 0\n") &&
               strstr(t, "v4fleet:cancel_messages_total 0\n") &&
