@@ -23,15 +23,10 @@
 #include "cache/model_files.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
+#include "tests/seq_testlib.h"
 #include "tests/testutil.h"
 
 enum { K = 24, CAP = 400 };
-
-static uint64_t lcg(uint64_t *x)
-{
-    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
-    return *x >> 33;
-}
 
 /* Feed n tokens to s in chunks of up to 16 rows (a prefill). */
 static int prefill(v4_ctx *c, v4_seq *s, const int32_t *toks, int n, v4_error *err)
@@ -48,35 +43,6 @@ static int prefill(v4_ctx *c, v4_seq *s, const int32_t *toks, int n, v4_error *e
     return 0;
 }
 
-/* K decode steps of s on toks; logits [K][V]. */
-static int decode(v4_ctx *c, v4_seq *s, const int32_t *toks, float *logits, int V, v4_error *err)
-{
-    for (int k = 0; k < K; k++)
-        if (v4_step(c, &s, &toks[k], 1, logits + (size_t)k * V, NULL, err))
-            return -1;
-    return 0;
-}
-
-static int same_caches(const v4_model_files *m, const v4_seq *a, const v4_seq *b)
-{
-    const v4_config *cfg = &m->cfg;
-    int ok = v4_seq_pos(a) == v4_seq_pos(b);
-    for (int l = 0; l < cfg->n_layers && ok; l++) {
-        ok &= !memcmp(v4_seq_window(a, l), v4_seq_window(b, l), sizeof(uint16_t) * cfg->window * cfg->head_dim);
-        if (!cfg->compress_ratios[l])
-            continue;
-        int na, nb;
-        const uint16_t *ca = v4_seq_compressed(a, l, &na), *cb = v4_seq_compressed(b, l, &nb);
-        ok &= na == nb && !memcmp(ca, cb, sizeof(uint16_t) * (size_t)na * cfg->head_dim);
-        if (cfg->compress_ratios[l] == 4) {
-            ca = v4_seq_index_keys(a, l, &na);
-            cb = v4_seq_index_keys(b, l, &nb);
-            ok &= na == nb && !memcmp(ca, cb, sizeof(uint16_t) * (size_t)na * cfg->index_head_dim);
-        }
-    }
-    return ok;
-}
-
 static void fork_at(const v4_model_files *m, v4_ctx *c, int P, uint64_t seed)
 {
     const int V = m->cfg.vocab_size;
@@ -84,9 +50,9 @@ static void fork_at(const v4_model_files *m, v4_ctx *c, int P, uint64_t seed)
     int32_t prompt[CAP], toks[K];
     uint64_t x = seed;
     for (int i = 0; i < P; i++)
-        prompt[i] = (int32_t)(lcg(&x) % (uint64_t)V);
+        prompt[i] = (int32_t)(t_seq_lcg(&x) % (uint64_t)V);
     for (int k = 0; k < K; k++)
-        toks[k] = (int32_t)(lcg(&x) % (uint64_t)V);
+        toks[k] = (int32_t)(t_seq_lcg(&x) % (uint64_t)V);
     v4_seq *orig = v4_seq_create(&m->w, CAP, &err), *used = v4_seq_create(&m->w, CAP, &err);
     float *la = malloc(sizeof(float) * (size_t)K * V), *lb = malloc(sizeof(float) * (size_t)K * V);
     float *lc = malloc(sizeof(float) * (size_t)K * V), *pair = malloc(sizeof(float) * 2 * (size_t)V);
@@ -97,7 +63,7 @@ static void fork_at(const v4_model_files *m, v4_ctx *c, int P, uint64_t seed)
     /* a used sequence (other tokens, further on) to copy into */
     int32_t junk[40];
     for (int i = 0; i < 40; i++)
-        junk[i] = (int32_t)(lcg(&x) % (uint64_t)V);
+        junk[i] = (int32_t)(t_seq_lcg(&x) % (uint64_t)V);
     CHECK(prefill(c, used, junk, 40, &err) == 0, "P=%d: junk prefill: %s", P, err.msg);
     CHECK(prefill(c, orig, prompt, P, &err) == 0, "P=%d: prefill: %s", P, err.msg);
     v4_seq *fork = v4_seq_fork(orig, &err);
@@ -105,13 +71,14 @@ static void fork_at(const v4_model_files *m, v4_ctx *c, int P, uint64_t seed)
     CHECK(v4_seq_copy_from(used, orig, &err) == 0, "P=%d: copy_from: %s", P, err.msg);
     if (!fork)
         goto out;
-    CHECK(same_caches(m, orig, fork) && same_caches(m, orig, used), "P=%d: the copies' caches differ", P);
+    CHECK(t_seq_same_caches(&m->cfg, orig, fork) && t_seq_same_caches(&m->cfg, orig, used),
+          "P=%d: the copies' caches differ", P);
     CHECK(v4_seq_pos(fork) == P && v4_seq_capacity(fork) == CAP && v4_seq_bytes(fork) == v4_seq_bytes(orig),
           "P=%d: fork pos %d capacity %d", P, v4_seq_pos(fork), v4_seq_capacity(fork));
     /* the original runs to the end first: a copy must not share its state */
-    int ok = decode(c, orig, toks, la, V, &err) == 0;
-    ok = ok && decode(c, fork, toks, lb, V, &err) == 0;
-    ok = ok && decode(c, used, toks, lc, V, &err) == 0;
+    int ok = t_seq_decode(c, orig, toks, K, la, V, &err) == 0;
+    ok = ok && t_seq_decode(c, fork, toks, K, lb, V, &err) == 0;
+    ok = ok && t_seq_decode(c, used, toks, K, lc, V, &err) == 0;
     CHECK(ok, "P=%d: decode: %s", P, err.msg);
     const size_t bytes = sizeof(float) * (size_t)K * V;
     CHECK(ok && !memcmp(la, lb, bytes), "P=%d: the fork's logits differ from the original's", P);

@@ -23,15 +23,10 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/v4/model.h"
 #include "kernels/v4/snapshot.h"
+#include "tests/seq_testlib.h"
 #include "tests/testutil.h"
 
 enum { K = 12, CAP = 640, MAXB = 4 };
-
-static uint64_t lcg(uint64_t *x)
-{
-    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
-    return *x >> 33;
-}
 
 /* Feed toks[from..to) to s in chunks of up to 16 rows, never across a multiple of
  * block when recs is given; at each block end save its record into recs[k]. */
@@ -54,34 +49,6 @@ static int prefill(v4_ctx *c, v4_seq *s, const int32_t *toks, int from, int to, 
     return 0;
 }
 
-/* K decode steps of s on toks; logits [K][V]. */
-static int decode(v4_ctx *c, v4_seq *s, const int32_t *toks, float *logits, int V, v4_error *err)
-{
-    for (int k = 0; k < K; k++)
-        if (v4_step(c, &s, &toks[k], 1, logits + (size_t)k * V, NULL, err))
-            return -1;
-    return 0;
-}
-
-static int same_caches(const v4_config *cfg, const v4_seq *a, const v4_seq *b)
-{
-    int ok = v4_seq_pos(a) == v4_seq_pos(b);
-    for (int l = 0; l < cfg->n_layers && ok; l++) {
-        ok &= !memcmp(v4_seq_window(a, l), v4_seq_window(b, l), sizeof(uint16_t) * cfg->window * cfg->head_dim);
-        if (!cfg->compress_ratios[l])
-            continue;
-        int na, nb;
-        const uint16_t *ca = v4_seq_compressed(a, l, &na), *cb = v4_seq_compressed(b, l, &nb);
-        ok &= na == nb && !memcmp(ca, cb, sizeof(uint16_t) * (size_t)na * cfg->head_dim);
-        if (cfg->compress_ratios[l] == 4) {
-            ca = v4_seq_index_keys(a, l, &na);
-            cb = v4_seq_index_keys(b, l, &nb);
-            ok &= na == nb && !memcmp(ca, cb, sizeof(uint16_t) * (size_t)na * cfg->index_head_dim);
-        }
-    }
-    return ok;
-}
-
 /* One case: the prompt's first nb blocks come from records, the rest (to P) is
  * prefilled, then K decode steps; against a sequence that prefilled all P itself. */
 static void one_case(const v4_model_files *m, v4_ctx *c, const char *mode, int block, int nb, int P, uint64_t seed)
@@ -92,9 +59,9 @@ static void one_case(const v4_model_files *m, v4_ctx *c, const char *mode, int b
     int32_t prompt[CAP], toks[K];
     uint64_t x = seed;
     for (int i = 0; i < P; i++)
-        prompt[i] = (int32_t)(lcg(&x) % (uint64_t)V);
+        prompt[i] = (int32_t)(t_seq_lcg(&x) % (uint64_t)V);
     for (int k = 0; k < K; k++)
-        toks[k] = (int32_t)(lcg(&x) % (uint64_t)V);
+        toks[k] = (int32_t)(t_seq_lcg(&x) % (uint64_t)V);
     void *recs[MAXB] = {0};
     for (int k = 0; k < MAXB; k++)
         recs[k] = malloc(rb);
@@ -107,17 +74,17 @@ static void one_case(const v4_model_files *m, v4_ctx *c, const char *mode, int b
     /* res is used first (other tokens), so the restore must overwrite everything */
     int32_t junk[50];
     for (int i = 0; i < 50; i++)
-        junk[i] = (int32_t)(lcg(&x) % (uint64_t)V);
+        junk[i] = (int32_t)(t_seq_lcg(&x) % (uint64_t)V);
     int ok = prefill(c, res, junk, 0, 50, block, NULL, &err) == 0;
     ok = ok && prefill(c, ref, prompt, 0, nb * block, block, recs, &err) == 0;
     CHECK(ok, "%s nb=%d P=%d: prefill: %s", mode, nb, P, err.msg);
     ok = ok && v4_snap_restore(res, block, (const void *const *)recs, nb, &err) == 0;
     CHECK(ok, "%s nb=%d P=%d: restore: %s", mode, nb, P, err.msg);
-    CHECK(ok && v4_seq_pos(res) == nb * block && same_caches(&m->cfg, ref, res),
+    CHECK(ok && v4_seq_pos(res) == nb * block && t_seq_same_caches(&m->cfg, ref, res),
           "%s nb=%d: the restored caches differ from the prefilled ones", mode, nb);
     ok = ok && prefill(c, ref, prompt, nb * block, P, block, NULL, &err) == 0;
     ok = ok && prefill(c, res, prompt, nb * block, P, block, NULL, &err) == 0;
-    ok = ok && decode(c, ref, toks, la, V, &err) == 0 && decode(c, res, toks, lb, V, &err) == 0;
+    ok = ok && t_seq_decode(c, ref, toks, K, la, V, &err) == 0 && t_seq_decode(c, res, toks, K, lb, V, &err) == 0;
     CHECK(ok, "%s nb=%d P=%d: continue: %s", mode, nb, P, err.msg);
     CHECK(ok && !memcmp(la, lb, sizeof(float) * (size_t)K * V),
           "%s nb=%d P=%d: the restored sequence's logits differ from the prefilled one's", mode, nb, P);
